@@ -1,0 +1,90 @@
+"""Artifact I/O: JSON with a schema_version, written atomically (tmp file + rename)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+class ArtifactError(ValueError):
+    """An input artifact is missing, malformed or of the wrong kind/version."""
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=indent, default=_default)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_json(path: str | os.PathLike, kind: str | None = None, schema_version: int | None = None) -> dict:
+    """Read an artifact; check its `artifact` kind and `schema_version` when given."""
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"{path}: file not found")
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{path}: not valid JSON ({e})") from e
+    if kind is not None and obj.get("artifact") != kind:
+        raise ArtifactError(
+            f"{path}: expected a {kind} artifact but found {obj.get('artifact')!r}; "
+            f"produce it with `harmony {kind.split('.')[0]}`")
+    if schema_version is not None and obj.get("schema_version") != schema_version:
+        raise ArtifactError(
+            f"{path}: schema_version {obj.get('schema_version')} but this harmony reads {schema_version}; "
+            f"regenerate the file with this version")
+    return obj
+
+
+class JsonlWriter:
+    """Append-only JSONL that is flushed per record, so a crash keeps what was written."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "w")
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record, default=_default) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                out.append(json.loads(line))
+    return out

@@ -1,0 +1,156 @@
+"""The run record: one JSONL file per run, written by `harmony run` and every baseline alike.
+
+Lines are `{"record": "iteration", ...}` (one per training iteration, written as it finishes) followed by
+one `{"record": "summary", ...}`. A run that dies keeps its iteration lines and gets a summary with
+status `error`/`oom`/`interrupted`, so no log is ever lost. Figures read only the summary.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "infeasible", "error", "unavailable", "interrupted")
+
+# Keys every summary record carries (figures, checks and tests rely on them).
+SUMMARY_KEYS = (
+    "record", "schema_version", "system", "model", "mode", "gpus", "minibatch", "status",
+    "iter_time_s", "samples_per_s", "bytes_h2d", "bytes_d2h", "bytes_p2p",
+    "predicted_iter_time_s", "schedule_bound_s", "roofline_s", "env",
+)
+ENV_KEYS = ("gpu", "torch", "precision", "gpu_memory_cap")
+
+
+@dataclass
+class IterationRecord:
+    iteration: int
+    time_s: float
+    samples_per_s: float
+    loss: float | None
+    bytes_h2d: int = 0
+    bytes_d2h: int = 0
+    bytes_p2p: int = 0
+    bytes_allreduce: int = 0
+    peak_allocated_bytes: list[int] = field(default_factory=list)   # per GPU
+    peak_reserved_bytes: list[int] = field(default_factory=list)    # per GPU
+    host_rss_bytes: int = 0
+    host_pinned_bytes: int = 0
+
+    def to_json(self) -> dict:
+        return {"record": "iteration", **dataclasses.asdict(self)}
+
+
+def median_steady_state(times: list[float], warmup: int) -> float | None:
+    """Median of iteration times after dropping the first `warmup` (or all but the last if too few)."""
+    if not times:
+        return None
+    steady = times[warmup:] if len(times) > warmup else times[-1:]
+    return statistics.median(steady)
+
+
+def make_summary(*, system: str, model: str, mode: str | None, gpus: int, minibatch: int, status: str,
+                 iterations: list[IterationRecord], warmup: int, env: dict, message: str | None = None,
+                 predicted_iter_time_s: float | None = None, schedule_bound_s: float | None = None,
+                 roofline_s: float | None = None, **extra: Any) -> dict:
+    """The summary record. Steady-state medians exclude `warmup` iterations; bytes are per iteration."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r} is not one of {STATUSES}")
+    steady = iterations[warmup:] if len(iterations) > warmup else iterations[-1:]
+    t = median_steady_state([it.time_s for it in iterations], warmup)
+
+    def med(attr: str) -> int | None:
+        vals = [getattr(it, attr) for it in steady]
+        return int(statistics.median(vals)) if vals else None
+
+    out = {
+        "record": "summary", "schema_version": SCHEMA_VERSION, "system": system, "model": model,
+        "mode": mode, "gpus": gpus, "minibatch": minibatch, "status": status, "message": message,
+        "iterations": len(iterations), "warmup_iterations": min(warmup, max(len(iterations) - 1, 0)),
+        "iter_time_s": t, "samples_per_s": (minibatch / t) if t else None,
+        "bytes_h2d": med("bytes_h2d"), "bytes_d2h": med("bytes_d2h"), "bytes_p2p": med("bytes_p2p"),
+        "bytes_allreduce": med("bytes_allreduce"),
+        "peak_allocated_bytes": _max_per_gpu(iterations, "peak_allocated_bytes"),
+        "peak_reserved_bytes": _max_per_gpu(iterations, "peak_reserved_bytes"),
+        "host_rss_bytes": max((it.host_rss_bytes for it in iterations), default=None),
+        "final_loss": iterations[-1].loss if iterations else None,
+        "predicted_iter_time_s": predicted_iter_time_s, "schedule_bound_s": schedule_bound_s,
+        "roofline_s": roofline_s, "env": env,
+    }
+    out.update(extra)
+    return out
+
+
+def _max_per_gpu(iterations: list[IterationRecord], attr: str) -> list[int]:
+    per = [getattr(it, attr) for it in iterations if getattr(it, attr)]
+    return [max(col) for col in zip(*per)] if per else []
+
+
+def validate_summary(rec: dict) -> None:
+    missing = [k for k in SUMMARY_KEYS if k not in rec]
+    missing += [f"env.{k}" for k in ENV_KEYS if k not in rec.get("env", {})]
+    if missing:
+        raise ValueError(f"summary record lacks {', '.join(missing)}")
+    if rec["status"] not in STATUSES:
+        raise ValueError(f"summary status {rec['status']!r} is not one of {STATUSES}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Environment record
+# ------------------------------------------------------------------------------------------------
+def git_commit() -> str | None:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int | None = None,
+               calibration: dict | None = None) -> dict:
+    """GPU model/count, driver, torch/CUDA, precision, cap, host, git commit, calibrated bandwidths."""
+    import psutil
+    import torch
+
+    rec: dict[str, Any] = {
+        "device": device, "precision": precision, "gpu_memory_cap": gpu_memory_cap,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "host_memory_bytes": psutil.virtual_memory().total, "git_commit": git_commit(),
+        "gpu": None, "gpu_count": 0, "driver": None,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        rec["gpu"] = torch.cuda.get_device_name(0)
+        rec["gpu_count"] = torch.cuda.device_count()
+        rec["gpu_total_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            drv = pynvml.nvmlSystemGetDriverVersion()
+            rec["driver"] = drv.decode() if isinstance(drv, bytes) else drv
+        except Exception:  # noqa: BLE001 - the driver version is informative only
+            pass
+    else:
+        rec["gpu"] = "cpu"
+    if calibration:
+        rec["calibration"] = {k: v for k, v in calibration.items()
+                              if k.endswith("_Bps") or k.endswith("_flops") or k.endswith("_per_s")}
+    return rec
+
+
+def hardware_tag(env: dict) -> str:
+    """Folder name for results of this hardware: e.g. '1xH100-80GB-HBM3', '2xH200', 'cpu'."""
+    if not env.get("gpu") or env["gpu"] == "cpu":
+        return "cpu"
+    name = env["gpu"].replace("NVIDIA ", "").replace(" ", "-")
+    return f"{env.get('gpu_count', 1)}x{name}"

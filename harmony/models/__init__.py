@@ -1,0 +1,3 @@
+"""The model zoo: importing a family module registers its named configurations."""
+from harmony.models.base import ModelSpec, TensorSpec, get_model, list_models, paper_facts, run_chain  # noqa: F401
+from harmony.models import mlp  # noqa: F401  (test model)

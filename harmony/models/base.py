@@ -1,0 +1,143 @@
+"""The model contract every stage relies on.
+
+A model is an ordered chain of vLayers. A vLayer is an nn.Module with one calling convention:
+`outputs = vlayer(*inputs)` where inputs and outputs are tuples of tensors. vLayer i consumes exactly the
+outputs of vLayer i-1 (vLayer 0 consumes the data tuple, labels included); a tensor that a later vLayer
+needs (an attention mask, the labels) is passed through every vLayer in between. The last vLayer is the
+loss: it returns `(loss,)`, a 0-dim tensor holding the *mean* over the samples of its batch, so a
+minibatch split into microbatches of sizes u_i is trained exactly by back-propagating sum_i (u_i/D)*loss_i.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from harmony.optim import OptimizerConfig
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape of one tensor *per sample* (no batch dimension) and its dtype name (e.g. 'float32')."""
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def bytes_per_sample(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=self.torch_dtype).element_size()
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_json(d: dict) -> "TensorSpec":
+        return TensorSpec(tuple(d["shape"]), d["dtype"])
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorSpec":
+        return TensorSpec(tuple(t.shape[1:]), str(t.dtype).removeprefix("torch."))
+
+
+class ModelSpec:
+    """A named model: how to build its vLayers, what data it eats, and how it is optimised.
+
+    Families subclass this with a config dataclass (`self.config`). Everything here must work when the
+    default device is 'meta' (the decomposer builds 40 B-parameter chains without allocating them).
+    """
+
+    family: str = "?"
+
+    def __init__(self, name: str, config: Any, optimizer: OptimizerConfig):
+        self.name = name
+        self.config = config
+        self.optimizer = optimizer
+
+    # -- to implement per family -------------------------------------------------------------
+    def build_vlayers(self) -> list[nn.Module]:
+        """Fresh, randomly initialised vLayers on the current default device; loss vLayer last."""
+        raise NotImplementedError
+
+    def input_specs(self) -> list[TensorSpec]:
+        """Per-sample specs of the data tuple fed to vLayer 0 (inputs, then labels)."""
+        raise NotImplementedError
+
+    def synthetic_batch(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """A deterministic random batch (on the CPU) in the format of input_specs()."""
+        raise NotImplementedError
+
+    # -- shared ----------------------------------------------------------------------------------
+    def build(self, device: str | torch.device = "cpu", seed: int | None = 0) -> nn.ModuleList:
+        """Build the chain on `device` with deterministic initialisation (seed) unless device is meta."""
+        device = torch.device(device)
+        if seed is not None and device.type != "meta":
+            torch.manual_seed(seed)
+        with torch.device(device):
+            layers = self.build_vlayers()
+        return nn.ModuleList(layers)
+
+    def config_dict(self) -> dict:
+        return dataclasses.asdict(self.config) if dataclasses.is_dataclass(self.config) else dict(self.config)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "family": self.family, "config": self.config_dict(),
+                "optimizer": dataclasses.asdict(self.optimizer)}
+
+
+def run_chain(layers: Sequence[nn.Module], inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Apply vLayers in order; returns the last vLayer's outputs (for the full chain: (loss,))."""
+    x = tuple(inputs)
+    for layer in layers:
+        x = layer(*x)
+        if not isinstance(x, tuple):
+            raise TypeError(f"vLayer {type(layer).__name__} returned {type(x).__name__}, not a tuple of tensors")
+    return x
+
+
+# ------------------------------------------------------------------------------------------------
+# Registry of named models. A family registers its named configurations; `get_model` also accepts
+# overrides of any config field, so every family is parametric: get_model('gpt2-tiny', n_layer=8).
+# ------------------------------------------------------------------------------------------------
+_REGISTRY: dict[str, Callable[..., ModelSpec]] = {}
+_PAPER: dict[str, dict] = {}
+
+
+def register(name: str, factory: Callable[..., ModelSpec], paper: dict | None = None) -> None:
+    """Register a named model. `paper` holds the paper's figures (params, vlayers) for the docs table."""
+    _REGISTRY[name] = factory
+    if paper:
+        _PAPER[name] = paper
+
+
+def list_models() -> list[str]:
+    _load_families()
+    return sorted(_REGISTRY)
+
+
+def paper_facts(name: str) -> dict:
+    _load_families()
+    return _PAPER.get(name, {})
+
+
+def get_model(name: str, **overrides) -> ModelSpec:
+    _load_families()
+    if name not in _REGISTRY:
+        import difflib
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"unknown model {name!r}.{hint} Known models: {', '.join(sorted(_REGISTRY))}. "
+                       f"A user module is named as 'package.module:callable'.")
+    return _REGISTRY[name](**overrides)
+
+
+def _load_families() -> None:
+    # Importing a family module registers its models.
+    import harmony.models  # noqa: F401

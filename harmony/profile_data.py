@@ -1,0 +1,139 @@
+"""profile.json and calibration.json: their schema and a typed reader the scheduler uses.
+
+profile.json (artifact "profile", schema_version 1):
+  model, device, gpu (name), precision, gpu_memory_cap (bytes or null), optimizer (config), threads,
+  ubatch_sizes: [u...]  microbatch sizes every vLayer was measured at (ascending),
+  vlayers: [{index, kind, signature, profiled_as (index of the vLayer actually measured),
+             weight_bytes (W), buffer_bytes (B), grad_bytes (dW), optim_bytes (K),
+             input_bytes_per_sample (X), output_bytes_per_sample (Y), flops_fwd_per_sample,
+             opt_step_s (CPU optimizer step for this vLayer),
+             fwd_s [per u]: forward, no grad;  fwd_spread [[min, max] per u]
+             bwd_s [per u]: recompute forward (with grad) + backward;  bwd_spread
+             fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
+             saved_bytes [per u]: bytes held after the forward with grad (activations saved for backward
+                                  + output), i.e. what this vLayer adds to a pack's recompute footprint
+             bwd_peak_bytes [per u]: peak bytes above (W + B + dW + input + output grad) during
+                                  recompute + backward of this vLayer alone
+             measured [per u]: true where measured, false where interpolated}]
+Times in seconds, sizes in bytes. A u not in ubatch_sizes is interpolated linearly (extrapolated from
+the last two points above the largest), which `Profile` does.
+
+calibration.json (artifact "calibration", schema_version 1): keys ending in _Bps are bytes/s,
+  h2d_pinned_Bps, d2h_pinned_Bps, duplex_pinned_Bps (both directions at once, sum),
+  h2d_pageable_Bps, d2h_pageable_Bps, host_memcpy_Bps, p2p_Bps (N x N, null on the diagonal),
+  matmul_flops {fp32, tf32, bf16}, cpu_adam_params_per_s, cpu_sgd_params_per_s, cpu_threads,
+  gpu, gpu_count, host_memory_bytes, device.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+from harmony.jsonio import read_json
+
+PROFILE_ARTIFACT, PROFILE_SCHEMA = "profile", 1
+CALIBRATION_ARTIFACT, CALIBRATION_SCHEMA = "calibration", 1
+
+
+def _interp(us: list[int], ys: list[float], u: float) -> float:
+    if u in us:
+        return ys[us.index(u)]
+    if len(us) == 1:
+        return ys[0] * u / us[0]            # proportional from a single point
+    i = bisect.bisect_left(us, u)
+    if i == 0:
+        i = 1
+    elif i >= len(us):
+        i = len(us) - 1
+    x0, x1, y0, y1 = us[i - 1], us[i], ys[i - 1], ys[i]
+    return max(0.0, y0 + (y1 - y0) * (u - x0) / (x1 - x0))
+
+
+@dataclass
+class Profile:
+    raw: dict
+
+    @staticmethod
+    def load(path) -> "Profile":
+        return Profile(read_json(path, kind=PROFILE_ARTIFACT, schema_version=PROFILE_SCHEMA))
+
+    @property
+    def ubatch_sizes(self) -> list[int]:
+        return self.raw["ubatch_sizes"]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.raw["vlayers"])
+
+    @property
+    def layers(self) -> list[dict]:
+        return self.raw["vlayers"]
+
+    def max_ubatch(self) -> int:
+        return max(self.ubatch_sizes)
+
+    def _series(self, i: int, key: str, u: float) -> float:
+        return _interp(self.ubatch_sizes, self.raw["vlayers"][i][key], u)
+
+    def fwd_time(self, i: int, u: float) -> float:
+        return self._series(i, "fwd_s", u)
+
+    def bwd_time(self, i: int, u: float) -> float:
+        """Recompute forward + backward."""
+        return self._series(i, "bwd_s", u)
+
+    def fwd_peak(self, i: int, u: float) -> float:
+        return self._series(i, "fwd_peak_bytes", u)
+
+    def saved(self, i: int, u: float) -> float:
+        return self._series(i, "saved_bytes", u)
+
+    def bwd_peak(self, i: int, u: float) -> float:
+        return self._series(i, "bwd_peak_bytes", u)
+
+    def weight_bytes(self, i: int) -> int:
+        v = self.raw["vlayers"][i]
+        return v["weight_bytes"] + v["buffer_bytes"]
+
+    def grad_bytes(self, i: int) -> int:
+        return self.raw["vlayers"][i]["grad_bytes"]
+
+    def input_bytes(self, i: int) -> int:
+        return self.raw["vlayers"][i]["input_bytes_per_sample"]
+
+    def output_bytes(self, i: int) -> int:
+        return self.raw["vlayers"][i]["output_bytes_per_sample"]
+
+    def opt_time(self, i: int) -> float:
+        return self.raw["vlayers"][i]["opt_step_s"]
+
+    def layer_sizes(self):
+        from harmony.schedule.tasks import LayerSizes
+        n = range(self.num_layers)
+        return LayerSizes(tuple(self.weight_bytes(i) for i in n), tuple(self.grad_bytes(i) for i in n),
+                          tuple(self.input_bytes(i) for i in n), tuple(self.output_bytes(i) for i in n))
+
+
+@dataclass
+class Calibration:
+    raw: dict
+
+    @staticmethod
+    def load(path) -> "Calibration":
+        return Calibration(read_json(path, kind=CALIBRATION_ARTIFACT, schema_version=CALIBRATION_SCHEMA))
+
+    def __getattr__(self, key):
+        try:
+            return self.raw[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def p2p(self, src: int, dst: int) -> float:
+        m = self.raw.get("p2p_Bps")
+        if m and src < len(m) and dst < len(m[src]) and m[src][dst]:
+            return m[src][dst]
+        # no measured pair (one GPU, or CPU): GPU->GPU goes through the host
+        return min(self.raw["d2h_pinned_Bps"], self.raw["h2d_pinned_Bps"]) / 2
+
+    def matmul_rate(self, precision: str) -> float:
+        return self.raw["matmul_flops"][precision]

@@ -1,0 +1,1 @@
+"""Stage 3, schedule: task graphs (tasks.py), packing, simulation and search."""

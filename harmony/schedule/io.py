@@ -1,0 +1,42 @@
+"""schedule.json: what `harmony schedule` writes and `harmony run` (and the swap baselines) execute.
+
+{artifact: "schedule", schema_version: 1,
+ model: <the model.json record, embedded so a schedule is self-contained>,
+ graph: TaskGraph.to_json()  (config + ordered tasks),
+ gpu_memory_cap: bytes | null, precision: "fp32" | "tf32" | "bf16",
+ prediction: {iter_time_s, bytes {kind: n}, peak_memory_bytes [per GPU], schedule_bound_s, terms {...}} | null,
+ search: {...} | null   (how it was chosen: candidates, search time), system: "harmony" | baseline name}
+"""
+from __future__ import annotations
+
+from harmony.jsonio import read_json, write_json
+from harmony.schedule.tasks import TaskGraph, build_task_graph, ScheduleConfig, ScheduleError
+
+ARTIFACT, SCHEMA_VERSION = "schedule", 1
+
+
+def make_schedule_record(model_json: dict, graph: TaskGraph, *, gpu_memory_cap: int | None = None,
+                         precision: str = "fp32", prediction: dict | None = None, search: dict | None = None,
+                         system: str = "harmony") -> dict:
+    if graph.config.num_layers != model_json["num_vlayers"]:
+        raise ScheduleError(f"schedule covers {graph.config.num_layers} vLayers but model "
+                            f"{model_json['model']} has {model_json['num_vlayers']}")
+    return {"artifact": ARTIFACT, "schema_version": SCHEMA_VERSION, "system": system,
+            "model": model_json, "graph": graph.to_json(), "gpu_memory_cap": gpu_memory_cap,
+            "precision": precision, "prediction": prediction, "search": search}
+
+
+def save_schedule(path, record: dict) -> None:
+    write_json(path, record)
+
+
+def load_schedule(path) -> tuple[dict, TaskGraph]:
+    """(record, graph). The graph is rebuilt from its config and checked against the stored tasks, so a
+    hand-edited or stale schedule fails here, before any worker starts."""
+    rec = read_json(path, kind=ARTIFACT, schema_version=SCHEMA_VERSION)
+    graph = TaskGraph.from_json(rec["graph"])
+    rebuilt = build_task_graph(graph.config, rec["model"]["num_vlayers"])
+    if [t.to_json() for t in rebuilt.tasks] != [t.to_json() for t in graph.tasks]:
+        raise ScheduleError(f"{path}: the task list does not match its config (edited by hand or from "
+                            f"another version); regenerate it with `harmony schedule`")
+    return rec, graph

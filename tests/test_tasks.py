@@ -1,0 +1,123 @@
+"""The task graph: structure, placement, residency and the byte accounting both interpreters share."""
+import itertools
+
+import pytest
+
+from harmony.schedule.tasks import (LayerSizes, ScheduleConfig, ScheduleError, TaskGraph, build_task_graph,
+                                    count_bytes, rank_samples, sample_groups)
+
+L = 10
+SIZES = LayerSizes(weight_bytes=tuple(100 + i for i in range(L)), grad_bytes=tuple(100 + i for i in range(L)),
+                   input_bytes_per_sample=(7,) * L, output_bytes_per_sample=(7,) * L)
+
+
+def cfg(**kw):
+    base = dict(mode="vPP", gpus=1, minibatch=8, ubatch_fwd=4, ubatch_bwd=2,
+                bwd_packs=((0, 3), (3, 6), (6, 10)), fwd_packs=((0, 3), (3, 6)))
+    base.update(kw)
+    return ScheduleConfig(**base)
+
+
+def test_harmony_single_gpu_order_and_bytes():
+    g = build_task_graph(cfg())
+    assert [(t.kind, t.pack) for t in g.tasks] == [
+        ("FWD", (0, 3)), ("FWD", (3, 6)), ("BWD", (6, 10)), ("UPD", (6, 10)),
+        ("BWD", (3, 6)), ("UPD", (3, 6)), ("BWD", (0, 3)), ("UPD", (0, 3))]
+    b = count_bytes(g, SIZES)
+    W = sum(SIZES.weight_bytes)
+    # weights: forward packs [0,6) once, every backward pack once
+    assert b["h2d_weights"] == sum(SIZES.weight_bytes[:6]) + W
+    assert b["d2h_grads"] == W                       # gradients leave once per pack
+    assert b["d2h_act"] == 8 * 7                     # one stash: input of bwd pack [3,6)
+    assert b["h2d_act"] == 8 * 7 * 3                 # data (FWD), stash back, data (BWD [0,3))
+    assert b["p2p"] == 0 and b["allreduce"] == 0
+
+
+def test_microbatches_with_remainder():
+    g = build_task_graph(cfg(minibatch=7, ubatch_fwd=3, ubatch_bwd=2))
+    fwd = g.tasks[0]
+    assert fwd.microbatches() == [(0, 3), (3, 6), (6, 7)]
+    bwd = [t for t in g.tasks if t.kind == "BWD"][0]
+    assert bwd.microbatches() == [(0, 2), (2, 4), (4, 6), (6, 7)]
+
+
+def test_vpp_round_robin_and_p2p():
+    g = build_task_graph(cfg(gpus=2))
+    compute = [t for t in g.tasks if t.kind != "UPD"]
+    assert [t.rank for t in compute] == [0, 1, 0, 1, 0]
+    for t in g.tasks:
+        if t.kind == "UPD":
+            assert t.rank == g.tasks[t.deps[-1]].rank
+    assert count_bytes(g, SIZES)["p2p"] > 0
+
+
+def test_vdp_shares_allreduce_and_single_gradient_copy():
+    g = build_task_graph(cfg(mode="vDP", gpus=2, minibatch=9, ubatch_fwd=2, ubatch_bwd=2))
+    assert rank_samples(9, 2, "vDP") == [(0, 5), (5, 9)]
+    b = count_bytes(g, SIZES)
+    W = sum(SIZES.weight_bytes)
+    assert b["d2h_grads"] == W                        # one rank sends each pack's reduced gradient
+    # ring all-reduce: each of the 2 ranks sends 2(N-1)/N = 1x each pack's gradient
+    assert b["allreduce"] == 2 * W
+    upd_ranks = sorted(t.rank for t in g.tasks if t.kind == "UPD")
+    assert upd_ranks == [0, 0, 1]                     # packs spread over ranks (i mod N)
+
+
+def test_pin_keeps_shared_weights_between_last_fwd_and_first_bwd():
+    # reuse packing, 2 GPUs: GPU1's last FWD [3,6) and first BWD [3,6) share all layers
+    g = build_task_graph(cfg(gpus=2))
+    fwd36 = [t for t in g.tasks if t.kind == "FWD" and t.pack == (3, 6)][0]
+    bwd36 = [t for t in g.tasks if t.kind == "BWD" and t.pack == (3, 6)][0]
+    assert fwd36.rank == bwd36.rank
+    assert fwd36.keep_layers == (3, 6) and bwd36.load_layers == (3, 3)
+    g2 = build_task_graph(cfg(gpus=2, pin_shared=False))
+    assert count_bytes(g2, SIZES)["h2d_weights"] - count_bytes(g, SIZES)["h2d_weights"] == sum(SIZES.weight_bytes[3:6])
+
+
+def test_swap_dp_moves_weights_per_microbatch():
+    harmony = build_task_graph(cfg(mode="vDP", ubatch_fwd=2, ubatch_bwd=2))
+    swap = build_task_graph(cfg(mode="vDP", ubatch_fwd=2, ubatch_bwd=2, group_size=1, pin_shared=False))
+    hb, sb = count_bytes(harmony, SIZES), count_bytes(swap, SIZES)
+    assert sb["h2d_weights"] == 4 * hb["h2d_weights"]       # 4 microbatches
+    assert sb["d2h_grads"] == 4 * hb["d2h_grads"]
+    accum = [t.grad_accumulate for t in swap.tasks if t.kind == "BWD"]
+    assert accum.count(False) == 3                           # first microbatch of each pack starts the sum
+
+
+def test_stage_placement_is_static():
+    g = build_task_graph(cfg(gpus=2, ubatch_fwd=2, group_size=1, placement="stages",
+                             bwd_packs=((0, 5), (5, 10)), fwd_packs=((0, 5),)))
+    ranks = {t.pack: t.rank for t in g.tasks if t.kind != "UPD"}
+    assert ranks == {(0, 5): 0, (5, 10): 1}
+
+
+@pytest.mark.parametrize("mode,gpus,group", list(itertools.product(["vPP", "vDP"], [1, 2, 3], [None, 1])))
+def test_json_round_trip_and_validation(mode, gpus, group):
+    c = cfg(mode=mode, gpus=gpus, minibatch=12, ubatch_fwd=2, ubatch_bwd=2, group_size=group)
+    g = build_task_graph(c)
+    g2 = TaskGraph.from_json(g.to_json())
+    assert [t.to_json() for t in g2.tasks] == [t.to_json() for t in g.tasks]
+    # every producer precedes its consumer; each rank's list is the global order restricted to it
+    for t in g.tasks:
+        if t.act_in[0] != "data" and t.kind != "UPD":
+            assert t.act_in[1] < t.id
+        if t.grad_in is not None:
+            assert t.grad_in < t.id
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (dict(bwd_packs=((0, 3), (4, 10))), "contiguous"),
+    (dict(fwd_packs=((0, 4), (4, 6))), "crosses the start"),
+    (dict(ubatch_fwd=1, ubatch_bwd=2), "u_fwd"),
+    (dict(mode="vDP", gpus=16, minibatch=8), "smaller than the number of GPUs"),
+    (dict(mode="vXP"), "mode"),
+    (dict(fwd_packs=((0, 3),)), "ends at layer"),
+])
+def test_bad_configs_are_named(bad, msg):
+    with pytest.raises(ScheduleError, match=msg):
+        build_task_graph(cfg(**bad))
+
+
+def test_sample_groups():
+    assert sample_groups((0, 10), 3, None) == [(0, 10)]
+    assert sample_groups((0, 10), 3, 1) == [(0, 3), (3, 6), (6, 9), (9, 10)]

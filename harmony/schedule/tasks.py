@@ -52,10 +52,14 @@ class ScheduleConfig:
     group_size: int | None = None    # microbatches per task; None = all (Harmony); 1 = swap baselines
     placement: str = ""              # default: round-robin for vPP, every-gpu for vDP
     pin_shared: bool = True          # keep weights shared by consecutive tasks of a rank on the GPU
+    stages: tuple[Range, ...] | None = None   # placement "stages": layer range of each GPU's stage (one per
+                                              # GPU, contiguous); None = N runs of about equal layer count
 
     def __post_init__(self):
         object.__setattr__(self, "bwd_packs", tuple(tuple(p) for p in self.bwd_packs))
         object.__setattr__(self, "fwd_packs", tuple(tuple(p) for p in self.fwd_packs))
+        if self.stages is not None:
+            object.__setattr__(self, "stages", tuple(tuple(s) for s in self.stages))
         if not self.placement:
             object.__setattr__(self, "placement", "round-robin" if self.mode == "vPP" else "every-gpu")
 
@@ -67,6 +71,10 @@ class ScheduleConfig:
         d = dataclasses.asdict(self)
         d["bwd_packs"] = [list(p) for p in self.bwd_packs]
         d["fwd_packs"] = [list(p) for p in self.fwd_packs]
+        if self.stages is None:
+            del d["stages"]          # absent unless set: schedules written before the field stay identical
+        else:
+            d["stages"] = [list(s) for s in self.stages]
         return d
 
     @staticmethod
@@ -190,6 +198,16 @@ def validate_config(cfg: ScheduleConfig, num_layers: int | None = None) -> None:
     _check_partition("bwd_packs", cfg.bwd_packs, 0, num_layers if num_layers is not None else cfg.num_layers)
     fwd_end = cfg.bwd_packs[-1][0]
     _check_partition("fwd_packs", cfg.fwd_packs, 0, fwd_end, allow_empty=True)
+    if cfg.stages is not None:
+        if cfg.placement != "stages":
+            raise ScheduleError(f"stages are given but placement is {cfg.placement!r}: use placement='stages'")
+        if len(cfg.stages) != cfg.gpus:
+            raise ScheduleError(f"{len(cfg.stages)} stages for {cfg.gpus} GPUs: give one stage per GPU")
+        _check_partition("stages", cfg.stages, 0, cfg.num_layers)
+        for s, e in (*cfg.fwd_packs, *cfg.bwd_packs):
+            if not any(a <= s and e <= b for a, b in cfg.stages):
+                raise ScheduleError(f"pack [{s},{e}) crosses a stage boundary {list(cfg.stages)}: "
+                                    f"split packs at every stage start")
     bwd_starts = {s for s, _ in cfg.bwd_packs}
     for s, e in cfg.fwd_packs:
         inner = [b for b in bwd_starts if s < b < e]
@@ -298,14 +316,16 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
 
 
 def _stage_placement(cfg: ScheduleConfig) -> dict[Range, int]:
-    """swap-pp: contiguous stages. Pack -> GPU by the position of its first layer among N equal-count
-    stage boundaries carried in the packs themselves: packs are numbered along the model and split into
-    N contiguous runs of (about) equal pack count."""
+    """swap-pp: contiguous stages. Pack -> GPU: the stage (cfg.stages, one layer range per GPU) that holds
+    the pack; without explicit stages, by the position of its first layer among N equal-layer-count runs."""
     packs = sorted(set(cfg.fwd_packs) | set(cfg.bwd_packs))
     L = cfg.num_layers
     out = {}
     for p in packs:
-        out[p] = min(cfg.gpus - 1, p[0] * cfg.gpus // L)
+        if cfg.stages is not None:     # explicit stages (validated: every pack lies inside one)
+            out[p] = next(r for r, (a, b) in enumerate(cfg.stages) if a <= p[0] < b)
+        else:
+            out[p] = min(cfg.gpus - 1, p[0] * cfg.gpus // L)
     return out
 
 

@@ -1,0 +1,429 @@
+"""The experiment plan behind the Snakemake workflow: grids -> the list of artifacts to produce.
+
+Snakemake (workflows/common.smk) and `harmony figure --from` both use this module, so the file layout
+under results/<scale>/<hardware>/ is defined once:
+
+  env.json  calibration.json  models/<model>.json  profiles/<model>.json
+  schedules/<model>/<mode>-N<n>-D<d>-<cfg>.json   (+ .csv every candidate, .trace.json)
+  runs/<system>/<model>/N<n>-D<d>-<cfg>.jsonl      throughput runs (Harmony and baselines)
+  convergence/<figure>/<model>/<system>-N<n>.jsonl loss curves (figures 13, 21)
+  <figure>.csv .png .pdf .env.json                 the plotted numbers, the plots, their environment
+  logs/<stage>/...                                 one log per job
+
+<cfg> is `auto` (schedule searched) or `u<fwd>-<bwd>-p<pack>` (fixed microbatch sizes and pack size).
+<system> is `harmony-vPP`, `harmony-vDP`, a baseline name, or `pytorch` (plain PyTorch, convergence).
+
+It also has three small commands used by the rules (`python -m harmony.workflow ...`):
+  guard      run a stage command; if it fails, still leave a record saying so (status error/oom/infeasible)
+  reference  plain PyTorch training on real data (the reference loss curve)
+  joblist    turn `snakemake -n -p` output into a shell script for a machine without snakemake
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+FIGURES = ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1")
+SCALES = ("smoke", "paper", "large")
+BASELINES = ("swap-dp", "swap-pp", "fsdp-offload", "zero-offload", "resident")
+HARMONY = ("harmony-vPP", "harmony-vDP")
+
+RUN_RE = re.compile(r"runs/(?P<system>[^/]+)/(?P<model>[^/]+)/N(?P<gpus>\d+)-D(?P<minibatch>\d+)-(?P<cfg>[^/]+)\.jsonl$")
+CONV_RE = re.compile(r"convergence/(?P<figure>[^/]+)/(?P<model>[^/]+)/(?P<system>[^/]+)-N(?P<gpus>\d+)\.jsonl$")
+SCHED_RE = re.compile(r"schedules/(?P<model>[^/]+)/(?P<mode>vPP|vDP)-N(?P<gpus>\d+)-D(?P<minibatch>\d+)-(?P<cfg>[^/]+)\.json$")
+
+
+# ------------------------------------------------------------------------------------------------
+# Names <-> arguments
+# ------------------------------------------------------------------------------------------------
+def cfg_name(sched) -> str:
+    """'auto' or {'ubatch_fwd': 10, 'ubatch_bwd': 5, 'pack_size': 14} -> 'auto' / 'u10-5-p14'."""
+    if sched in (None, "auto"):
+        return "auto"
+    return f"u{sched['ubatch_fwd']}-{sched['ubatch_bwd']}-p{sched['pack_size']}"
+
+
+def cfg_args(cfg: str) -> str:
+    """'u10-5-p14' -> '--ubatch-fwd 10 --ubatch-bwd 5 --pack-size 14'; 'auto' -> ''."""
+    if cfg == "auto":
+        return ""
+    m = re.fullmatch(r"u(\d+)-(\d+)-p(\d+)", cfg)
+    if not m:
+        raise ValueError(f"bad schedule configuration name {cfg!r}: use 'auto' or u<fwd>-<bwd>-p<pack>")
+    return f"--ubatch-fwd {m[1]} --ubatch-bwd {m[2]} --pack-size {m[3]}"
+
+
+def parse_path(path: str) -> dict | None:
+    """Identity of a run record or schedule from its path (the path is authoritative for the grid key)."""
+    p = str(path).replace(os.sep, "/")
+    for kind, rx in (("run", RUN_RE), ("convergence", CONV_RE), ("schedule", SCHED_RE)):
+        m = rx.search(p)
+        if m:
+            d = {"kind": kind, **m.groupdict()}
+            for k in ("gpus", "minibatch"):
+                if k in d:
+                    d[k] = int(d[k])
+            if kind == "schedule":
+                d["system"] = f"harmony-{d['mode']}"
+            return d
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# The plan
+# ------------------------------------------------------------------------------------------------
+def detect_cuda() -> tuple[bool, int, str]:
+    """(cuda available, GPU count, hardware tag) of this machine."""
+    try:
+        import torch
+        if torch.cuda.is_available():
+            from harmony.metrics import hardware_tag
+            n = torch.cuda.device_count()
+            return True, n, hardware_tag({"gpu": torch.cuda.get_device_name(0), "gpu_count": n})
+    except Exception:  # noqa: BLE001 - no torch / broken CUDA: plan for the CPU
+        pass
+    return False, 0, "cpu"
+
+
+@dataclass
+class Plan:
+    scale: str
+    hardware: str
+    gpus_present: int
+    settings: dict          # experiments/scales.yaml[scale]
+    aliases: dict           # experiments/scales.yaml["models"]
+    experiments: dict       # figure -> its YAML
+    data_dir: str = "data"
+    record_failures: bool = True
+
+    @staticmethod
+    def from_config(config: dict, root: str | os.PathLike = ".") -> "Plan":
+        root = Path(root)
+        exp_dir = root / config.get("experiments_dir", "experiments")
+        scales = yaml.safe_load((exp_dir / "scales.yaml").read_text())
+        scale, hardware, gpus = config.get("scale", "auto"), config.get("hardware", "auto"), config.get("gpus_present", "auto")
+        need_detect = scale == "auto" or (hardware == "auto" and scale != "smoke") or (gpus == "auto" and scale != "smoke")
+        cuda, n_cuda, tag = detect_cuda() if need_detect else (False, 0, "cpu")
+        if scale == "auto":
+            scale = "paper" if cuda else "smoke"
+        if scale not in SCALES:
+            raise ValueError(f"scale {scale!r} is not one of auto, {', '.join(SCALES)}")
+        settings = scales[scale]
+        if hardware == "auto":
+            hardware = "cpu" if scale == "smoke" else tag
+        if gpus == "auto":
+            gpus = settings["max_gpus"] if scale == "smoke" else n_cuda
+        if scale != "smoke" and isinstance(settings.get("max_gpus"), int):
+            gpus = min(gpus, settings["max_gpus"])
+        experiments = {f: yaml.safe_load((exp_dir / f"{f}.yaml").read_text()) for f in FIGURES}
+        return Plan(scale, hardware, int(gpus), settings, scales.get("models", {}), experiments,
+                    config.get("data_dir", "data"), bool(config.get("record_failures", True)))
+
+    # -- layout ------------------------------------------------------------------------------------
+    @property
+    def root(self) -> str:
+        return f"results/{self.scale}/{self.hardware}"
+
+    @property
+    def device(self) -> str:
+        return self.settings["device"]
+
+    def grid(self, figure: str) -> dict:
+        return self.experiments[figure]["grid"][self.scale]
+
+    def run_path(self, system, model, gpus, minibatch, cfg) -> str:
+        return f"{self.root}/runs/{system}/{model}/N{gpus}-D{minibatch}-{cfg}.jsonl"
+
+    def schedule_path(self, mode, model, gpus, minibatch, cfg) -> str:
+        return f"{self.root}/schedules/{model}/{mode}-N{gpus}-D{minibatch}-{cfg}.json"
+
+    def convergence_path(self, figure, model, system, gpus) -> str:
+        return f"{self.root}/convergence/{figure}/{model}/{system}-N{gpus}.jsonl"
+
+    # -- what a figure needs ------------------------------------------------------------------------
+    def run_gpus(self, wanted: list[int]) -> tuple[list[int], list[int]]:
+        """(N to run, N to predict): run every N <= GPUs present; for larger N, run at the largest N
+        present (the figure's N capped) and let the simulator predict the figure's N."""
+        run = [n for n in wanted if n <= self.gpus_present]
+        predict = [n for n in wanted if n > self.gpus_present]
+        if predict and self.gpus_present >= 1 and not run:
+            run = [self.gpus_present]
+        return run, predict
+
+    def figure_inputs(self, figure: str) -> dict[str, list[str]]:
+        """{'runs': run records, 'predictions': schedules simulated for N not present, 'tables': ...}."""
+        exp, grid = self.experiments[figure], self.grid(figure)
+        runs, preds, tables = [], [], []
+        if exp["kind"] == "table":
+            tables.append(f"{self.root}/table1-search.csv")
+        elif exp["kind"] == "convergence":
+            for model in grid["models"]:
+                for c in grid["curves"]:
+                    if c["gpus"] <= max(self.gpus_present, 1):
+                        runs.append(self.convergence_path(figure, model, c["system"], c["gpus"]))
+        else:
+            for model, minibatches in grid["models"].items():
+                for D in minibatches:
+                    for system, wanted in grid["systems"].items():
+                        run_n, pred_n = self.run_gpus(wanted)
+                        for sched in (grid.get("schedules") or ["auto"]):
+                            cfg = cfg_name(sched) if system in HARMONY else "best"
+                            runs += [self.run_path(system, model, n, D, cfg) for n in run_n]
+                            if system in HARMONY:
+                                mode = system.split("-")[1]
+                                preds += [self.schedule_path(mode, model, n, D, cfg) for n in pred_n]
+        return {"runs": _unique(runs), "predictions": _unique(preds), "tables": tables}
+
+    def all_inputs(self, figure: str) -> list[str]:
+        d = self.figure_inputs(figure)
+        return d["runs"] + d["predictions"] + d["tables"]
+
+    def table_models(self) -> list[str]:
+        return list(self.grid("table1")["models"])
+
+    # -- arguments of the stage commands ------------------------------------------------------------
+    def decompose_args(self, model: str) -> str:
+        """`harmony decompose` arguments for a model id (zoo name, or alias = zoo model + overrides)."""
+        a = self.aliases.get(model)
+        if not a:
+            return model
+        sets = " ".join(f"--set {k}={v}" for k, v in (a.get("set") or {}).items())
+        return f"{a['base']} {sets}".strip()
+
+    def cap_args(self) -> str:
+        cap = self.settings.get("gpu_memory")
+        return f"--gpu-memory {cap}" if cap else ""
+
+    def ubatch_args(self) -> str:
+        u = self.settings.get("profile_ubatch")
+        return f"--ubatch {u}" if u else ""
+
+    def convergence_schedule(self, figure: str) -> str:
+        return cfg_name(self.grid(figure)["schedule"])
+
+    def convergence_minibatch(self, figure: str, model: str) -> int:
+        return self.grid(figure)["models"][model][0]
+
+    def describe(self) -> str:
+        return (f"scale={self.scale} hardware={self.hardware} gpus_present={self.gpus_present} "
+                f"device={self.device} cap={self.settings.get('gpu_memory')}")
+
+
+def _unique(xs: list[str]) -> list[str]:
+    return list(dict.fromkeys(xs))
+
+
+# ------------------------------------------------------------------------------------------------
+# guard: a failed stage still leaves a record
+# ------------------------------------------------------------------------------------------------
+def classify_failure(text: str) -> str:
+    t = text.lower()
+    if "out of memory" in t or "outofmemory" in t or "oom" in t.split():
+        return "oom"
+    if any(w in t for w in ("infeasible", "does not fit", "exceeds the cap", "cap smaller", "no feasible")):
+        return "infeasible"
+    if "not installed" in t or "unavailable" in t:
+        return "unavailable"
+    return "error"
+
+
+def failure_stub(path: Path, schedule: str | None) -> dict | None:
+    """If `schedule` is a failure stub left by a guarded `harmony schedule`, return it."""
+    if not schedule:
+        return None
+    try:
+        rec = json.loads(Path(schedule).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return rec if rec.get("artifact") == "stage-failure" else None
+
+
+def _write_failure(out: Path, args, status: str, message: str) -> None:
+    from harmony.metrics import env_record, make_summary
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".json":    # a schedule (or other JSON artifact) that could not be made
+        rec = {"artifact": "stage-failure", "schema_version": 1, "status": status, "message": message,
+               "command": args.command}
+        out.write_text(json.dumps(rec, indent=1) + "\n")
+        return
+    env = env_record(args.device, args.precision, None)
+    env["gpu_memory_cap"] = args.gpu_memory
+    summ = make_summary(system=args.system, model=args.model, mode=args.mode, gpus=args.gpus,
+                        minibatch=args.minibatch, status=status, iterations=[], warmup=0, env=env,
+                        message=message, recorded_by="harmony.workflow guard")
+    with open(out, "a") as f:   # keep whatever iteration lines the failed run wrote
+        f.write(json.dumps(summ) + "\n")
+
+
+def _has_summary(out: Path) -> bool:
+    if not out.exists() or out.stat().st_size == 0:
+        return False
+    if out.suffix == ".json":
+        return True
+    return any('"record": "summary"' in line or '"record":"summary"' in line for line in out.read_text().splitlines())
+
+
+def guard(args) -> int:
+    out = Path(args.out)
+    stub = failure_stub(out, args.schedule)
+    if stub:   # the schedule stage already failed: this run is that failure, not a new one
+        print(f"schedule {args.schedule} failed ({stub['status']}): {stub['message']}", file=sys.stderr)
+        if out.exists():
+            out.unlink()
+        _write_failure(out, args, stub["status"], f"schedule: {stub['message']}")
+        return 0
+    if out.exists():
+        out.unlink()   # never append to a stale record
+    proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+    tail: list[str] = []
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        tail = (tail + [line.rstrip()])[-15:]
+    rc = proc.wait()
+    if rc == 0 and _has_summary(out):
+        return 0
+    message = f"exit {rc}: " + " | ".join(x for x in tail[-5:] if x.strip())
+    if not args.record_failures:
+        print(f"guard: {message}", file=sys.stderr)
+        return rc or 1
+    if not _has_summary(out):
+        _write_failure(out, args, classify_failure("\n".join(tail)) if rc else "error", message[:2000])
+    print(f"guard: command failed; recorded in {out}", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# reference: plain PyTorch on the same data (the reference loss curve of figures 13 and 21)
+# ------------------------------------------------------------------------------------------------
+def spec_from_model_json(path: str):
+    from harmony.models import get_model
+    rec = json.loads(Path(path).read_text())
+    src = rec.get("source") or {}
+    if src.get("kind", "zoo") != "zoo":
+        raise ValueError(f"{path}: reference training needs a zoo model, not {src.get('kind')}")
+    return get_model(src.get("name", rec["model"]), **(src.get("overrides") or {}))
+
+
+def reference(args) -> int:
+    import time
+    from harmony.data import describe_data, load_batches
+    from harmony.metrics import IterationRecord, env_record, make_summary
+    from harmony.reference import train_reference
+    spec = spec_from_model_json(args.model)
+    batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
+    t0 = time.perf_counter()
+    losses, _ = train_reference(spec, batches)
+    dt = (time.perf_counter() - t0) / max(len(losses), 1)
+    its = [IterationRecord(i, dt, args.minibatch / dt, loss) for i, loss in enumerate(losses)]
+    summ = make_summary(system="pytorch", model=spec.name, mode=None, gpus=1, minibatch=args.minibatch,
+                        status="ok", iterations=its, warmup=0, env=env_record("cpu"),
+                        data=describe_data(spec, args.data), note="plain PyTorch, whole minibatch, one process")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
+        for it in its:
+            f.write(json.dumps(it.to_json()) + "\n")
+        f.write(json.dumps(summ) + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# joblist: `snakemake -n -p` -> a plain shell script (for the GPU machine, which has no snakemake)
+# ------------------------------------------------------------------------------------------------
+def joblist(args) -> int:
+    """Read `snakemake TARGET --dry-run --printshellcmds --config ...` output (stdin or a file) and write
+    the shell commands in the order snakemake would run them, as a bash script that skips jobs whose
+    outputs exist (so it can be re-run after an interruption)."""
+    text = Path(args.input).read_text() if args.input and args.input != "-" else sys.stdin.read()
+    jobs = parse_dry_run(text)
+    lines = ["#!/usr/bin/env bash", "# generated by: python -m harmony.workflow joblist (from snakemake -n -p)",
+             "# re-runnable: a job whose outputs all exist is skipped", "set -u", "n_fail=0"]
+    for j in jobs:
+        outs = " ".join(f"'{o}'" for o in j["outputs"])
+        lines.append(f"# rule {j['rule']}")
+        if j["outputs"]:
+            lines.append(f"if ! all_exist() {{ for f in {outs}; do [ -e \"$f\" ] || return 1; done; }}; all_exist; then")
+        else:
+            lines.append("if true; then")
+        dirs = sorted({os.path.dirname(o) for o in j["outputs"] + j["logs"] if os.path.dirname(o)})
+        if dirs:
+            lines.append("  mkdir -p " + " ".join(f"'{d}'" for d in dirs))
+        lines.append(f"  ( {j['shell']} ) || {{ echo 'FAILED: rule {j['rule']}' >&2; n_fail=$((n_fail+1)); }}")
+        lines.append("fi")
+    lines.append('echo "done: $n_fail failed job(s)"; exit $((n_fail > 0))')
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    os.chmod(args.out, 0o755)
+    print(f"{len(jobs)} jobs -> {args.out}")
+    return 0
+
+
+def parse_dry_run(text: str) -> list[dict]:
+    """Jobs of a `snakemake -n -p` listing, in order: rule, outputs, logs, shell command."""
+    jobs, cur, in_shell = [], None, False
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = re.match(r"^(?:local)?rule (\S+):$", line.strip())
+        if m and not raw.startswith(" "):
+            cur = {"rule": m[1], "outputs": [], "logs": [], "shell": ""}
+            jobs.append(cur)
+            in_shell = False
+            continue
+        if cur is None:
+            continue
+        s = line.strip()
+        if s.startswith("output:"):
+            cur["outputs"] = [x.strip() for x in s[len("output:"):].split(",") if x.strip()]
+        elif s.startswith("log:"):
+            cur["logs"] = [x.strip() for x in s[len("log:"):].split(",") if x.strip()]
+        elif not raw.startswith(" ") and s and not re.match(r"^(Job stats|job |total|Reasons|This was a dry-run|Building DAG|Job counts|Select jobs|Execute|Nothing|host:)", s) and not in_shell and cur["shell"] == "" and not s.startswith("[") and ":" not in s.split(" ")[0]:
+            cur["shell"] = s
+            in_shell = True
+        elif in_shell and raw.startswith("    ") is False and s and cur["shell"]:
+            in_shell = False
+    return [j for j in jobs if j["shell"]]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harmony.workflow", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("guard", help="run a stage command; on failure leave a record with the status")
+    g.add_argument("--out", required=True)
+    g.add_argument("--schedule", help="the schedule the command executes (a failed schedule -> same status)")
+    for k in ("system", "model", "mode"):
+        g.add_argument(f"--{k}")
+    g.add_argument("--gpus", type=int, default=1)
+    g.add_argument("--minibatch", type=int, default=0)
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--precision", default="fp32")
+    g.add_argument("--gpu-memory", default=None)
+    g.add_argument("--strict", dest="record_failures", action="store_false")
+    g.add_argument("command", nargs=argparse.REMAINDER)
+    r = sub.add_parser("reference", help="plain PyTorch training -> run.jsonl (system 'pytorch')")
+    r.add_argument("model", help="model.json")
+    r.add_argument("--data", default="synthetic")
+    r.add_argument("--minibatch", type=int, required=True)
+    r.add_argument("--iters", type=int, required=True)
+    r.add_argument("--seed", type=int, default=1234)
+    r.add_argument("-o", "--out", required=True)
+    j = sub.add_parser("joblist", help="snakemake -n -p output -> bash script")
+    j.add_argument("input", nargs="?", default="-")
+    j.add_argument("-o", "--out", required=True)
+    args = p.parse_args(argv)
+    if args.cmd == "guard":
+        if args.command and args.command[0] == "--":
+            args.command = args.command[1:]
+        if not args.command:
+            p.error("guard needs a command after --")
+        return guard(args)
+    return {"reference": reference, "joblist": joblist}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+# Helpers of the workflow: configuration, the plan (harmony/workflow.py) and input functions.
+# No rule lives here; every other .smk file only declares rules that call the `harmony` CLI.
+
+from snakemake.utils import validate
+
+from harmony.workflow import FIGURES, Plan, cfg_args
+
+
+validate(config, schema="config.schema.yaml")
+
+PLAN = Plan.from_config(config, root=workflow.basedir)
+R = PLAN.root  # results/<scale>/<hardware>
+SCALE = PLAN.scale
+S = PLAN.settings  # the scale's settings (experiments/scales.yaml)
+DEVICE = PLAN.device
+PRECISION = S["precision"]
+CAP = PLAN.cap_args()  # "--gpu-memory 11GiB" or ""
+GUARD = "python -m harmony.workflow guard" + ("" if PLAN.record_failures else " --strict")
+REPORT = "workflows/report"
+
+logger.info(f"harmony workflow: {PLAN.describe()} -> {R}")
+
+
+wildcard_constraints:
+    model=r"[A-Za-z0-9_.+-]+",
+    system=r"harmony-vPP|harmony-vDP|swap-dp|swap-pp|fsdp-offload|zero-offload|resident|pytorch",
+    baseline=r"swap-dp|swap-pp|fsdp-offload|zero-offload|resident",
+    mode=r"vPP|vDP",
+    gpus=r"\d+",
+    minibatch=r"\d+",
+    cfg=r"auto|u\d+-\d+-p\d+",
+    figure=r"figure\d+|table1",
+
+
+def figure_outputs(figures):
+    """The PNG, PDF, CSV and environment record of each figure (a table: CSV, PNG, PDF)."""
+    return [f"{R}/{f}.{ext}" for f in figures for ext in ("csv", "png", "pdf", "env.json")]
+
+
+def figure_inputs(wildcards):
+    """Every run record and prediction the figure plots (harmony.workflow.Plan.figure_inputs)."""
+    return PLAN.all_inputs(wildcards.figure)
+
+
+def decompose_args(wildcards):
+    return PLAN.decompose_args(wildcards.model)
+
+
+def schedule_args(wildcards):
+    return cfg_args(wildcards.cfg)
+
+
+def timed_threads(wildcards):
+    """Timed jobs (profile, runs, baselines) take every core so that they never share the machine."""
+    return workflow.cores
+
+
+def convergence_minibatch(wildcards):
+    return PLAN.convergence_minibatch(wildcards.figure, wildcards.model)
+
+
+def convergence_schedule(wildcards):
+    mode = wildcards.mode
+    D = PLAN.convergence_minibatch(wildcards.figure, wildcards.model)
+    cfg = PLAN.convergence_schedule(wildcards.figure)
+    return PLAN.schedule_path(mode, wildcards.model, wildcards.gpus, D, cfg)
+
+
+def table_profiles(wildcards):
+    return [f"{R}/profiles/{m}.json" for m in PLAN.table_models()]
+
+
+def figure_caption(wildcards):
+    return f"{REPORT}/{wildcards.figure}.rst"
+
+
+HARDWARE = PLAN.hardware
+GPUS_PRESENT = PLAN.gpus_present
+PROFILE_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
+
+
+def baseline_model(wildcards):
+    """Zoo name for the baseline CLI; an alias (zoo model + overrides) goes as its model.json."""
+    if wildcards.model in PLAN.aliases:
+        return f"{R}/models/{wildcards.model}.json"
+    return wildcards.model
+
+
+def baseline_cap(wildcards):
+    """`resident` is the no-cap ceiling; every other baseline runs under the scale's cap."""
+    return "" if wildcards.baseline == "resident" else CAP
+
+
+def experiment_file(wildcards):
+    return f"{config['experiments_dir']}/{wildcards.figure}.yaml"
+
+
+def figure_caption_text(wildcards):
+    exp = PLAN.experiments[wildcards.figure]
+    return exp.get("title", wildcards.figure)

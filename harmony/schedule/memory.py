@@ -1,0 +1,211 @@
+"""Per-layer costs at a microbatch size, and the pack / task memory rule.
+
+`LayerCosts` turns a `Profile` into flat per-layer lists (weights, gradients, activation sizes) and, per
+microbatch size u, the profiled times and memories with prefix sums, cached: packing, the simulator and
+the search all read pack costs from here, so a search computes each (layer, u) number once.
+
+The pack memory rule (GPU bytes, one task, at microbatch size u over n samples of its group)
+---------------------------------------------------------------------------------------------
+Profile fields (harmony/profile_data.py): fwd_peak_i(u) = peak above (W+B+input) of a no-grad forward;
+saved_i(u) = bytes held after a with-grad forward (saved activations + output); bwd_peak_i(u) = peak above
+(W+B+dW+input+output grad) of recompute+backward of vLayer i alone. For a pack [s, e):
+
+  FWD task  = W[s,e) + n*X_in[s] + n*X_out[e-1]            the pack's weights, the group's input, the group's
+                                                           output (held for the next task / the stash copy)
+            + max_i ( fwd_peak_i(u) + [i>s] * u*X_in[i] )  one microbatch in flight, layer by layer
+  BWD task  = W[s,e) + dW[s,e)                             weights and the gradient accumulator
+            + n*X_in[s]                                    the stashed (or forwarded) group input
+            + [e<L] n*X_out[e-1] + [s>0] n*X_in[s]         incoming output grads, outgoing input grads
+            + max_j ( sum_{s<=i<j} saved_i(u) + bwd_peak_j(u) + u*X_out[j] )
+                                                           recompute holds every layer's saved tensors;
+                                                           backward of layer j frees those above j
+Double buffering is dynamic (simulate.py): the next task's weights (and a BWD's stash) are prefetched
+during the current task only if current peak + those bytes fit under the cap; otherwise the prefetch
+waits for the current task to finish. A candidate is feasible when every task's own peak fits.
+This is the harmony-notes rule (sum of per-layer activation peaks over the pack plus the first input)
+refined with the profiler's saved/peak split and the group buffers Harmony keeps on the GPU.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harmony.profile_data import Profile, _interp
+
+
+@dataclass
+class UCosts:
+    """Per-layer series at one microbatch size u (lists indexed by layer) and prefix sums."""
+    u: int
+    fwd: list[float]
+    bwd: list[float]
+    fwd_peak: list[float]
+    saved: list[float]
+    bwd_peak: list[float]
+    fwd_prefix: list[float]
+    bwd_prefix: list[float]
+    saved_prefix: list[float]
+    np_: dict = field(default_factory=dict)     # numpy copies: fwd_prefix, bwd_prefix, fwd_peak, saved, bwd_peak
+
+    def fwd_time(self, s: int, e: int) -> float:
+        return self.fwd_prefix[e] - self.fwd_prefix[s]
+
+    def bwd_time(self, s: int, e: int) -> float:
+        return self.bwd_prefix[e] - self.bwd_prefix[s]
+
+
+def _prefix(xs) -> list[float]:
+    return [0.0, *itertools.accumulate(xs)]
+
+
+class LayerCosts:
+    """Everything the scheduler needs from a profile, as flat lists, with per-u caches."""
+
+    def __init__(self, profile: Profile | dict):
+        self.profile = profile if isinstance(profile, Profile) else Profile(profile)
+        p = self.profile
+        L = self.L = p.num_layers
+        self.w = [p.weight_bytes(i) for i in range(L)]
+        self.g = [p.grad_bytes(i) for i in range(L)]
+        self.xin = [p.input_bytes(i) for i in range(L)]
+        self.xout = [p.output_bytes(i) for i in range(L)]
+        self.opt = [float(p.layers[i].get("opt_step_s") or 0.0) for i in range(L)]
+        self.params = [p.layers[i].get("params", p.layers[i]["weight_bytes"] // 4) for i in range(L)]
+        self.w_prefix = _prefix(self.w)
+        self.g_prefix = _prefix(self.g)
+        self.opt_prefix = _prefix(self.opt)
+        self.np_ = {"w_prefix": np.array(self.w_prefix, dtype=float),
+                    "g_prefix": np.array(self.g_prefix, dtype=float),
+                    "xin": np.array(self.xin, dtype=float), "xout": np.array(self.xout, dtype=float)}
+        self._us: dict[int, UCosts] = {}
+        self._task_cache: dict = {}
+
+    def weights(self, s: int, e: int) -> int:
+        return self.w_prefix[e] - self.w_prefix[s]
+
+    def grads(self, s: int, e: int) -> int:
+        return self.g_prefix[e] - self.g_prefix[s]
+
+    def opt_time(self, s: int, e: int) -> float:
+        return self.opt_prefix[e] - self.opt_prefix[s]
+
+    def at(self, u: int) -> UCosts:
+        c = self._us.get(u)
+        if c is None:
+            us = self.profile.ubatch_sizes
+            lay = self.profile.layers
+            series = {k: [_interp(us, v[k], u) for v in lay]
+                      for k in ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")}
+            c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], series["saved_bytes"],
+                       series["bwd_peak_bytes"], _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
+                       _prefix(series["saved_bytes"]))
+            c.np_ = {"fwd_prefix": np.array(c.fwd_prefix), "bwd_prefix": np.array(c.bwd_prefix),
+                     "fwd_peak": np.array(c.fwd_peak), "saved": np.array(c.saved),
+                     "bwd_peak": np.array(c.bwd_peak)}
+            self._us[u] = c
+        return c
+
+    # ---- compute time of a task: full microbatches at u plus a remainder microbatch -------------------
+    def task_time(self, kind: str, s: int, e: int, u: int, n: int) -> tuple[float, float, float, int]:
+        """(total, first microbatch, last microbatch, number of microbatches) of a FWD/BWD task over n
+        samples at microbatch size u."""
+        key = (kind, s, e, u, n)
+        r = self._task_cache.get(key)
+        if r is None:
+            full, rem = divmod(n, u)
+            one = self.at(u).fwd_time(s, e) if kind == "FWD" else self.at(u).bwd_time(s, e)
+            last = one
+            total = full * one
+            if rem:
+                c = self.at(rem)
+                last = c.fwd_time(s, e) if kind == "FWD" else c.bwd_time(s, e)
+                total += last
+            first = one if full else last
+            r = (total, first, last, full + (1 if rem else 0))
+            self._task_cache[key] = r
+        return r
+
+    # ---- memory (see the module docstring) -----------------------------------------------------------
+    def fwd_act(self, s: int, e: int, u: int) -> float:
+        c = self.at(u)
+        m = c.fwd_peak[s]
+        for i in range(s + 1, e):
+            v = c.fwd_peak[i] + u * self.xin[i]
+            if v > m:
+                m = v
+        return m
+
+    def bwd_act(self, s: int, e: int, u: int) -> float:
+        c = self.at(u)
+        acc, m = 0.0, 0.0
+        for j in range(s, e):
+            v = acc + c.bwd_peak[j] + u * self.xout[j]
+            if v > m:
+                m = v
+            acc += c.saved[j]
+        return m
+
+    def fwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
+        return self.weights(s, e) + n * (self.xin[s] + self.xout[e - 1]) + self.fwd_act(s, e, min(u, n))
+
+    def bwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
+        buf = n * self.xin[s]
+        if e < self.L:
+            buf += n * self.xout[e - 1]
+        if s > 0:
+            buf += n * self.xin[s]
+        return self.weights(s, e) + self.grads(s, e) + buf + self.bwd_act(s, e, min(u, n))
+
+    def task_bytes(self, kind: str, s: int, e: int, u: int, n: int) -> float:
+        key = ("mem", kind, s, e, u, n)
+        r = self._task_cache.get(key)
+        if r is None:
+            r = self.fwd_task_bytes(s, e, u, n) if kind == "FWD" else self.bwd_task_bytes(s, e, u, n)
+            self._task_cache[key] = r
+        return r
+
+    def feasible_ends(self, kind: str, s: int, u: int, n: int, cap: float | None,
+                      stop: int | None = None) -> np.ndarray:
+        """Every e in (s, stop] such that the task over pack [s, e) fits under cap, ascending (cached,
+        vectorised over e). Same rule as task_bytes."""
+        stop = self.L if stop is None else stop
+        key = ("ends", kind, s, u, n, cap, stop)
+        r = self._task_cache.get(key)
+        if r is not None:
+            return r
+        cap_ = float("inf") if cap is None else cap
+        uu = min(u, n)
+        c = self.at(uu).np_
+        a = self.np_
+        xin, xout = a["xin"][s:stop], a["xout"][s:stop]
+        idx = np.arange(s + 1, stop + 1)
+        if kind == "FWD":
+            v = c["fwd_peak"][s:stop] + uu * xin
+            v[0] = c["fwd_peak"][s]
+            act = np.maximum.accumulate(v)
+            mono = a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + n * self.xin[s] + act
+            full = mono + n * xout
+        else:
+            sv = c["saved"][s:stop]
+            acc_excl = np.concatenate(([0.0], np.cumsum(sv[:-1])))
+            act = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop] + uu * xout)
+            buf_in = n * self.xin[s] * (2 if s > 0 else 1)
+            mono = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
+                    - a["g_prefix"][s] + buf_in + act)
+            full = mono + n * xout * (idx < self.L)   # a pack ending at the loss has no incoming dY buffer
+        bad = mono > cap_                             # every term of mono grows with the pack
+        k = int(np.argmax(bad)) if bad.any() else len(mono)
+        out = idx[:k][full[:k] <= cap_]
+        self._task_cache[key] = out
+        return out
+
+    def fits(self, kind: str, s: int, e: int, u: int, n: int, cap: float | None) -> bool:
+        if cap is None:
+            return True
+        key = ("fitset", kind, s, u, n, cap)
+        r = self._task_cache.get(key)
+        if r is None:
+            r = self._task_cache[key] = set(self.feasible_ends(kind, s, u, n, cap).tolist())
+        return e in r

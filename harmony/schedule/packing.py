@@ -1,0 +1,276 @@
+"""Layer packing: cut a chain of vLayers into contiguous packs that fit the per-GPU memory cap.
+
+Backward packs partition [0, L) (the last one holds the loss). Forward packs partition [0, start of the
+last backward pack) and are split at every backward-pack start, so the forward pass is packed segment by
+segment, one segment per backward pack but the last. Every packer works on a segment [lo, hi).
+
+Packers: greedy (fill from the first layer), greedy-reverse (fill from the last), balanced-memory and
+balanced-time (the fewest S equal-memory / equal-time packs that all fit), reuse (forward packs = backward
+packs, if they fit at u_fwd) and dp (optimal under the objective below).
+
+Objective (what `dp` minimises exactly, and what the property test compares): the estimated iteration
+time of one pass, a sum over the pass's packs of that pack's bottleneck
+
+    J = sum_p [ max( C_p / P,  X_in,p / B_in,  X_out,p / B_out ) + tau ]
+
+  C_p      compute of the task (all microbatches of the rank's samples at u; profiled, remainder included)
+  P        GPUs computing the pass concurrently: N in vPP (tasks dealt round-robin, microbatch-pipelined),
+           1 in vDP (every GPU runs every task on its share)
+  X_in,p   bytes swapped in: the pack's weights (+ a BWD's stashed input);   B_in  = effective H2D
+  X_out,p  bytes swapped out: a BWD's gradients; a FWD's stash is fixed by the segment and left out
+  B_*      calibrated bandwidth per link x links working in parallel (vPP, own link per GPU: N links;
+           shared host link: 1; vDP with a shared link: 1/N, every GPU moves every pack)
+  tau      fixed per-task overhead (SimParams.task_overhead_s)
+All packings share the cap rule (memory.py); the dp is exact over all contiguous packings that fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.tasks import Range, ScheduleError
+
+PACKERS_BWD = ("greedy", "greedy-reverse", "balanced-memory", "balanced-time", "dp")
+PACKERS_FWD = ("reuse", "greedy", "greedy-reverse", "balanced-memory", "balanced-time", "dp")
+
+
+class PackingError(ScheduleError):
+    pass
+
+
+@dataclass(frozen=True)
+class PackContext:
+    kind: str                  # FWD | BWD
+    u: int                     # microbatch size
+    n: int                     # samples a task processes (D in vPP, the largest share in vDP)
+    cap: float | None          # per-GPU bytes
+    mode: str = "vPP"
+    gpus: int = 1
+    h2d_Bps: float = 12e9
+    d2h_Bps: float = 12e9
+    shared_link: bool = False
+    task_overhead_s: float = 0.0
+
+    @property
+    def parallel(self) -> int:
+        return self.gpus if self.mode == "vPP" else 1
+
+    @property
+    def links(self) -> float:
+        if self.mode == "vPP":
+            return 1.0 if self.shared_link else float(self.gpus)
+        return 1.0 / self.gpus if self.shared_link else 1.0
+
+
+def pack_cost(costs: LayerCosts, ctx: PackContext, s: int, e: int) -> float:
+    c = costs.task_time(ctx.kind, s, e, ctx.u, ctx.n)[0] / ctx.parallel
+    xin = costs.weights(s, e)
+    xout = 0.0
+    if ctx.kind == "BWD":
+        xout = costs.grads(s, e)
+        if s > 0:
+            xin += ctx.n * costs.xin[s]
+    links = ctx.links
+    return max(c, xin / (ctx.h2d_Bps * links), xout / (ctx.d2h_Bps * links)) + ctx.task_overhead_s
+
+
+def objective(costs: LayerCosts, ctx: PackContext, packs) -> float:
+    return sum(pack_cost(costs, ctx, s, e) for s, e in packs)
+
+
+def _ends(costs, ctx, s, hi):
+    ends = costs.feasible_ends(ctx.kind, s, ctx.u, ctx.n, ctx.cap)
+    return ends[:np.searchsorted(ends, hi, side="right")]
+
+
+def _fail(costs, ctx, lo, hi, why):
+    raise PackingError(f"no {ctx.kind} packing of layers [{lo},{hi}) at u={ctx.u} fits the cap: {why}")
+
+
+def greedy(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
+    packs, s = [], lo
+    while s < hi:
+        ends = _ends(costs, ctx, s, hi)
+        if len(ends) == 0:
+            _fail(costs, ctx, lo, hi, f"no pack starting at layer {s} fits")
+        e = int(ends[-1])
+        packs.append((s, e))
+        s = e
+    return packs
+
+
+def greedy_reverse(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
+    packs, e = [], hi
+    while e > lo:
+        best = None
+        for s in range(e - 1, lo - 1, -1):
+            if costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap):
+                best = s
+            elif best is not None:
+                break
+        if best is None:
+            _fail(costs, ctx, lo, hi, f"no pack ending at layer {e} fits")
+        packs.append((best, e))
+        e = best
+    return packs[::-1]
+
+
+def _balanced(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, weight: list[float], s_min: int):
+    n_layers = hi - lo
+    total = sum(weight[lo:hi]) or 1.0
+    for S in range(max(1, s_min), min(n_layers, 2 * s_min + 4) + 1):
+        cuts, acc, k = [lo], 0.0, 1
+        for i in range(lo, hi):
+            acc += weight[i]
+            # cut after layer i when the running share passes k/S, keeping room for the remaining packs
+            if k < S and acc >= total * k / S and i + 1 > cuts[-1] and hi - (i + 1) >= S - k:
+                cuts.append(i + 1)
+                k += 1
+        while len(cuts) < S:           # not enough cuts (zero weights): split the longest pack
+            j = max(range(len(cuts)), key=lambda q: (cuts[q + 1] if q + 1 < len(cuts) else hi) - cuts[q])
+            end = cuts[j + 1] if j + 1 < len(cuts) else hi
+            if end - cuts[j] < 2:
+                break
+            cuts.insert(j + 1, (cuts[j] + end) // 2)
+        cuts.append(hi)
+        packs = list(zip(cuts[:-1], cuts[1:]))
+        if all(costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap) for s, e in packs):
+            return packs
+    _fail(costs, ctx, lo, hi, "no balanced split fits")
+
+
+def balanced_memory(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, s_min: int = 1) -> list[Range]:
+    c = costs.at(min(ctx.u, ctx.n))
+    if ctx.kind == "FWD":
+        w = [costs.w[i] + c.fwd_peak[i] for i in range(costs.L)]
+    else:
+        w = [costs.w[i] + costs.g[i] + c.saved[i] for i in range(costs.L)]
+    return _balanced(costs, ctx, lo, hi, w, s_min)
+
+
+def balanced_time(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, s_min: int = 1) -> list[Range]:
+    c = costs.at(min(ctx.u, ctx.n))
+    return _balanced(costs, ctx, lo, hi, c.fwd if ctx.kind == "FWD" else c.bwd, s_min)
+
+
+def dp(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
+    """Exact minimum of J over contiguous packings of [lo, hi) whose every pack fits (vectorised over
+    the pack's end; O(sum of feasible pack lengths))."""
+    INF = float("inf")
+    best = np.full(hi - lo + 1, INF)
+    arg = np.full(hi - lo + 1, -1, dtype=np.int64)
+    best[0] = 0.0
+    full, rem = divmod(ctx.n, ctx.u)
+    cu = costs.at(ctx.u).np_["fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"]
+    cr = costs.at(rem).np_["fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"] if rem else None
+    wp, gp = costs.np_["w_prefix"], costs.np_["g_prefix"]
+    bin_, bout = ctx.h2d_Bps * ctx.links, ctx.d2h_Bps * ctx.links
+    par = ctx.parallel
+    for s in range(lo, hi):
+        b = best[s - lo]
+        if b == INF:
+            continue
+        ends = _ends(costs, ctx, s, hi)
+        if len(ends) == 0:
+            continue
+        comp = full * (cu[ends] - cu[s])
+        if rem:
+            comp = comp + (cr[ends] - cr[s])
+        xin = wp[ends] - wp[s]
+        cost = np.maximum(comp / par, xin / bin_) if ctx.kind == "FWD" else None
+        if ctx.kind == "BWD":
+            if s > 0:
+                xin = xin + ctx.n * costs.xin[s]
+            cost = np.maximum(np.maximum(comp / par, xin / bin_), (gp[ends] - gp[s]) / bout)
+        v = b + cost + ctx.task_overhead_s
+        k = ends - lo
+        better = v < best[k]
+        best[k[better]] = v[better]
+        arg[k[better]] = s
+    if best[hi - lo] == INF:
+        _fail(costs, ctx, lo, hi, "no contiguous packing fits (some layer does not fit alone)")
+    packs, e = [], hi
+    while e > lo:
+        s = int(arg[e - lo])
+        packs.append((s, e))
+        e = s
+    return packs[::-1]
+
+
+_SEGMENT_PACKERS = {"greedy": greedy, "greedy-reverse": greedy_reverse, "balanced-memory": balanced_memory,
+                    "balanced-time": balanced_time, "dp": dp}
+
+
+def _run(costs, ctx, name, lo, hi):
+    key = ("pack", name, ctx, lo, hi)
+    r = costs._task_cache.get(key)
+    if r is None:
+        try:
+            r = _run_uncached(costs, ctx, name, lo, hi)
+        except PackingError as e:
+            r = e
+        costs._task_cache[key] = r
+    if isinstance(r, PackingError):
+        raise r
+    return r
+
+
+def _run_uncached(costs, ctx, name, lo, hi):
+    if name in ("balanced-memory", "balanced-time"):
+        s_min = len(greedy(costs, ctx, lo, hi))
+        return _SEGMENT_PACKERS[name](costs, ctx, lo, hi, s_min)
+    return _SEGMENT_PACKERS[name](costs, ctx, lo, hi)
+
+
+def bwd_packings(costs: LayerCosts, ctx: PackContext, packers=PACKERS_BWD) -> dict[str, tuple[Range, ...]]:
+    """name -> backward packing, for every packer that finds one (duplicates kept under each name)."""
+    out = {}
+    for name in packers:
+        try:
+            out[name] = tuple(_run(costs, ctx, name, 0, costs.L))
+        except PackingError:
+            pass
+    return out
+
+
+def fwd_segments(bwd_packs) -> list[Range]:
+    """Forward packs are split at every backward-pack start: one segment per backward pack but the last."""
+    return [tuple(p) for p in bwd_packs[:-1]]
+
+
+def fwd_packings(costs: LayerCosts, ctx: PackContext, bwd_packs, packers=PACKERS_FWD) -> dict[str, tuple[Range, ...]]:
+    segs = fwd_segments(bwd_packs)
+    out = {}
+    for name in packers:
+        try:
+            if name == "reuse":
+                if all(costs.fits("FWD", s, e, ctx.u, ctx.n, ctx.cap) for s, e in segs):
+                    out[name] = tuple(segs)
+                continue
+            packs = []
+            for lo, hi in segs:
+                packs += _run(costs, ctx, name, lo, hi)
+            out[name] = tuple(packs)
+        except PackingError:
+            pass
+    return out
+
+
+def uniform_packs(num_layers: int, pack_size: int) -> tuple[Range, ...]:
+    """Fixed pack size P (Fig 8): [0,P), [P,2P), ...; the last pack takes the remainder and the loss."""
+    if pack_size < 1:
+        raise PackingError(f"pack size must be >= 1, got {pack_size}")
+    return tuple((s, min(s + pack_size, num_layers)) for s in range(0, num_layers, pack_size))
+
+
+def check_single_layers(costs: LayerCosts, ctx: PackContext) -> None:
+    """Clear error when some layer cannot be packed at all (not even alone) at this u."""
+    for i in range(costs.L):
+        if len(_ends(costs, ctx, i, costs.L)) == 0:
+            need = costs.task_bytes(ctx.kind, i, i + 1, ctx.u, ctx.n)
+            raise PackingError(
+                f"vLayer {i} alone needs {need / 2**30:.2f} GiB as a {ctx.kind} task at u={ctx.u} over "
+                f"{ctx.n} samples, more than the GPU memory cap of {ctx.cap / 2**30:.2f} GiB: raise "
+                f"--gpu-memory or lower the minibatch")

@@ -1,0 +1,375 @@
+"""Event-driven simulation of a task graph: iteration time, peak memory per GPU, bytes, trace events.
+
+Resources (each a serial stream; an operation starts when its inputs are ready and its stream is free;
+overlap happens only across streams):
+  per GPU r   swap-in (H2D), p2p-in, compute, p2p-out, swap-out (D2H)
+  host        the CPU optimizer stream (one per process, or one shared by all: `cpu_shared`, default,
+              because the profiled/calibrated optimizer rate already uses all cores)
+  host links  with `shared_link` all GPUs' swap-in use one H2D stream and all swap-outs one D2H stream
+              (the paper's box); otherwise each GPU has its own link (the H200x2: 55.5 GB/s each, 110.6
+              together). From calibration, overridable.
+
+What overlaps, as the runtime does it:
+  - weights (and a BWD's stashed input) of a task are prefetched on the swap-in stream while the rank's
+    previous task computes (double buffer), but only if previous peak + those bytes fit under the cap;
+    otherwise the prefetch waits for the previous compute to finish;
+  - a task's inputs stream in microbatch by microbatch (`mb_pipeline`): a consumer starts on its first
+    microbatch when that has arrived and cannot finish before its last input arrives plus one microbatch;
+    a producer's outputs are ready linearly between its first and its last microbatch;
+  - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
+    all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
+  - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration).
+Bytes are taken from tasks.task_transfers, so they equal count_bytes for the same graph by construction.
+Iteration time is the steady-state mean over iterations 2..K (K = `iterations`, default 3).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harmony.profile_data import Calibration
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.tasks import TRANSFER_KINDS, TaskGraph, task_transfers
+
+DEFAULT_TASK_OVERHEAD_S = 0.0
+
+
+@dataclass(frozen=True)
+class SimParams:
+    h2d_Bps: float
+    d2h_Bps: float
+    p2p_Bps: tuple = ()                 # N x N (None on the diagonal) or () -> through host
+    p2p_fallback_Bps: float = 0.0
+    shared_link: bool = False           # all GPUs share one host link (contend)
+    duplex_factor: float = 1.0          # both directions at once: each direction gets this fraction
+    cpu_shared: bool = True             # one CPU optimizer stream for all processes
+    opt_params_per_s: float = 1e9       # fallback when the profile has no opt_step_s
+    task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S
+    mb_pipeline: bool = True
+    iterations: int = 3
+
+    def p2p(self, src: int, dst: int) -> float:
+        m = self.p2p_Bps
+        if m and src < len(m) and dst < len(m[src]) and m[src][dst]:
+            return m[src][dst]
+        return self.p2p_fallback_Bps
+
+    @staticmethod
+    def from_calibration(cal: Calibration | dict, host_link: str | None = None, optimizer: str = "adamw",
+                         **kw) -> "SimParams":
+        """host_link: 'shared' | 'per-gpu' | None (from calibration: `host_link` key if present, else
+        shared when the measured all-GPU H2D total (`h2d_pinned_total_Bps`) is < 1.5x one GPU's)."""
+        raw = cal.raw if isinstance(cal, Calibration) else cal
+        h2d, d2h = raw["h2d_pinned_Bps"], raw["d2h_pinned_Bps"]
+        duplex = raw.get("duplex_pinned_Bps")
+        factor = min(1.0, duplex / (h2d + d2h)) if duplex else 1.0
+        if host_link is None:
+            host_link = raw.get("host_link")
+        if host_link is None:
+            total = raw.get("h2d_pinned_total_Bps")
+            host_link = "shared" if (total and total < 1.5 * h2d) else "per-gpu"
+        if host_link not in ("shared", "per-gpu"):
+            raise ValueError(f"host link must be 'shared' or 'per-gpu', got {host_link!r}")
+        rate = raw.get("cpu_sgd_params_per_s" if optimizer == "sgd" else "cpu_adam_params_per_s") or 1e9
+        p2p = tuple(tuple(row) for row in (raw.get("p2p_Bps") or ()))
+        return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
+                         shared_link=host_link == "shared", duplex_factor=factor,
+                         opt_params_per_s=rate, **kw)
+
+
+@dataclass
+class SimResult:
+    iter_time_s: float
+    iteration_ends: list[float]
+    bytes: dict[str, int]
+    peak_memory_bytes: list[int]
+    task_peak_bytes: list[int]               # per task: its own peak (compute tasks), 0 for UPD
+    feasible: bool
+    cap: float | None
+    compute_s: list[float]                   # per GPU, one iteration
+    cpu_update_s: float
+    events: list[tuple] = field(default_factory=list)      # (pid, tid, name, start, end, args)
+    memory: list[tuple] = field(default_factory=list)      # (rank, time, bytes)
+
+    def summary(self) -> dict:
+        return {"iter_time_s": self.iter_time_s, "bytes": self.bytes,
+                "peak_memory_bytes": self.peak_memory_bytes, "feasible": self.feasible}
+
+
+class _Info:
+    __slots__ = ("t", "kind", "rank", "dur", "first", "last", "nmb", "w_bytes", "act_h2d", "p2p_act",
+                 "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
+                 "prefetch_bytes", "stash_src")
+
+
+def _sim_order(g: TaskGraph) -> list[int]:
+    """Execution order for the list scheduler. vDP: interleave the ranks' chains (k-th task of every rank,
+    then the (k+1)-th), UPDs right after their last dependency, so shared links are claimed in time order."""
+    if g.config.placement != "every-gpu" or g.config.gpus == 1:
+        return [t.id for t in g.tasks]
+    per_rank: dict[int, list[int]] = {}
+    for t in g.tasks:
+        if t.kind != "UPD":
+            per_rank.setdefault(t.rank, []).append(t.id)
+    pos = {tid: (k, r) for r, ids in per_rank.items() for k, tid in enumerate(ids)}
+    comp = sorted(pos, key=pos.get)
+    upd_after: dict[int, list[int]] = {}
+    rank_in = {tid: i for i, tid in enumerate(comp)}
+    for t in g.tasks:
+        if t.kind == "UPD":
+            last = max(t.deps, key=rank_in.get)
+            upd_after.setdefault(last, []).append(t.id)
+    out = []
+    for tid in comp:
+        out.append(tid)
+        out += upd_after.get(tid, [])
+    return out
+
+
+def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[_Info]:
+    cfg = g.config
+    bwd_starts = [p[0] for p in cfg.bwd_packs]
+    infos = []
+    for t in g.tasks:
+        x = _Info()
+        x.t, x.kind, x.rank = t, t.kind, t.rank
+        x.w_bytes = x.act_h2d = x.d2h_act = x.d2h_grads = x.allreduce = 0
+        x.p2p_act = x.p2p_grad = None
+        x.peak = 0
+        x.upd_dur = 0.0
+        x.stash_src = None
+        if t.kind == "UPD":
+            s, e = t.pack
+            d = costs.opt_time(s, e)
+            if d <= 0:
+                d = sum(costs.params[s:e]) / params.opt_params_per_s
+            x.upd_dur = d
+            infos.append(x)
+            continue
+        s, e = t.pack
+        x.dur, x.first, x.last, x.nmb = costs.task_time(t.kind, s, e, t.ubatch, t.num_samples)
+        x.dur += params.task_overhead_s
+        x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples))
+        act_is_p2p = t.act_in[0] == "task" and g.tasks[t.act_in[1]].rank != t.rank
+        for tr in task_transfers(g, t, sizes):
+            k = tr.kind
+            if k == "h2d_weights":
+                x.w_bytes += tr.nbytes
+            elif k == "h2d_act":
+                x.act_h2d += tr.nbytes
+            elif k == "p2p":
+                if act_is_p2p and x.p2p_act is None:
+                    x.p2p_act = (tr.nbytes, tr.src)
+                else:
+                    x.p2p_grad = (tr.nbytes, tr.src)
+            elif k == "d2h_act":
+                x.d2h_act += tr.nbytes
+            elif k == "d2h_grads":
+                x.d2h_grads += tr.nbytes
+            elif k == "allreduce":
+                x.allreduce += tr.nbytes
+        if t.act_in[0] == "stash":
+            x.stash_src = t.act_in[1]
+        x.prefetch_bytes = x.w_bytes + (x.act_h2d if t.act_in[0] == "stash" else 0)
+        ll = t.load_layers
+        x.gate_packs = [i for i, p in enumerate(cfg.bwd_packs) if p[0] < ll[1] and ll[0] < p[1]] \
+            if ll[1] > ll[0] else []
+        infos.append(x)
+    return infos
+
+
+def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None = None,
+             record: bool = False) -> SimResult:
+    """Simulate `params.iterations` iterations of graph g. costs: LayerCosts of the model's profile."""
+    if getattr(costs, "_sizes", None) is None:
+        costs._sizes = costs.profile.layer_sizes()
+    infos = _prepare(g, costs, costs._sizes, params)
+    order = _sim_order(g)
+    cfg = g.config
+    N = cfg.gpus
+    pack_index = {p: i for i, p in enumerate(cfg.bwd_packs)}
+    h2d_bw = params.h2d_Bps * params.duplex_factor
+    d2h_bw = params.d2h_Bps * params.duplex_factor
+    shared = params.shared_link
+    link = (lambda r: 0) if shared else (lambda r: r)
+    h2d_free = [0.0] * N
+    d2h_free = [0.0] * N
+    p2pin_free = [0.0] * N
+    p2pout_free = [0.0] * N
+    comp_free = [0.0] * N
+    ring_free = 0.0
+    cpu_free = [0.0] * N
+    last_comp: list[tuple | None] = [None] * N   # (start, end, peak) of the rank's previous compute task
+    peak = [0] * N
+    upd_prev = [0.0] * len(cfg.bwd_packs)
+    ends = []
+    ev = [] if record else None
+    mem = [] if record else None
+    nt = len(infos)
+    c_start = [0.0] * nt
+    c_first = [0.0] * nt
+    c_end = [0.0] * nt
+    stash_done = [0.0] * nt
+    grad_done = [0.0] * nt
+    pipe = params.mb_pipeline
+    compute_s = [0.0] * N
+    for x in infos:
+        if x.kind != "UPD":
+            compute_s[x.rank] += x.dur
+
+    for it in range(params.iterations):
+        upd_cur = [0.0] * len(cfg.bwd_packs)
+        it_end = 0.0
+        for tid in order:
+            x = infos[tid]
+            t = x.t
+            if x.kind == "UPD":
+                deps = t.deps
+                if cfg.mode == "vDP" and any(infos[d].allreduce for d in deps):
+                    ar = max(infos[d].allreduce for d in deps)
+                    a0 = max(ring_free, max(c_end[d] for d in deps))
+                    a1 = a0 + ar / params.p2p(0, 1 % N)
+                    ring_free = a1
+                    if record:
+                        ev.append(("gpus", "allreduce", f"AR {t.pack}", a0, a1, {"bytes": ar}))
+                    for d in deps:
+                        dx = infos[d]
+                        if dx.d2h_grads:
+                            L = link(dx.rank)
+                            s0 = max(d2h_free[L], a1)
+                            s1 = s0 + dx.d2h_grads / d2h_bw
+                            d2h_free[L] = s1
+                            grad_done[d] = s1
+                            if record:
+                                ev.append((dx.rank, "swap-out", f"dW {t.pack}", s0, s1, {"bytes": dx.d2h_grads}))
+                        else:
+                            grad_done[d] = a1
+                ready = max(grad_done[d] for d in deps)
+                proc = 0 if params.cpu_shared else t.rank
+                u0 = max(cpu_free[proc], ready)
+                u1 = u0 + x.upd_dur
+                cpu_free[proc] = u1
+                upd_cur[pack_index[t.pack]] = u1
+                it_end = max(it_end, u1)
+                if record:
+                    ev.append(("host", f"cpu{proc}", f"UPD {t.pack}", u0, u1, {}))
+                continue
+
+            r = x.rank
+            prev = last_comp[r]
+            # --- swap-in: weights (+ stash) prefetched during the previous compute if memory allows
+            if prev is None:
+                gate = 0.0
+            elif cap is None or prev[2] + x.prefetch_bytes <= cap:
+                gate = prev[0]
+                peak[r] = max(peak[r], prev[2] + x.prefetch_bytes)
+                if record and x.prefetch_bytes:
+                    mem.append((r, prev[0], prev[2] + x.prefetch_bytes))
+            else:
+                gate = prev[1]
+            for pi in x.gate_packs:
+                if upd_prev[pi] > gate:
+                    gate = upd_prev[pi]
+            L = link(r)
+            w_end = gate
+            if x.w_bytes:
+                w0 = max(h2d_free[L], gate)
+                w_end = w0 + x.w_bytes / h2d_bw
+                h2d_free[L] = w_end
+                if record:
+                    ev.append((r, "swap-in", f"W {t.pack}", w0, w_end, {"bytes": x.w_bytes}))
+            first_in = w_end
+            last_in = w_end
+            if x.act_h2d:
+                a0 = max(h2d_free[L], gate if x.stash_src is None else max(gate, stash_done[x.stash_src]))
+                dur = x.act_h2d / h2d_bw
+                a1 = a0 + dur
+                h2d_free[L] = a1
+                first_in = max(first_in, a0 + dur / x.nmb if pipe else a1)
+                last_in = max(last_in, a1)
+                if record:
+                    ev.append((r, "swap-in", f"X {t.pack}", a0, a1, {"bytes": x.act_h2d}))
+            if t.act_in[0] == "task":
+                p = t.act_in[1]
+                if x.p2p_act is None:                  # same GPU: local
+                    first_in = max(first_in, c_first[p] if pipe else c_end[p])
+                    last_in = max(last_in, c_end[p])
+                else:
+                    f, l = _p2p(x.p2p_act, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
+                                ev, t.pack, "Y")
+                    first_in, last_in = max(first_in, f), max(last_in, l)
+            if t.grad_in is not None:
+                p = t.grad_in
+                if x.p2p_grad is None:
+                    first_in = max(first_in, c_first[p] if pipe else c_end[p])
+                    last_in = max(last_in, c_end[p])
+                else:
+                    f, l = _p2p(x.p2p_grad, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
+                                ev, t.pack, "dY")
+                    first_in, last_in = max(first_in, f), max(last_in, l)
+            # --- compute
+            s0 = max(comp_free[r], first_in)
+            s1 = max(s0 + x.dur, last_in + x.last)
+            comp_free[r] = s1
+            c_start[tid], c_first[tid], c_end[tid] = s0, s0 + x.first, s1
+            last_comp[r] = (s0, s1, x.peak)
+            if x.peak > peak[r]:
+                peak[r] = x.peak
+            it_end = max(it_end, s1)
+            if record:
+                ev.append((r, "compute", f"{x.kind} {t.pack}", s0, s1,
+                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x.peak}))
+                mem.append((r, s0, x.peak))
+            # --- swap-out
+            if x.d2h_act:
+                dur = x.d2h_act / d2h_bw
+                o0 = max(d2h_free[L], s0 + x.first)
+                o1 = max(o0 + dur, s1 + dur / x.nmb) if pipe else max(d2h_free[L], s1) + dur
+                d2h_free[L] = o1
+                stash_done[tid] = o1
+                it_end = max(it_end, o1)
+                if record:
+                    ev.append((r, "swap-out", f"X {t.pack}", o0, o1, {"bytes": x.d2h_act}))
+            if x.d2h_grads and not x.allreduce:
+                o0 = max(d2h_free[L], s1)
+                o1 = o0 + x.d2h_grads / d2h_bw
+                d2h_free[L] = o1
+                grad_done[tid] = o1
+                if record:
+                    ev.append((r, "swap-out", f"dW {t.pack}", o0, o1, {"bytes": x.d2h_grads}))
+            elif x.kind == "BWD" and not x.allreduce:
+                grad_done[tid] = s1
+        upd_prev = upd_cur
+        ends.append(it_end)
+
+    K = len(ends)
+    iter_time = (ends[-1] - ends[0]) / (K - 1) if K > 1 else ends[0]
+    totals = {k: 0 for k in TRANSFER_KINDS}
+    for x in infos:
+        if x.kind == "UPD":
+            continue
+        for tr in task_transfers(g, x.t, costs._sizes):
+            totals[tr.kind] += tr.nbytes
+    totals["h2d"] = totals["h2d_weights"] + totals["h2d_act"]
+    totals["d2h"] = totals["d2h_grads"] + totals["d2h_act"]
+    task_peaks = [x.peak for x in infos]
+    feasible = cap is None or max(task_peaks) <= cap
+    cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
+    return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu,
+                     ev or [], mem or [])
+
+
+def _p2p(tr, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe, ev, pack, label):
+    nbytes, src = tr
+    dur = nbytes / params.p2p(src, r)
+    pn = infos[p].nmb
+    if pipe:
+        a0 = max(p2pout_free[src], p2pin_free[r], c_first[p])
+        first = a0 + dur / pn
+        last = max(a0 + dur, c_end[p] + dur / pn)
+    else:
+        a0 = max(p2pout_free[src], p2pin_free[r], c_end[p])
+        first = last = a0 + dur
+    p2pout_free[src] = p2pin_free[r] = last
+    if ev is not None:
+        ev.append((r, "p2p-in", f"{label} {pack} from {src}", a0, last, {"bytes": nbytes}))
+    return first, last

@@ -27,13 +27,23 @@ def decompose_model(spec: ModelSpec, source: dict | None = None, with_flops: boo
     layers = spec.build("meta")
     x = tuple(torch.empty((META_BATCH, *s.shape), dtype=s.torch_dtype, device="meta") for s in spec.input_specs())
     records = []
+    # Identical vLayers on identical inputs (a model's repeated blocks) are run on meta once: the meta
+    # kernels cost milliseconds per op, which made a 500-block ResNet take seconds. Key = what the layer
+    # signature hashes, minus the outputs (which are what we are looking for).
+    cache: dict[str, tuple[list[tuple[tuple[int, ...], torch.dtype]], float | None]] = {}
     for i, layer in enumerate(layers):
         inputs = [TensorSpec.of(t) for t in x]
-        flops = _flops_per_sample(layer, x) if with_flops else None
-        with torch.no_grad():
-            y = layer(*x)
-        if not isinstance(y, tuple):
-            raise TypeError(f"vLayer {i} ({type(layer).__name__}) must return a tuple of tensors")
+        key = _run_key(layer, x)
+        if key in cache:
+            shapes, flops = cache[key]
+            y = tuple(torch.empty(s, dtype=d, device="meta") for s, d in shapes)
+        else:
+            flops = _flops_per_sample(layer, x) if with_flops else None
+            with torch.no_grad():
+                y = layer(*x)
+            if not isinstance(y, tuple):
+                raise TypeError(f"vLayer {i} ({type(layer).__name__}) must return a tuple of tensors")
+            cache[key] = ([(tuple(t.shape), t.dtype) for t in y], flops)
         outputs = [TensorSpec.of(t) if t.dim() > 0 else TensorSpec((), str(t.dtype).removeprefix("torch."))
                    for t in y]
         params = list(layer.parameters())
@@ -81,6 +91,17 @@ def layer_signature(layer: nn.Module, rec: dict) -> str:
         "extra": repr(layer),   # hyper-parameters (dropout rate, eps, kernel sizes) show up in repr
     }
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _run_key(layer: nn.Module, x: tuple[torch.Tensor, ...]) -> str:
+    return json.dumps({
+        "cls": f"{type(layer).__module__}.{type(layer).__qualname__}",
+        "kind": getattr(layer, "kind", None),
+        "params": [(n, list(p.shape), str(p.dtype)) for n, p in layer.named_parameters()],
+        "buffers": [(n, list(b.shape), str(b.dtype)) for n, b in layer.named_buffers()],
+        "inputs": [(list(t.shape), str(t.dtype)) for t in x],
+        "extra": repr(layer),
+    }, sort_keys=True)
 
 
 def _flops_per_sample(layer: nn.Module, x: tuple[torch.Tensor, ...]) -> float | None:

@@ -206,6 +206,13 @@ class Plan:
         u = self.settings.get("profile_ubatch")
         return f"--ubatch {u}" if u else ""
 
+    def baseline_ubatch_args(self, minibatch: int, gpus: int) -> str:
+        if not self.settings.get("baseline_ubatch_search"):
+            return ""
+        per_gpu = max(minibatch // max(gpus, 1), 1)
+        us = [u for u in (1, 2, 4, 8, 16, 32, 64, 128, 256) if u <= per_gpu and per_gpu % u == 0]
+        return "--ubatch " + ",".join(map(str, us))
+
     def convergence_schedule(self, figure: str) -> str:
         return cfg_name(self.grid(figure)["schedule"])
 

@@ -1,10 +1,13 @@
 # The systems Harmony is measured against: same run-record schema, same GPU memory cap (except
-# `resident`, which is the no-cap ceiling), each at its own best setting (`-best`: the baseline picks it).
+# `resident`, which is the no-cap ceiling), each at its own best setting (`-best`: the baseline searches
+# the microbatch sizes of experiments/scales.yaml `baseline_ubatch` and keeps the fastest that fits).
 
 
 rule baseline:
     input:
         model=f"{R}/models/{{model}}.json",
+        profile=f"{R}/profiles/{{model}}.json",
+        calibration=f"{R}/calibration.json",
     output:
         f"{R}/runs/{{baseline}}/{{model}}/N{{gpus}}-D{{minibatch}}-best.jsonl",
     log:
@@ -13,12 +16,13 @@ rule baseline:
     resources:
         gpus=lambda wildcards: 0 if DEVICE == "cpu" else int(wildcards.gpus),
     params:
-        model=baseline_model,
         cap=baseline_cap,
+        ubatch=baseline_ubatch,
         iters=S["iters"],
     shell:
         "{GUARD} --out {output} --system {wildcards.baseline} --model {wildcards.model}"
         " --gpus {wildcards.gpus} --minibatch {wildcards.minibatch} --device {DEVICE} --precision {PRECISION} -- "
-        "harmony baseline {wildcards.baseline} {params.model} --minibatch {wildcards.minibatch}"
-        " --gpus {wildcards.gpus} {params.cap} --iters {params.iters} --device {DEVICE}"
+        "harmony baseline {wildcards.baseline} {input.model} --minibatch {wildcards.minibatch}"
+        " --gpus {wildcards.gpus} {params.cap} {params.ubatch} --iters {params.iters} --device {DEVICE}"
+        " --precision {PRECISION} --profile {input.profile} --calibration {input.calibration}"
         " -o {output} > {log} 2>&1"

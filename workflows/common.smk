@@ -79,11 +79,10 @@ GPUS_PRESENT = PLAN.gpus_present
 PROFILE_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 
 
-def baseline_model(wildcards):
-    """Zoo name for the baseline CLI; an alias (zoo model + overrides) goes as its model.json."""
-    if wildcards.model in PLAN.aliases:
-        return f"{R}/models/{wildcards.model}.json"
-    return wildcards.model
+def baseline_ubatch(wildcards):
+    """`--ubatch` list the baseline searches (its best setting): powers of two up to D/N at the paper and
+    large scales; the baseline's default (D/N, no accumulation) at smoke scale."""
+    return PLAN.baseline_ubatch_args(int(wildcards.minibatch), int(wildcards.gpus))
 
 
 def baseline_cap(wildcards):

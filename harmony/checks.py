@@ -1,0 +1,292 @@
+"""`harmony check`: the paper's claims, checked against our results with stated tolerances.
+
+  harmony check --results results/smoke/cpu [-o checks.csv] [--strict]
+
+Reads the figure CSVs (exactly the plotted numbers) and the schedules next to them, evaluates each
+claim, prints a table (claim, figure, expected, measured, verdict) and writes it as CSV. Verdicts:
+  pass / fail   judged with the claim's tolerance at this scale
+  info          measured and shown, but not judged at this scale (e.g. speed claims on a CPU, where
+                there is no PCIe link and tiny models are dominated by Python overhead)
+  no-data       the figure or the configurations the claim needs are not in the results
+`--strict` exits 1 when any claim fails. Claims and tolerances are in CLAIMS below and in
+docs/artifact-evaluation.md (the same table).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HARMONY = ("harmony-vPP", "harmony-vDP")
+
+
+@dataclass
+class Claim:
+    id: str
+    text: str
+    figures: tuple[str, ...]
+    expected: str
+    judged_at: tuple[str, ...]           # scales where the verdict is pass/fail (elsewhere: info)
+    fn: Callable[["Results", str], tuple[float | None, str, bool | None]]   # (value, detail, ok)
+
+
+class Results:
+    def __init__(self, root: Path):
+        self.root = root
+        self._cache: dict[str, list[dict]] = {}
+
+    def rows(self, fig: str) -> list[dict]:
+        if fig not in self._cache:
+            p = self.root / f"{fig}.csv"
+            self._cache[fig] = list(csv.DictReader(open(p, newline=""))) if p.exists() else []
+        return self._cache[fig]
+
+    def ok(self, fig: str, kind: str | None = "measured") -> list[dict]:
+        return [r for r in self.rows(fig) if r.get("status") == "ok" and (kind is None or r.get("kind") == kind)]
+
+
+def _f(x) -> float | None:
+    try:
+        v = float(x)
+        return v if math.isfinite(v) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _by_point(rows: list[dict]) -> dict[tuple, dict[str, dict]]:
+    """(figure, model, D, N) -> {system: row}."""
+    out: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in rows:
+        out[(r["figure"], r["model"], r["minibatch"], r["gpus"])][r["system"]] = r
+    return out
+
+
+def _throughput_rows(res: Results, kind="measured") -> list[dict]:
+    return res.ok("figure10", kind) + res.ok("figure12", kind)
+
+
+# ------------------------------------------------------------------------------------------------
+# The claims
+# ------------------------------------------------------------------------------------------------
+def _swap_ratios(res: Results) -> list[tuple[float, tuple]]:
+    """swap-dp bytes / Harmony's (best mode) bytes, per configuration measured for both."""
+    ratios = []
+    for key, sy in _by_point(_throughput_rows(res)).items():
+        h = [_f(sy[s]["swap_bytes"]) for s in HARMONY if s in sy and _f(sy[s]["swap_bytes"])]
+        b = _f(sy["swap-dp"]["swap_bytes"]) if "swap-dp" in sy else None
+        if h and b:
+            ratios.append((b / min(h), key))
+    return ratios
+
+
+def _ratio_detail(ratios) -> str:
+    lo, hi = min(ratios), max(ratios)
+    return (f"swap-dp / Harmony swap bytes: min {lo[0]:.2f}x at {lo[1][1]} D={lo[1][2]}, "
+            f"max {hi[0]:.2f}x at {hi[1][1]} D={hi[1][2]} ({len(ratios)} configs)")
+
+
+def swap_less_than_swapdp(res: Results, scale: str):
+    ratios = _swap_ratios(res)
+    if not ratios:
+        return None, "no configuration with both Harmony and swap-dp measured", None
+    return min(ratios)[0], _ratio_detail(ratios), min(ratios)[0] >= 1.0
+
+
+def swap_10x(res: Results, scale: str):
+    ratios = _swap_ratios(res)
+    if not ratios:
+        return None, "no configuration with both Harmony and swap-dp measured", None
+    return max(ratios)[0], _ratio_detail(ratios), max(ratios)[0] >= 10.0
+
+
+def faster_than_baselines(res: Results, scale: str):
+    ratios = []
+    for key, sy in _by_point(_throughput_rows(res)).items():
+        h = [_f(sy[s]["samples_per_s"]) for s in HARMONY if s in sy]
+        base = [_f(r["samples_per_s"]) for s, r in sy.items() if s not in HARMONY and s != "resident"]
+        h, base = [x for x in h if x], [x for x in base if x]
+        if h and base:
+            ratios.append((max(h) / max(base), key))
+    if not ratios:
+        return None, "no configuration with Harmony and a baseline measured", None
+    worst = min(ratios)
+    gm = math.exp(statistics.mean(math.log(r) for r, _ in ratios))
+    return worst[0], (f"best Harmony / best baseline samples/s: min {worst[0]:.2f}x at {worst[1][1]} "
+                      f"D={worst[1][2]}, geometric mean {gm:.2f}x over {len(ratios)} configs"), worst[0] >= 1.0
+
+
+def predicted_time(res: Results, scale: str):
+    errs = []
+    for fig in ("figure10", "figure12", "figure8", "figure17"):
+        for r in res.ok(fig):
+            if r["system"] in HARMONY and _f(r.get("predicted_iter_time_s")) and _f(r.get("iter_time_s")):
+                errs.append((abs(_f(r["iter_time_s"]) / _f(r["predicted_iter_time_s"]) - 1), fig, r["model"], r["minibatch"]))
+    if not errs:
+        return None, "no Harmony run with a prediction", None
+    tol = {"smoke": 2.0}.get(scale, 0.15)
+    worst = max(errs)
+    med = statistics.median(e for e, *_ in errs)
+    return worst[0], (f"|measured/predicted - 1|: median {med:.1%}, worst {worst[0]:.1%} ({worst[1]} {worst[2]} "
+                      f"D={worst[3]}), tolerance {tol:.0%}, {len(errs)} runs"), worst[0] <= tol
+
+
+def predicted_bytes(res: Results, scale: str):
+    """Bytes counted by the runtime equal the simulator's count for the same schedule (within 1%)."""
+    errs, n = [], 0
+    for fig in ("figure10", "figure12", "figure8", "figure17"):
+        for r in res.ok(fig):
+            if r["system"] not in HARMONY:
+                continue
+            mode = r["system"].split("-")[1]
+            sched = res.root / "schedules" / r["model"] / f"{mode}-N{r['gpus']}-D{r['minibatch']}-{r['cfg']}.json"
+            if not sched.exists():
+                continue
+            pred = (json.loads(sched.read_text()).get("prediction") or {}).get("bytes") or {}
+            if not pred:
+                continue
+            p_h2d = pred.get("h2d_weights", 0) + pred.get("h2d_act", 0)
+            p_d2h = pred.get("d2h_grads", 0) + pred.get("d2h_act", 0)
+            for meas, p in ((r["bytes_h2d"], p_h2d), (r["bytes_d2h"], p_d2h), (r["bytes_p2p"], pred.get("p2p", 0))):
+                m = _f(meas)
+                if m is None:
+                    continue
+                errs.append(abs(m - p) / max(p, 1))
+            n += 1
+    if not errs:
+        return None, "no Harmony run with its schedule", None
+    return max(errs), f"worst relative byte difference {max(errs):.2%} over {n} runs (h2d, d2h, p2p)", max(errs) <= 0.01
+
+
+def loss_curves_agree(res: Results, scale: str):
+    worst, detail, n = 0.0, "", 0
+    for fig in ("figure13", "figure21"):
+        curves = defaultdict(dict)
+        for r in res.rows(fig):
+            if r.get("status") == "ok" and _f(r.get("loss")) is not None:
+                curves[(r["system"], r["gpus"])][int(r["iteration"])] = _f(r["loss"])
+        ref = curves.get(("pytorch", "1"))
+        if not ref:
+            continue
+        for key, c in curves.items():
+            if key == ("pytorch", "1"):
+                continue
+            common = sorted(set(c) & set(ref))
+            if not common:
+                continue
+            d = max(abs(c[i] - ref[i]) / max(abs(ref[i]), 1e-12) for i in common)
+            n += 1
+            if d >= worst:
+                worst, detail = d, f"{fig} {key[0]} N={key[1]}"
+    if not n:
+        return None, "no convergence curves next to a plain-PyTorch reference", None
+    tol = 1e-4 if scale == "smoke" else 2e-2
+    return worst, f"max relative loss difference to plain PyTorch {worst:.2e} ({detail}), tolerance {tol:g}, {n} curves", worst <= tol
+
+
+def vpp_swap_flat_in_n(res: Results, scale: str):
+    rows = res.ok("figure18", kind=None)
+    per = defaultdict(dict)
+    for r in rows:
+        if r["system"] == "harmony-vPP" and _f(r.get("swap_bytes")):
+            per[r["model"]][int(r["gpus"])] = _f(r["swap_bytes"])
+    growth = [(max(v.values()) / min(v.values()), m) for m, v in per.items() if len(v) >= 2]
+    if not growth:
+        return None, "figure 18 has fewer than two GPU counts for vPP", None
+    worst = max(growth)
+    return worst[0], f"vPP swap bytes max/min over N: worst {worst[0]:.3f} ({worst[1]}); measured and predicted points", worst[0] <= 1.10
+
+
+def nothing_dropped(res: Results, scale: str):
+    n_missing, n_rows, figs = 0, 0, 0
+    for fig in ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1"):
+        rows = res.rows(fig)
+        if rows:
+            figs += 1
+        n_rows += len(rows)
+        n_missing += sum(1 for r in rows if r.get("status") == "missing" and r.get("kind") != "curve")
+    if not figs:
+        return None, "no figure CSV", None
+    bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok",))
+    return n_missing, f"{figs} figures, {n_rows} rows, {n_missing} grid points without a record, {bad} failed points shown as such", n_missing == 0
+
+
+CLAIMS = [
+    Claim("C1", "Harmony moves fewer bytes over PCIe than swap-dp (same model, D, N)", ("figure10", "figure12"),
+          "swap-dp/Harmony >= 1 everywhere", ("smoke", "paper", "large"), swap_less_than_swapdp),
+    Claim("C2", "up to two orders of magnitude less swap traffic (paper); >= 10x somewhere", ("figure10", "figure12"),
+          "max swap-dp/Harmony >= 10", ("paper",), swap_10x),
+    Claim("C3", "Harmony's best mode trains faster than every swapping baseline", ("figure10", "figure12"),
+          "best Harmony / best baseline >= 1 everywhere", ("paper", "large"), faster_than_baselines),
+    Claim("C4", "the simulator predicts the measured iteration time", ("figure10", "figure12", "figure8"),
+          "|measured/predicted - 1| <= 15% (smoke: 200%)", ("paper", "large", "smoke"), predicted_time),
+    Claim("C5", "bytes counted by the runtime equal the simulator's for the same schedule", ("figure10", "figure8"),
+          "within 1%", ("smoke", "paper", "large"), predicted_bytes),
+    Claim("C6", "loss curves of every mode agree with plain PyTorch (same synchronous SGD)", ("figure13", "figure21"),
+          "max relative difference <= 1e-4 (fp32 CPU) / 2e-2 (TF32 GPU)", ("smoke", "paper", "large"), loss_curves_agree),
+    Claim("C7", "vPP swap volume does not grow with the number of GPUs", ("figure18",),
+          "max/min over N <= 1.10", ("smoke", "paper", "large"), vpp_swap_flat_in_n),
+    Claim("C8", "every grid point is shown: run, predicted, or marked OOM/infeasible/unavailable/error", ("all",),
+          "0 grid points without a record", ("smoke", "paper", "large"), nothing_dropped),
+]
+COLUMNS = ["claim", "text", "figures", "scale", "expected", "measured", "verdict", "detail"]
+
+
+def evaluate(root: Path, scale: str | None = None) -> list[dict]:
+    root = Path(root)
+    scale = scale or root.parent.name
+    res = Results(root)
+    out = []
+    for c in CLAIMS:
+        try:
+            value, detail, ok = c.fn(res, scale)
+        except Exception as e:  # noqa: BLE001 - a broken claim is reported, never crashes the table
+            value, detail, ok = None, f"check failed: {type(e).__name__}: {e}", False
+        if value is None and ok is None:
+            verdict = "no-data"
+        elif scale not in c.judged_at:
+            verdict = "info"
+        else:
+            verdict = "pass" if ok else "fail"
+        out.append({"claim": c.id, "text": c.text, "figures": " ".join(c.figures), "scale": scale,
+                    "expected": c.expected, "measured": "" if value is None else f"{value:.4g}",
+                    "verdict": verdict, "detail": detail})
+    return out
+
+
+def print_table(rows: list[dict]) -> None:
+    w = max(len(r["text"]) for r in rows)
+    print(f"{'claim':5} {'verdict':8} {'text':{w}}  measured / detail")
+    for r in rows:
+        print(f"{r['claim']:5} {r['verdict']:8} {r['text']:{w}}  {r['detail']}")
+    counts = defaultdict(int)
+    for r in rows:
+        counts[r["verdict"]] += 1
+    print("summary: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+def add_arguments(p):
+    p.add_argument("--results", required=True, help="results/<scale>/<hardware>")
+    p.add_argument("--scale", help="default: from the results path")
+    p.add_argument("-o", "--out", help="checks.csv (default: <results>/checks.csv)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a claim fails")
+
+
+def main(args) -> int:
+    root = Path(args.results)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such results folder")
+    rows = evaluate(root, args.scale)
+    print(f"claims checked against {root}")
+    print_table(rows)
+    out = Path(args.out or root / "checks.csv")
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out}")
+    return 1 if args.strict and any(r["verdict"] == "fail" for r in rows) else 0

@@ -1,0 +1,139 @@
+"""`harmony baseline NAME MODEL --minibatch D --gpus N ... -o run.jsonl`: run one baseline system.
+
+NAME: swap-dp | swap-pp | fsdp-offload | zero-offload | resident (see docs/baselines.md).
+MODEL: a zoo name (`harmony models`) or a model.json path.
+`--ubatch 2,4,8` searches the microbatch size: every candidate runs (its record goes to
+<output stem>.u<u>.jsonl), the fastest that ran is copied to the output, with the search listed in its
+summary under `ubatch_search`.
+Exit status: 0 when a run record was written (ok, oom, infeasible and unavailable are results), 1 when the
+run failed with an error, 2 on bad input.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from baselines.common import PRECISIONS, SYSTEMS, Settings
+from harmony.units import format_bytes, parse_bytes
+
+MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
+           "fsdp-offload": "baselines.fsdp_offload", "zero-offload": "baselines.zero_offload",
+           "resident": "baselines.resident"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", choices=SYSTEMS, metavar="NAME", help=f"one of: {', '.join(SYSTEMS)}")
+    p.add_argument("model", help="zoo name (see `harmony models`) or a model.json path")
+    p.add_argument("--minibatch", "-D", type=int, required=True, help="samples per iteration, all GPUs together")
+    p.add_argument("--gpus", "-N", type=int, default=1, help="GPUs (or CPU worker processes) (default 1)")
+    p.add_argument("--gpu-memory", default=None, help="per-GPU memory cap, e.g. 11GiB (default: none)")
+    p.add_argument("--iters", type=int, default=3, help="training iterations (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="iterations left out of the medians (default 1)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
+    p.add_argument("--ubatch", default=None,
+                   help="microbatch size, or a comma list to search (default D/N: no accumulation)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="matmul precision (default fp32)")
+    p.add_argument("--data", default="synthetic", help="batch source (default synthetic)")
+    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field of a zoo model (repeatable)")
+    p.add_argument("--profile", default=None, help="profile.json: memory estimates for swap-dp/swap-pp packing")
+    p.add_argument("--calibration", default=None, help="calibration.json: bandwidths for the roofline")
+    p.add_argument("--schedule-out", default=None, help="swap-dp/swap-pp: also write the schedule.json here")
+    p.add_argument("--no-memcpy-trace", action="store_true",
+                   help="skip the torch.profiler memcpy trace of one steady-state iteration (CUDA)")
+    p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
+
+
+def settings_from_args(args, ubatch: int | None) -> Settings:
+    from harmony.decompose import parse_overrides
+    if args.minibatch < 1:
+        raise ValueError(f"--minibatch must be >= 1, got {args.minibatch}")
+    if args.gpus < 1:
+        raise ValueError(f"--gpus must be >= 1, got {args.gpus}")
+    if args.minibatch % args.gpus:
+        raise ValueError(f"--minibatch {args.minibatch} is not a multiple of --gpus {args.gpus}: "
+                         f"every GPU gets D/N samples")
+    if args.iters < 1 or args.warmup < 0:
+        raise ValueError("--iters must be >= 1 and --warmup >= 0")
+    if ubatch is not None and not (1 <= ubatch <= args.minibatch // args.gpus):
+        raise ValueError(f"--ubatch {ubatch} must be between 1 and D/N = {args.minibatch // args.gpus}")
+    return Settings(system=args.name, model=args.model, minibatch=args.minibatch, gpus=args.gpus,
+                    ubatch=ubatch, iters=args.iters, warmup=args.warmup, device=args.device,
+                    precision=args.precision, gpu_memory_cap=parse_bytes(args.gpu_memory), data=args.data,
+                    seed=args.seed, output=args.output, memcpy_trace=not args.no_memcpy_trace,
+                    calibration=args.calibration, profile=args.profile, overrides=parse_overrides(args.set),
+                    extra={"schedule_out": args.schedule_out} if args.schedule_out else {})
+
+
+def parse_ubatch(text: str | None) -> list[int | None]:
+    if text is None:
+        return [None]
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--ubatch {text!r}: give an integer or a comma list such as 2,4,8") from None
+    if not values:
+        raise ValueError("--ubatch is empty")
+    return values
+
+
+def run_one(s: Settings) -> dict:
+    mod = importlib.import_module(MODULES[s.system])
+    return mod.run(s)
+
+
+def main(args) -> int:
+    ubatches = parse_ubatch(args.ubatch)
+    settings = [settings_from_args(args, u) for u in ubatches]   # validates every candidate first
+    if len(settings) == 1:
+        rec = run_one(settings[0])
+        _report(rec, args.output)
+        return 1 if rec["status"] == "error" else 0
+    # search: every candidate to its own file, the fastest that ran to the output
+    out = Path(args.output)
+    results = []
+    for s in settings:
+        s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
+        rec = run_one(s)
+        _report(rec, s.output)
+        results.append((s, rec))
+    search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
+               "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],
+               "message": r.get("message"), "output": s.output} for s, r in results]
+    ok = [(s, r) for s, r in results if r["status"] == "ok" and r["samples_per_s"]]
+    if ok:
+        best_s, best = max(ok, key=lambda sr: sr[1]["samples_per_s"])
+        lines = Path(best_s.output).read_text().splitlines()
+        summary = json.loads(lines[-1])
+        summary["ubatch_search"] = search
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
+    else:
+        # nothing ran: the output says why, with the most telling status of the candidates
+        order = ["oom", "infeasible", "unavailable", "error"]
+        _, worst = min(results, key=lambda sr: order.index(sr[1]["status"]) if sr[1]["status"] in order else 9)
+        shutil.copyfile(results[[r for _, r in results].index(worst)][0].output, out)
+        lines = out.read_text().splitlines()
+        summary = json.loads(lines[-1])
+        summary["ubatch_search"] = search
+        out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
+    print(f"{args.name}: microbatch search " + ", ".join(
+        f"u={x['ubatch']}: {x['status']}" + (f" {x['samples_per_s']:.3f} samples/s" if x['samples_per_s'] else "")
+        for x in search) + f"; best -> {out}", file=sys.stderr)
+    return 0 if ok or all(r["status"] != "error" for _, r in results) else 1
+
+
+def _report(rec: dict, path: str) -> None:
+    sps = rec.get("samples_per_s")
+    line = (f"{rec['system']} {rec['model']} D={rec['minibatch']} N={rec['gpus']} u={rec.get('ubatch')}: "
+            f"{rec['status']}")
+    if sps:
+        line += (f", {sps:.3f} samples/s, {rec['iter_time_s']:.3f} s/iter, h2d {format_bytes(rec['bytes_h2d'])}"
+                 f", d2h {format_bytes(rec['bytes_d2h'])} per iteration")
+    if rec.get("message"):
+        line += f" ({rec['message']})"
+    print(line + f" -> {path}", file=sys.stderr)

@@ -1,0 +1,314 @@
+"""What every baseline shares: settings, model loading, precision and memory cap, the timed training loop
+and the run record.
+
+A baseline is a `step(i, batch) -> loss` (one training iteration on one minibatch) plus the byte counts of
+the copies it issues itself. `train_loop` times steps (synchronize, then clock), keeps warm-up out of the
+medians, traces one steady-state iteration with torch.profiler on CUDA (harmony.memcpy_trace), and turns
+an out-of-memory error into a run record with status "oom" instead of a crash. Every exit path writes a
+summary that `harmony.metrics.validate_summary` accepts.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from harmony.jsonio import JsonlWriter
+from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
+
+SYSTEMS = ("swap-dp", "swap-pp", "fsdp-offload", "zero-offload", "resident")
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+class Infeasible(Exception):
+    """A configuration that cannot run under its constraints (a result: status 'infeasible')."""
+
+
+class Unavailable(Exception):
+    """The system cannot run in this environment (a result: status 'unavailable')."""
+
+
+@dataclass
+class Settings:
+    system: str
+    model: str                      # the argument as given (zoo name or model.json path)
+    minibatch: int
+    gpus: int = 1
+    ubatch: int | None = None       # None: D / N (no gradient accumulation)
+    iters: int = 3
+    warmup: int = 1
+    device: str = "cpu"
+    precision: str = "fp32"
+    gpu_memory_cap: int | None = None
+    data: str = "synthetic"
+    seed: int = 0
+    data_seed: int = 1234
+    output: str | None = None
+    memcpy_trace: bool = True       # trace one steady-state iteration on CUDA
+    calibration: str | None = None  # calibration.json: for the roofline
+    profile: str | None = None      # profile.json: memory estimates of the swap baselines
+    overrides: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)   # system-specific knobs (recorded in the summary)
+
+    @property
+    def per_gpu_samples(self) -> int:
+        return self.minibatch // self.gpus
+
+    def ubatch_or_default(self) -> int:
+        return self.ubatch or max(1, self.minibatch // self.gpus)
+
+
+# ------------------------------------------------------------------------------------------------
+# Model and environment
+# ------------------------------------------------------------------------------------------------
+def load_model(model: str, overrides: dict | None = None):
+    """(ModelSpec, model.json record) from a zoo name or a model.json path."""
+    from harmony.decompose import decompose_model, load_model_json, resolve_spec, spec_from_model_json
+
+    if model.endswith(".json") or os.path.sep in model:
+        if not Path(model).exists():
+            raise FileNotFoundError(f"{model}: no such model.json (give a zoo name or a model.json path)")
+        mj = load_model_json(model)
+        return spec_from_model_json(mj), mj
+    spec, source = resolve_spec(model, overrides or {})
+    return spec, decompose_model(spec, source)
+
+
+def resolve_device(device: str, rank: int = 0) -> torch.device:
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda but no CUDA device is visible; use --device cpu")
+        return torch.device("cuda", rank if device == "cuda" else torch.device(device).index)
+    if device != "cpu":
+        raise ValueError(f"--device {device!r}: use cpu or cuda")
+    return torch.device("cpu")
+
+
+def apply_precision(precision: str) -> dict:
+    """The matmul settings every stage uses (harmony.gpumem.set_precision); returns them for the record."""
+    from harmony.gpumem import set_precision
+    return set_precision(precision)
+
+
+def autocast(device: torch.device, precision: str):
+    from harmony import gpumem
+    return gpumem.autocast(device, precision)
+
+
+def apply_cap(device: torch.device, cap: int | None) -> dict:
+    """Make the GPU behave as if it had `cap` bytes (harmony.gpumem.apply_memory_cap); the record of how."""
+    from harmony.gpumem import apply_memory_cap
+    return apply_memory_cap(device, cap)
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def host_rss() -> int:
+    try:
+        import psutil
+        return psutil.Process().memory_info().rss
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def batch_bytes(batch) -> int:
+    return sum(t.numel() * t.element_size() for t in batch)
+
+
+def microbatch_ranges(n: int, u: int) -> list[tuple[int, int]]:
+    return [(s, min(s + u, n)) for s in range(0, n, u)]
+
+
+def roofline_s(model_json: dict, settings: Settings, h2d: int | None, d2h: int | None,
+               cpu_update: bool) -> float | None:
+    """max(FLOPs / matmul rate, transfer bytes / bandwidth, CPU optimizer time) with a calibration.json;
+    None without one. FLOPs = 3 x forward FLOPs x D (forward + backward; recompute is a system's choice,
+    not part of the lower bound)."""
+    if not settings.calibration:
+        return None
+    from harmony.profile_data import Calibration
+    cal = Calibration.load(settings.calibration).raw
+    terms = []
+    fl = [v.get("flops_fwd_per_sample") for v in model_json["vlayers"]]
+    rate = (cal.get("matmul_flops") or {}).get(settings.precision)
+    if rate and all(f is not None for f in fl):
+        terms.append(3 * sum(fl) * settings.minibatch / (rate * settings.gpus))
+    if h2d and cal.get("h2d_pinned_Bps"):
+        terms.append(h2d / cal["h2d_pinned_Bps"])
+    if d2h and cal.get("d2h_pinned_Bps"):
+        terms.append(d2h / cal["d2h_pinned_Bps"])
+    if h2d and d2h and cal.get("duplex_pinned_Bps"):
+        terms.append((h2d + d2h) / cal["duplex_pinned_Bps"])
+    if cpu_update and cal.get("cpu_adam_params_per_s"):
+        terms.append(model_json["total_params"] / cal["cpu_adam_params_per_s"])
+    return max(terms) if terms else None
+
+
+# ------------------------------------------------------------------------------------------------
+# The record
+# ------------------------------------------------------------------------------------------------
+class RunWriter:
+    """run.jsonl of one baseline run: iteration lines as they finish, then one summary (always)."""
+
+    def __init__(self, settings: Settings, model_name: str, mode: str | None = None):
+        self.s = settings
+        self.model_name = model_name
+        self.mode = mode
+        self.iterations: list[IterationRecord] = []
+        self._w = JsonlWriter(settings.output) if settings.output else None
+
+    def iteration(self, rec: IterationRecord) -> None:
+        self.iterations.append(rec)
+        if self._w:
+            self._w.write(rec.to_json())
+
+    def summary(self, status: str, message: str | None = None, warmup: int | None = None,
+                **extra: Any) -> dict:
+        s = self.s
+        env = env_record(s.device, s.precision, s.gpu_memory_cap, _calibration(s.calibration))
+        rec = make_summary(system=s.system, model=self.model_name, mode=self.mode, gpus=s.gpus,
+                           minibatch=s.minibatch, status=status, iterations=self.iterations,
+                           warmup=s.warmup if warmup is None else warmup, env=env, message=message,
+                           ubatch=s.ubatch_or_default(), settings=dict(s.extra), **extra)
+        validate_summary(rec)
+        if self._w:
+            self._w.write(rec)
+            self._w.close()
+        return rec
+
+
+def _calibration(path: str | None) -> dict | None:
+    if not path:
+        return None
+    from harmony.profile_data import Calibration
+    return Calibration.load(path).raw
+
+
+def status_only(settings: Settings, model_name: str, status: str, message: str, mode: str | None = None,
+                **extra: Any) -> dict:
+    """A run that never started (unavailable, infeasible): a summary with no iterations."""
+    return RunWriter(settings, model_name, mode).summary(status, message, **extra)
+
+
+# ------------------------------------------------------------------------------------------------
+# The timed loop
+# ------------------------------------------------------------------------------------------------
+StepFn = Callable[[int, tuple], float]     # (iteration, minibatch) -> loss of the minibatch
+
+
+def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: list, *,
+               devices: list[torch.device], counted_bytes: Callable[[int], dict] | None = None,
+               trace_bytes_as_counters: bool = False, gather: Callable[[list], list] | None = None,
+               cpu_update: bool = True, model_json: dict | None = None) -> dict:
+    """Run len(batches) iterations of `step`, write the records, return the summary.
+
+    counted_bytes(i) -> {"h2d", "d2h", "p2p", "allreduce"}: the system's own counters for iteration i.
+    trace_bytes_as_counters: the system issues no copies of its own (FSDP, DeepSpeed): iteration bytes
+    come from the memcpy trace (from the traced iteration on). On CUDA with settings.memcpy_trace the
+    iteration right after warm-up is traced and counted as warm-up too (the profiler slows it).
+    gather(values) -> per-rank values (multi-process systems; rank 0 writes).
+    """
+    from harmony.memcpy_trace import agreement, measure_memcpy_bytes
+
+    s = settings
+    use_cuda = any(d.type == "cuda" for d in devices)
+    trace_at = s.warmup if (use_cuda and s.memcpy_trace and len(batches) > s.warmup + 1) else None
+    warmup = s.warmup + (1 if trace_at is not None else 0)
+    traced: dict | None = None
+    status, message = "ok", None
+    for i, batch in enumerate(batches):
+        try:
+            for d in devices:
+                if d.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(d)
+            _sync(devices)
+            t0 = time.perf_counter()
+            if i == trace_at:
+                out: dict = {}
+                traced = measure_memcpy_bytes(lambda: out.setdefault("loss", step(i, batch)))
+                loss = out["loss"]
+            else:
+                loss = step(i, batch)
+            _sync(devices)
+            dt = time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - every failure becomes a record
+            if is_oom(e):
+                status, message = "oom", f"iteration {i}: {str(e).splitlines()[0][:300]}"
+            elif isinstance(e, Infeasible):
+                status, message = "infeasible", str(e)
+            else:
+                status, message = "error", f"iteration {i}: {type(e).__name__}: {e}"
+                traceback.print_exc(file=sys.stderr)
+            free_memory()
+            break
+        b = dict(counted_bytes(i)) if counted_bytes else {}
+        if trace_bytes_as_counters and traced is not None:
+            b = {"h2d": traced["h2d"] or 0, "d2h": traced["d2h"] or 0, "p2p": traced["p2p"] or 0,
+                 "allreduce": b.get("allreduce", 0)}
+        alloc = [torch.cuda.max_memory_allocated(d) for d in devices if d.type == "cuda"]
+        resv = [torch.cuda.max_memory_reserved(d) for d in devices if d.type == "cuda"]
+        if gather is not None:
+            alloc, resv = gather(alloc), gather(resv)
+        writer.iteration(IterationRecord(
+            iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
+            bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
+            bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
+            peak_reserved_bytes=resv, host_rss_bytes=host_rss()))
+    extra: dict[str, Any] = {}
+    if traced is not None and gather is not None:      # every rank traced its own GPU: sum them
+        per_rank = gather([traced])
+        traced = {k: (sum(t[k] or 0 for t in per_rank) if isinstance(traced.get(k), int) else traced.get(k))
+                  for k in traced}
+        traced["ranks"] = len(per_rank)
+    if traced is not None:
+        extra["memcpy_trace"] = traced
+        if not trace_bytes_as_counters and counted_bytes is not None:
+            extra["memcpy_agreement"] = agreement(counted_bytes(trace_at), traced)
+    extra["bytes_source"] = ("memcpy_trace" if trace_bytes_as_counters else "counters")
+    its = writer.iterations
+    steady = its[warmup:] if len(its) > warmup else its[-1:]
+    h2d = sorted(x.bytes_h2d for x in steady)[len(steady) // 2] if steady else None
+    d2h = sorted(x.bytes_d2h for x in steady)[len(steady) // 2] if steady else None
+    rl = roofline_s(model_json, s, h2d, d2h, cpu_update) if (model_json and status == "ok") else None
+    if status == "ok" and not its:
+        status, message = "error", "no iterations ran (--iters 0?)"
+    return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)
+
+
+def _sync(devices: list[torch.device]) -> None:
+    for d in devices:
+        if d.type == "cuda":
+            torch.cuda.synchronize(d)
+
+
+def pin_batches(batches: list, device: torch.device) -> list:
+    """Pinned host copies of the minibatches when training on CUDA (pinned H2D copies are 5-7x faster)."""
+    if device.type != "cuda":
+        return batches
+    return [tuple(t.pin_memory() for t in b) for b in batches]
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -1,0 +1,196 @@
+"""swap-dp: data parallelism with GPU memory virtualized by swapping (vDNN / IBM LMS style), written as a
+schedule in the Harmony task language so the same runtime, byte counters and simulator apply.
+
+  mode vDP (every GPU runs every task on its D/N samples; per-pack gradient all-reduce for N > 1),
+  group_size = 1 (a task is ONE microbatch: microbatch by microbatch, FWD then BWD),
+  pin_shared = False (weights are never kept across microbatches: the thing Harmony removes),
+  u_fwd = u_bwd = u, packs = single vLayers by default ("layer", the vDNN/LMS granularity), or the
+  largest packs that fit the cap ("fit", needs a profile.json).
+
+So for every microbatch each layer's weights are brought in before its forward and again before its
+backward; the input of every backward pack is stashed to host memory in the forward and fetched back
+(backward recomputes the pack from it); each microbatch's weight gradients go to host memory and are
+accumulated there; the optimizer (the model's, fused, on the CPU) steps each pack after its last
+microbatch's backward. Prefetch of the next task's weights, pinned memory and the fused CPU optimizer come
+from the runtime, exactly as for Harmony.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from baselines.common import Infeasible, RunWriter, Settings, load_model, status_only
+from harmony.schedule.io import make_schedule_record, save_schedule
+from harmony.schedule.tasks import Range, ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
+
+PACKINGS = ("layer", "fit")
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory: the scheduler's pack rule with a profile (harmony.schedule.memory), else a lower bound
+# ------------------------------------------------------------------------------------------------
+class TaskMemory:
+    """Bytes one task needs on a GPU. With a profile: harmony.schedule.memory.LayerCosts (the rule the
+    scheduler and simulator use). Without: weights + gradients + the pack's input and every layer's
+    output at u: a lower bound, enough to call a configuration infeasible, not to call it feasible."""
+
+    def __init__(self, model_json: dict, profile: dict | None = None):
+        self.sizes = layer_sizes_from_model(model_json)
+        self.L = model_json["num_vlayers"]
+        self.costs = None
+        if profile is not None:
+            from harmony.schedule.memory import LayerCosts
+            self.costs = LayerCosts(profile)
+
+    @property
+    def exact(self) -> bool:
+        return self.costs is not None
+
+    def task_bytes(self, kind: str, s: int, e: int, u: int) -> float:
+        if self.costs is not None:
+            return self.costs.task_bytes(kind, s, e, u, u)
+        sz = self.sizes
+        act = u * (sz.input_bytes_per_sample[s] + sum(sz.output_bytes_per_sample[s:e]))
+        grads = sz.grads((s, e)) if kind == "BWD" else 0
+        return sz.weights((s, e)) + grads + act
+
+    def pack_fits(self, s: int, e: int, u: int, cap: int | None, fwd: bool = True) -> bool:
+        if cap is None:
+            return True
+        if fwd and e < self.L and self.task_bytes("FWD", s, e, u) > cap:
+            return False
+        return self.task_bytes("BWD", s, e, u) <= cap
+
+    def check_layers(self, lo: int, hi: int, u: int, cap: int | None, what: str) -> None:
+        """Infeasible if a single vLayer in [lo, hi) does not fit the cap at u."""
+        if cap is None:
+            return
+        from harmony.units import format_bytes
+        for i in range(lo, hi):
+            if not self.pack_fits(i, i + 1, u, cap):
+                need = max(self.task_bytes("BWD", i, i + 1, u),
+                           self.task_bytes("FWD", i, i + 1, u) if i + 1 < self.L else 0)
+                raise Infeasible(f"{what}: vLayer {i} alone needs {format_bytes(need)} at microbatch {u} "
+                                 f"({'profiled' if self.exact else 'lower bound'}) but the cap is "
+                                 f"{format_bytes(cap)}; a smaller microbatch or a larger cap may fit")
+
+
+def single_layer_packs(lo: int, hi: int) -> list[Range]:
+    return [(i, i + 1) for i in range(lo, hi)]
+
+
+def fit_packs(mem: TaskMemory, lo: int, hi: int, u: int, cap: int | None) -> list[Range]:
+    """Greedy: the longest packs from lo that fit the cap (single layers where nothing longer fits)."""
+    out, s = [], lo
+    while s < hi:
+        e = s + 1
+        while e < hi and mem.pack_fits(s, e + 1, u, cap):
+            e += 1
+        out.append((s, e))
+        s = e
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The schedule
+# ------------------------------------------------------------------------------------------------
+def swap_dp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, cap: int | None = None,
+                   profile: dict | None = None, packing: str = "layer") -> ScheduleConfig:
+    """The swap-dp ScheduleConfig. Raises Infeasible when a task cannot fit the cap."""
+    if packing not in PACKINGS:
+        raise ValueError(f"packing {packing!r}: use one of {PACKINGS}")
+    if packing == "fit" and profile is None and cap is not None:
+        raise ValueError("--packs fit needs --profile profile.json (pack memory comes from the profile)")
+    L = model_json["num_vlayers"]
+    if minibatch % gpus:
+        raise ValueError(f"minibatch {minibatch} is not a multiple of gpus {gpus}")
+    mem = TaskMemory(model_json, profile)
+    mem.check_layers(0, L, ubatch, cap, "swap-dp")
+    packs = single_layer_packs(0, L) if packing == "layer" else fit_packs(mem, 0, L, ubatch, cap)
+    bwd = tuple(packs)
+    fwd = tuple(p for p in packs[:-1])
+    return ScheduleConfig(mode="vDP", gpus=gpus, minibatch=minibatch, ubatch_fwd=ubatch, ubatch_bwd=ubatch,
+                          bwd_packs=bwd, fwd_packs=fwd, group_size=1, placement="every-gpu", pin_shared=False)
+
+
+def schedule_record(system: str, model_json: dict, cfg: ScheduleConfig, *, cap: int | None, precision: str,
+                    search: dict | None = None, profile: dict | None = None, calibration: dict | None = None) -> dict:
+    graph = build_task_graph(cfg, model_json["num_vlayers"])
+    prediction = predict(model_json, graph, profile, calibration, cap)
+    return make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision,
+                                prediction=prediction, search=search, system=system)
+
+
+def predict(model_json: dict, graph, profile: dict | None, calibration: dict | None, cap: int | None) -> dict:
+    """Bytes per transfer kind from the task graph (what the runtime must count); the simulator's time
+    when a profile and a calibration are given and harmony.schedule.simulate is present."""
+    from harmony.schedule.tasks import count_bytes
+    out: dict[str, Any] = {"bytes": count_bytes(graph, layer_sizes_from_model(model_json)),
+                           "iter_time_s": None}
+    if profile is not None and calibration is not None:
+        try:
+            from harmony.schedule import simulate as sim  # noqa: F401
+            fn = getattr(sim, "predict_record", None) or getattr(sim, "simulate_prediction", None)
+            if fn is not None:
+                out.update(fn(graph, profile, calibration, cap))
+        except ImportError:
+            pass
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Running it on the Harmony runtime
+# ------------------------------------------------------------------------------------------------
+def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict:
+    import sys
+    try:
+        from harmony.runtime import run_schedule
+    except ImportError as e:
+        return status_only(s, spec_name, "unavailable",
+                           f"the Harmony runtime is not in this build ({e}); swap-dp and swap-pp run as "
+                           f"schedules on harmony.runtime.run_schedule", mode=mode,
+                           predicted_bytes=record["prediction"]["bytes"] if record.get("prediction") else None)
+    from harmony.schedule.tasks import TaskGraph
+    graph = TaskGraph.from_json(record["graph"])
+    try:
+        summary = run_schedule(record, graph, iters=s.iters, device=s.device, data=s.data,
+                               precision=s.precision, gpu_memory_cap=s.gpu_memory_cap, warmup=s.warmup,
+                               output=s.output, system=s.system, seed=s.seed)
+    except Exception as e:  # noqa: BLE001 - the runtime should write its own record; this is the backstop
+        import traceback
+        traceback.print_exc(file=sys.stderr)
+        from baselines.common import is_oom
+        return status_only(s, spec_name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}", mode=mode)
+    return summary
+
+
+def run(s: Settings) -> dict:
+    spec, mj = load_model(s.model, s.overrides)
+    u = s.ubatch_or_default()
+    profile, calibration = _load_aux(s)
+    packing = s.extra.get("packs", "layer")
+    try:
+        cfg = swap_dp_config(mj, s.minibatch, s.gpus, u, cap=s.gpu_memory_cap, profile=profile, packing=packing)
+    except Infeasible as e:
+        return status_only(s, spec.name, "infeasible", str(e), mode="vDP")
+    return _finish(s, spec.name, mj, cfg, profile, calibration, packing)
+
+
+def _finish(s: Settings, name: str, mj: dict, cfg: ScheduleConfig, profile, calibration, packing: str) -> dict:
+    try:
+        rec = schedule_record(s.system, mj, cfg, cap=s.gpu_memory_cap, precision=s.precision, profile=profile,
+                              calibration=calibration,
+                              search={"packing": packing, "memory_rule": "profile" if profile else "lower bound"})
+    except ScheduleError as e:
+        return status_only(s, name, "infeasible", str(e), mode=cfg.mode)
+    if s.extra.get("schedule_out"):
+        save_schedule(s.extra["schedule_out"], rec)
+    s.extra.update(packing=packing, packs=len(cfg.bwd_packs), group_size=cfg.group_size,
+                   pin_shared=cfg.pin_shared, placement=cfg.placement)
+    return run_on_runtime(s, rec, name, cfg.mode)
+
+
+def _load_aux(s: Settings):
+    from harmony.jsonio import read_json
+    profile = read_json(s.profile, kind="profile") if s.profile else None
+    calibration = read_json(s.calibration, kind="calibration") if s.calibration else None
+    return profile, calibration

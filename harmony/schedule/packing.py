@@ -8,14 +8,16 @@ Packers: greedy (fill from the first layer), greedy-reverse (fill from the last)
 balanced-time (the fewest S equal-memory / equal-time packs that all fit), reuse (forward packs = backward
 packs, if they fit at u_fwd) and dp (optimal under the objective below).
 
-Objective (what `dp` minimises exactly, and what the property test compares): the estimated iteration
-time of one pass, a sum over the pass's packs of that pack's bottleneck
+Objective (what `dp` minimises exactly, and what the property test compares): the estimated time of
+one pass. Each pack has a cost, its own bottleneck,
 
-    J = sum_p [ max( C_p / P,  X_in,p / B_in,  X_out,p / B_out ) + tau ]
+    cost_p = max( C_p / P,  X_in,p / B_in,  X_out,p / B_out )
+    vPP, N > 1:   J = ceil(S / N) * max_p cost_p + tau * S     (S packs run in waves of N concurrent,
+                  microbatch-pipelined tasks; a wave goes at the pace of its slowest pack)
+    vDP or N = 1: J = sum_p cost_p + tau * S                   (every GPU runs the tasks one by one)
 
   C_p      compute of the task (all microbatches of the rank's samples at u; profiled, remainder included)
-  P        GPUs computing the pass concurrently: N in vPP (tasks dealt round-robin, microbatch-pipelined),
-           1 in vDP (every GPU runs every task on its share)
+  P        1 (vPP: the wave formula accounts for the N GPUs; vDP: each GPU runs every task on its share)
   X_in,p   bytes swapped in: the pack's weights (+ a BWD's stashed input);   B_in  = effective H2D
   X_out,p  bytes swapped out: a BWD's gradients; a FWD's stash is fixed by the segment and left out
   B_*      calibrated bandwidth per link x links working in parallel (vPP, own link per GPU: N links;
@@ -25,6 +27,7 @@ All packings share the cap rule (memory.py); the dp is exact over all contiguous
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +58,7 @@ class PackContext:
 
     @property
     def parallel(self) -> int:
-        return self.gpus if self.mode == "vPP" else 1
+        return 1
 
     @property
     def links(self) -> float:
@@ -77,7 +80,18 @@ def pack_cost(costs: LayerCosts, ctx: PackContext, s: int, e: int) -> float:
 
 
 def objective(costs: LayerCosts, ctx: PackContext, packs) -> float:
-    return sum(pack_cost(costs, ctx, s, e) for s, e in packs)
+    """vPP: ceil(S/N) * max_p cost_p + tau*S (tasks run in waves of N, microbatch-pipelined, each wave as slow
+    as its slowest pack); vDP / N=1: sum_p cost_p (tasks run one after another on every GPU)."""
+    cs = [pack_cost(costs, ctx, s, e) - ctx.task_overhead_s for s, e in packs]
+    if not cs:
+        return 0.0
+    if _waves(ctx):
+        return -(-len(cs) // ctx.gpus) * max(cs) + ctx.task_overhead_s * len(cs)
+    return sum(cs) + ctx.task_overhead_s * len(cs)
+
+
+def _waves(ctx: PackContext) -> bool:
+    return ctx.mode == "vPP" and ctx.gpus > 1
 
 
 def _ends(costs, ctx, s, hi):
@@ -199,6 +213,108 @@ def dp(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
     return packs[::-1]
 
 
+def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) -> list[Range]:
+    """Exact minimum of J = ceil(S/N) * max_p cost_p + tau*S over contiguous packings of [lo, hi) whose
+    packs fit (and, for the forward pass, do not cross `stops`, the backward-pack starts) and number at most
+    S_cap = max(2 S_g + 4, N (ceil(S_g/N) + 2)) packs, S_g = the greedy packing's count (the balanced
+    heuristics search the same range; with tau = 0, J is flat in S beyond it, and ties go to fewer packs).
+    Layered DP over S: m_S[e] = min over s of max(m_{S-1}[s], cost(s, e)); edges costlier than the best J
+    so far divided by the waves they would need are pruned (exact: they cannot improve J)."""
+    INF = float("inf")
+    N, tau = ctx.gpus, ctx.task_overhead_s
+    bounds = sorted(set(stops or ()) | {hi})
+    es, ee, ec = [], [], []
+    for s in range(lo, hi):
+        nxt = bounds[bisect.bisect_right(bounds, s)]
+        key = ("edges", ctx, s, nxt)
+        r = costs._task_cache.get(key)
+        if r is None:
+            ends = _ends(costs, ctx, s, nxt)
+            r = costs._task_cache[key] = (ends, _vec_cost(costs, ctx, s, ends) if len(ends) else None)
+        ends, cst = r
+        if len(ends):
+            es.append(np.full(len(ends), s - lo))
+            ee.append(ends - lo)
+            ec.append(cst)
+    if not es:
+        _fail(costs, ctx, lo, hi, "no contiguous packing fits (some layer does not fit alone)")
+    es, ee, ec = np.concatenate(es), np.concatenate(ee), np.concatenate(ec)
+    all_edges = (es, ee, ec)
+    # an upper bound to start pruning from: the greedy packing (fewest packs) if it exists
+    best_j, best_layer = INF, None
+    try:
+        g = []
+        for a, b in zip([lo, *bounds[:-1]], bounds):
+            if b > a:
+                g += greedy(costs, ctx, a, b)
+        if g:
+            best_j = objective(costs, ctx, g)
+    except PackingError:
+        pass
+    s_cap = max(2 * len(g) + 4, N * (-(-len(g) // N) + 2)) if g else hi - lo
+    width = hi - lo + 1
+    cur = np.full(width, INF)
+    cur[0] = 0.0
+    layers = [cur]
+    for S in range(1, min(s_cap, hi - lo) + 1):
+        w = -(-S // N)
+        limit = (best_j - tau * S) / w if best_j < INF else INF
+        if limit < INF:                         # drop edges that can no longer improve J (limit only falls)
+            keep = ec <= limit * (1 + 1e-12)
+            if not keep.all():
+                es, ee, ec = es[keep], ee[keep], ec[keep]
+        if len(es) == 0:
+            break
+        live = cur[es] < INF
+        v = np.maximum(cur[es[live]], ec[live])
+        new = np.full(width, INF)
+        np.minimum.at(new, ee[live], v)
+        layers.append(new)
+        cur = new
+        if new[-1] < INF:
+            j = w * new[-1] + tau * S
+            if j < best_j * (1 - 1e-12) or best_layer is None and j <= best_j:
+                best_j, best_layer = j, S
+        if not np.isfinite(cur).any():
+            break
+    if best_layer is None:
+        if best_j < INF:
+            return g
+        _fail(costs, ctx, lo, hi, "no contiguous packing fits")
+    # reconstruct: walk back through the layers
+    es, ee, ec = all_edges
+    packs, e = [], hi - lo
+    target = layers[best_layer][e]
+    for S in range(best_layer, 0, -1):
+        prev = layers[S - 1]
+        m = (ee == e) & (prev[es] < INF) & (np.maximum(prev[es], ec) <= target * (1 + 1e-12))
+        k = int(np.nonzero(m)[0][0])
+        s = int(es[k])
+        packs.append((s + lo, e + lo))
+        target = prev[s]
+        e = s
+    return packs[::-1]
+
+
+def _vec_cost(costs, ctx, s, ends):
+    full, rem = divmod(ctx.n, ctx.u)
+    key = "fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"
+    cu = costs.at(ctx.u).np_[key]
+    comp = full * (cu[ends] - cu[s])
+    if rem:
+        cr = costs.at(rem).np_[key]
+        comp = comp + (cr[ends] - cr[s])
+    wp, gp = costs.np_["w_prefix"], costs.np_["g_prefix"]
+    xin = wp[ends] - wp[s]
+    cost = np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * ctx.links)) if ctx.kind == "FWD" else None
+    if ctx.kind == "BWD":
+        if s > 0:
+            xin = xin + ctx.n * costs.xin[s]
+        cost = np.maximum(np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * ctx.links)),
+                          (gp[ends] - gp[s]) / (ctx.d2h_Bps * ctx.links))
+    return cost
+
+
 _SEGMENT_PACKERS = {"greedy": greedy, "greedy-reverse": greedy_reverse, "balanced-memory": balanced_memory,
                     "balanced-time": balanced_time, "dp": dp}
 
@@ -218,6 +334,8 @@ def _run(costs, ctx, name, lo, hi):
 
 
 def _run_uncached(costs, ctx, name, lo, hi):
+    if name == "dp" and _waves(ctx):
+        return dp_waves(costs, ctx, lo, hi)
     if name in ("balanced-memory", "balanced-time"):
         s_min = len(greedy(costs, ctx, lo, hi))
         return _SEGMENT_PACKERS[name](costs, ctx, lo, hi, s_min)
@@ -248,6 +366,22 @@ def fwd_packings(costs: LayerCosts, ctx: PackContext, bwd_packs, packers=PACKERS
             if name == "reuse":
                 if all(costs.fits("FWD", s, e, ctx.u, ctx.n, ctx.cap) for s, e in segs):
                     out[name] = tuple(segs)
+                continue
+            if name == "dp" and _waves(ctx):
+                if segs:
+                    key = ("fwd-dp", ctx, tuple(segs))
+                    r = costs._task_cache.get(key)
+                    if r is None:
+                        try:
+                            r = tuple(dp_waves(costs, ctx, 0, segs[-1][1], stops=[s for s, _ in segs]))
+                        except PackingError as e:
+                            r = e
+                        costs._task_cache[key] = r
+                    if isinstance(r, PackingError):
+                        raise r
+                    out[name] = r
+                else:
+                    out[name] = ()
                 continue
             packs = []
             for lo, hi in segs:

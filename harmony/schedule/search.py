@@ -52,6 +52,7 @@ class SearchResult:
     def summary(self) -> dict:
         c = self.best.config
         return {"candidates": len(self.candidates), "search_time_s": self.search_time_s,
+                "search_cpu_s": self.space.get("search_cpu_s"),
                 "chosen": {"index": self.best.index, "mode": c.mode, "gpus": c.gpus, "ubatch_fwd": c.ubatch_fwd,
                            "ubatch_bwd": c.ubatch_bwd, "bwd_packer": self.best.bwd_packer,
                            "fwd_packer": self.best.fwd_packer, "num_bwd_packs": len(c.bwd_packs),
@@ -71,7 +72,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
            progress=None) -> SearchResult:
     """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if minibatch < gpus:
         raise ScheduleError(f"minibatch D={minibatch} is smaller than the number of GPUs N={gpus}: "
                             f"every GPU needs at least one sample; raise D or lower N")
@@ -136,6 +137,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         raise ScheduleError(f"no schedule fits: {why}")
     g = build_task_graph(best.config, L)
     best_sim = simulate(g, costs, params, cap, record=True)
+    space["search_cpu_s"] = time.process_time() - c0   # CPU time: robust to a loaded machine
     return SearchResult(best, best_sim, cands, time.perf_counter() - t0, space)
 
 

@@ -1,0 +1,131 @@
+"""`harmony schedule`: search the best schedule for a profiled model -> schedule.json (+ search.csv, trace).
+
+  harmony schedule profile.json --minibatch 64 --gpus 4 [--mode vPP|vDP|auto] [--gpu-memory 11GiB]
+      [--calibration calibration.json] [--model model.json] -o schedule.json
+      [--candidates search.csv] [--trace trace.json] [--ubatch-fwd U] [--ubatch-bwd U] [--pack-size P]
+
+The schedule embeds the model.json record. It is taken from --model, else from the profile's own
+`model_record` key if present, else from model.json next to the profile (same folder), else
+<profile stem without .profile>.model.json next to it. The calibration comes from --calibration, else
+calibration.json next to the profile; `--calibration analytic:paper` / `analytic:h100` use the ASSUMED
+presets of harmony.schedule.synthetic (recorded as such in the schedule).
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+from harmony.jsonio import read_json
+from harmony.profile_data import Calibration, Profile
+from harmony.units import format_bytes, parse_bytes
+
+
+def add_arguments(p):
+    p.add_argument("profile", help="profile.json from `harmony profile`")
+    p.add_argument("--minibatch", "-D", type=int, required=True, help="samples per iteration (all GPUs)")
+    p.add_argument("--gpus", "-N", type=int, required=True, help="GPUs (with --mode auto: at most this many)")
+    p.add_argument("--mode", default="vPP", choices=["vPP", "vDP", "auto"])
+    p.add_argument("--gpu-memory", default=None, help="per-GPU memory cap, e.g. 11GiB or 9e9 (default: none)")
+    p.add_argument("--calibration", default=None, help="calibration.json (or analytic:paper, analytic:h100)")
+    p.add_argument("--model", default=None, help="model.json (default: found next to the profile)")
+    p.add_argument("--host-link", choices=["shared", "per-gpu"], default=None,
+                   help="override the calibration: do the GPUs share one host link?")
+    p.add_argument("--ubatch-fwd", type=int, default=None, help="fix u_fwd")
+    p.add_argument("--ubatch-bwd", type=int, default=None, help="fix u_bwd")
+    p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
+                   "forward packs then reuse the backward ones")
+    p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
+    p.add_argument("-o", "--output", required=True, help="schedule.json to write")
+    p.add_argument("--candidates", default=None, help="CSV of every candidate with its simulated time")
+    p.add_argument("--trace", default=None, help="Chrome/Perfetto trace of the chosen schedule")
+
+
+def load_calibration(arg: str | None, profile_path: Path) -> tuple[dict, str]:
+    from harmony.schedule.synthetic import synthetic_calibration
+    if arg and arg.startswith("analytic:"):
+        return synthetic_calibration(arg.split(":", 1)[1]), arg
+    path = Path(arg) if arg else profile_path.parent / "calibration.json"
+    if not path.exists():
+        raise FileNotFoundError(f"no calibration: {path} does not exist; run `harmony calibrate` and pass "
+                                f"--calibration (or --calibration analytic:paper for assumed numbers)")
+    return Calibration.load(path).raw, str(path)
+
+
+def load_model_record(arg: str | None, profile_path: Path, profile_raw: dict) -> dict:
+    if arg:
+        return read_json(arg, kind="model")
+    if isinstance(profile_raw.get("model_record"), dict):
+        return profile_raw["model_record"]
+    stem = profile_path.name.removesuffix(".json").removesuffix(".profile")
+    for cand in (profile_path.parent / "model.json", profile_path.parent / f"{stem}.model.json"):
+        if cand.exists():
+            return read_json(cand, kind="model")
+    raise FileNotFoundError(f"no model.json for {profile_path}: pass --model (the schedule embeds it)")
+
+
+def prediction_record(graph, costs, params, cal: dict, sim, model_json: dict | None = None,
+                      precision: str = "fp32") -> dict:
+    from harmony.schedule.bound import physical_roofline, schedule_bound
+    b = schedule_bound(graph, costs, cal, host_link="shared" if params.shared_link else "per-gpu")
+    pred = {"iter_time_s": sim.iter_time_s, "bytes": sim.bytes, "peak_memory_bytes": sim.peak_memory_bytes,
+            "schedule_bound_s": b["schedule_bound_s"], "terms": b["terms"], "feasible": sim.feasible,
+            "iterations_simulated": len(sim.iteration_ends), "host_link_shared": params.shared_link,
+            "mb_pipeline": params.mb_pipeline}
+    if model_json is not None and precision in (cal.get("matmul_flops") or {}):
+        pred["physical_roofline"] = physical_roofline(model_json, graph, cal, precision,
+                                                      host_link="shared" if params.shared_link else "per-gpu")
+    return pred
+
+
+def write_candidates(path, cands) -> None:
+    rows = [c.row() for c in cands]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["index"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main(args) -> int:
+    from harmony.schedule.io import make_schedule_record, save_schedule
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.search import search
+    from harmony.schedule.simulate import SimParams
+    from harmony.schedule.trace import save_trace
+
+    ppath = Path(args.profile)
+    prof = Profile.load(ppath)
+    model_json = load_model_record(args.model, ppath, prof.raw)
+    if model_json["num_vlayers"] != prof.num_layers:
+        raise ValueError(f"{args.profile} has {prof.num_layers} vLayers but the model record has "
+                         f"{model_json['num_vlayers']}: profile and model.json are from different models")
+    cal, cal_src = load_calibration(args.calibration, ppath)
+    cap = parse_bytes(args.gpu_memory)
+    opt = (model_json.get("optimizer") or {}).get("kind", "adamw")
+    params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
+                                        task_overhead_s=args.task_overhead)
+    costs = LayerCosts(prof)
+    res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=cap,
+                 ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size)
+    from harmony.schedule.tasks import build_task_graph
+    graph = build_task_graph(res.best.config, costs.L)
+    precision = prof.raw.get("precision") or "fp32"
+    pred = prediction_record(graph, costs, params, cal, res.best_sim, model_json, precision)
+    srch = res.summary()
+    srch.update({"calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
+                 "candidates_csv": args.candidates})
+    rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
+                               search=srch)
+    save_schedule(args.output, rec)
+    if args.candidates:
+        write_candidates(args.candidates, res.candidates)
+    if args.trace:
+        save_trace(args.trace, res.best_sim, {"model": model_json["model"], "config": res.best.config.to_json()})
+    c = res.best.config
+    print(f"{model_json['model']}: {len(res.candidates)} candidates in {res.search_time_s:.3f} s; chosen "
+          f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
+          f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer}); predicted "
+          f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
+          f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap)})", file=sys.stderr)
+    return 0

@@ -433,6 +433,9 @@ class LayerSizes:
     grad_bytes: tuple[int, ...]           # dW per vLayer (trainable parameters only)
     input_bytes_per_sample: tuple[int, ...]
     output_bytes_per_sample: tuple[int, ...]
+    # per-sample bytes of the *gradients* of a vLayer's outputs: floating outputs only (labels and integer
+    # masks have none). None: same as output_bytes_per_sample (sizes built before this field existed).
+    grad_output_bytes_per_sample: tuple[int, ...] | None = None
 
     def weights(self, r: Range) -> int:
         return sum(self.weight_bytes[r[0]:r[1]])
@@ -467,7 +470,8 @@ def task_transfers(g: TaskGraph, t: Task, sizes: LayerSizes) -> list[Transfer]:
     if t.kind == "BWD" and t.grad_in is not None:
         gsrc = g.tasks[t.grad_in]
         if gsrc.rank != t.rank:
-            out.append(Transfer("p2p", n * sizes.output_bytes_per_sample[t.pack[1] - 1], gsrc.rank, t.rank, t.id))
+            gbytes = sizes.grad_output_bytes_per_sample or sizes.output_bytes_per_sample
+            out.append(Transfer("p2p", n * gbytes[t.pack[1] - 1], gsrc.rank, t.rank, t.id))
     if t.kind == "FWD" and t.stash_out:
         out.append(Transfer("d2h_act", n * sizes.output_bytes_per_sample[t.pack[1] - 1], t.rank, "host", t.id))
     if t.kind == "BWD":
@@ -499,7 +503,12 @@ def layer_sizes_from_model(model_json: dict) -> LayerSizes:
         grad_bytes=tuple(v.get("trainable_param_bytes", v["param_bytes"]) for v in vls),
         input_bytes_per_sample=tuple(sum(_spec_bytes(s) for s in v["inputs"]) for v in vls),
         output_bytes_per_sample=tuple(sum(_spec_bytes(s) for s in v["outputs"]) for v in vls),
+        grad_output_bytes_per_sample=tuple(sum(_spec_bytes(s) for s in v["outputs"] if s["dtype"] in _FLOAT_DTYPES)
+                                           for v in vls),
     )
+
+
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,

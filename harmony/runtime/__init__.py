@@ -1,0 +1,223 @@
+"""`harmony run`: execute a schedule (task graph) on N GPUs, or N CPU worker processes, and record it.
+
+    run_schedule(record, graph, iters=..., device="cpu"|"cuda", ...) -> summary record (+ run.jsonl)
+    train_with_schedule(record, graph, iters=...) -> (losses, trained parameters in model order)
+
+See docs/runtime.md. The modules: host_store (the one shared, pinned host arena for W, dW, K and stashes),
+transfer (copy streams, events, byte counters), worker (one process per GPU: the task interpreter),
+optim (per-pack CPU optimizer in threads), launch (spawn, supervise, tear down), cli.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from harmony.schedule.tasks import ScheduleError, TaskGraph
+
+__all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
+
+
+def validate_against_model(record: dict, graph: TaskGraph, device: str = "cpu"):
+    """Clear errors before any process starts: the schedule must fit the model it embeds, and the machine.
+    Returns (spec, layers on the meta device)."""
+    from harmony.decompose import spec_from_model_json
+    from harmony.runtime.worker import is_batch_dependent, is_stochastic
+
+    model = record["model"]
+    cfg = graph.config
+    spec = spec_from_model_json(model)
+    layers = spec.build("meta")
+    if len(layers) != model["num_vlayers"] or cfg.num_layers != len(layers):
+        raise ScheduleError(f"the schedule covers {cfg.num_layers} vLayers, model.json lists "
+                            f"{model['num_vlayers']} and {model['model']} builds {len(layers)}: "
+                            f"regenerate model.json and the schedule for this model")
+    for i, (layer, vl) in enumerate(zip(layers, model["vlayers"])):
+        pb = sum(p.numel() * p.element_size() for p in layer.parameters())
+        bb = sum(b.numel() * b.element_size() for b in layer.buffers())
+        if (pb, bb) != (vl["param_bytes"], vl["buffer_bytes"]):
+            raise ScheduleError(f"vLayer {i} of {model['model']} has {pb} parameter and {bb} buffer bytes but "
+                                f"the schedule's model.json says {vl['param_bytes']} and {vl['buffer_bytes']}: "
+                                f"the schedule was made for another model or version; regenerate it")
+    if cfg.ubatch_fwd != cfg.ubatch_bwd:
+        fwd_layers = {l for s, e in cfg.fwd_packs for l in range(s, e)}
+        bad = [i for i in sorted(fwd_layers) if is_stochastic(layers[i]) or is_batch_dependent(layers[i])]
+        if bad:
+            raise ScheduleError(
+                f"u_fwd={cfg.ubatch_fwd} != u_bwd={cfg.ubatch_bwd} but vLayers {bad[:5]} have dropout or "
+                f"BatchNorm: a recompute at another microbatch size cannot reproduce the forward (dropout masks "
+                f"and batch statistics are drawn per microbatch); use u_fwd == u_bwd, or turn dropout off")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ScheduleError("--device cuda but CUDA is not available here; use --device cpu")
+        if torch.cuda.device_count() < cfg.gpus:
+            raise ScheduleError(f"the schedule needs N={cfg.gpus} GPUs but {torch.cuda.device_count()} are visible")
+    elif device != "cpu":
+        raise ScheduleError(f"unknown device {device!r}: use cpu or cuda")
+    return spec, layers
+
+
+def _predictions(record: dict, graph: TaskGraph) -> dict:
+    """The schedule's own prediction (simulated time, bound, roofline), else the simulator's if present."""
+    pred = dict(record.get("prediction") or {})
+    out = {"predicted_iter_time_s": pred.get("iter_time_s"),
+           "schedule_bound_s": pred.get("schedule_bound_s"),
+           "roofline_s": pred.get("roofline_s") or (pred.get("terms") or {}).get("roofline_s"),
+           "prediction_terms": pred.get("terms")}
+    return out
+
+
+class Prepared:
+    """A validated schedule with its arena allocated and filled with the initial weights."""
+
+    def __init__(self, record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
+                 precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
+                 data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
+                 update_threads: int = 2):
+        from harmony.runtime.host_store import HostArena, plan_layout, check_fits
+
+        spec, self.meta_layers = validate_against_model(record, graph, device)
+        self.graph, self.device = graph, device
+        self.layout = plan_layout(self.meta_layers, graph, record["model"], spec.optimizer.state_tensors_per_param())
+        check_fits(self.layout)
+        self.arena = HostArena.create(self.layout)
+        init = spec.build("cpu", seed=seed)
+        self.arena.fill_weights(init)
+        del init
+        self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
+                    "arena_path": self.arena.path, "device": device, "precision": precision,
+                    "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
+                    "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads}
+        self.records = []
+
+    def on_iteration(self, writer=None):
+        from harmony.metrics import IterationRecord
+        D, device = self.graph.config.minibatch, self.device
+
+        def cb(m: dict) -> None:
+            b = m["bytes"]
+            rec = IterationRecord(
+                iteration=m["iteration"], time_s=m["time_s"], samples_per_s=D / m["time_s"] if m["time_s"] else 0.0,
+                loss=m["loss"], bytes_h2d=b["h2d_weights"] + b["h2d_act"], bytes_d2h=b["d2h_grads"] + b["d2h_act"],
+                bytes_p2p=b["p2p"], bytes_allreduce=b["allreduce"],
+                peak_allocated_bytes=m["peak_allocated"] if device == "cuda" else [],
+                peak_reserved_bytes=m["peak_reserved"] if device == "cuda" else [],
+                host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"])
+            self.records.append(rec)
+            if writer is not None:
+                writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"]})
+        return cb
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Current W of every parameter, in model order (copies)."""
+        from harmony.runtime.host_store import layer_slots
+        params = []
+        for i, layer in enumerate(self.meta_layers):
+            for (_, _, is_param, _), w in zip(layer_slots(layer), self.arena.weights(i)):
+                if is_param:
+                    params.append(w.clone())
+        return params
+
+    def close(self) -> None:
+        self.arena.close()
+
+
+def _execute(record: dict, graph: TaskGraph, *, writer=None, **kw):
+    from harmony.runtime.launch import launch
+    prep = Prepared(record, graph, **kw)
+    try:
+        outcome = launch(prep.job, graph.config.gpus, prep.on_iteration(writer))
+        outcome.records, outcome.layout = prep.records, prep.layout
+        return outcome
+    finally:
+        prep.close()
+
+
+def _rss() -> int:
+    import psutil
+    return psutil.Process().memory_info().rss
+
+
+def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
+                 precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
+                 output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
+                 timeout_s: float = 300.0, fault: dict | None = None) -> dict:
+    """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
+    summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
+    Failures inside the run give a summary with status oom/error/interrupted; a schedule that does not fit
+    the model, or a host too small for the arena, raise before anything starts."""
+    from harmony.jsonio import JsonlWriter
+    from harmony.metrics import env_record, make_summary
+    from harmony.runtime.host_store import HostMemoryError
+    from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
+
+    cfg = graph.config
+    writer = JsonlWriter(output) if output else None
+    env = env_record(device, precision, gpu_memory_cap)
+    status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
+    try:
+        try:
+            out = _execute(record, graph, iters=iters, device=device, data=data, precision=precision,
+                           gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
+                           timeout_s=timeout_s, fault=fault)
+            status, message, failure, records = out.status, out.message, out.failure, out.records
+            layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
+        except HostMemoryError as e:
+            status, message = "infeasible", str(e)
+            if writer is None:
+                raise
+        predicted_bytes = count_bytes(graph, layer_sizes_from_model(record["model"]))
+        summary = make_summary(
+            system=system, model=record["model"]["model"], mode=cfg.mode, gpus=cfg.gpus, minibatch=cfg.minibatch,
+            status=status, iterations=records, warmup=warmup, env=env, message=message,
+            **_predictions(record, graph),
+            ubatch_fwd=cfg.ubatch_fwd, ubatch_bwd=cfg.ubatch_bwd, bwd_packs=[list(p) for p in cfg.bwd_packs],
+            fwd_packs=[list(p) for p in cfg.fwd_packs], group_size=cfg.group_size, placement=cfg.placement,
+            precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
+            bytes_by_kind=_median_by_kind(merged, warmup), predicted_bytes=predicted_bytes,
+            host_arena_bytes=layout.total_bytes if layout else None,
+            host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,
+            failure={k: v for k, v in (failure or {}).items() if k != "traceback"} or None,
+            losses=[r.loss for r in records])
+        if writer is not None:
+            writer.write(summary)
+        return summary
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _median_by_kind(iterations: list[dict], warmup: int) -> dict | None:
+    """Per-kind bytes per iteration: medians over the steady-state iterations (warm-up excluded)."""
+    import statistics
+    steady = iterations[warmup:] if len(iterations) > warmup else iterations[-1:]
+    if not steady:
+        return None
+    return {k: int(statistics.median(m["bytes"][k] for m in steady)) for k in steady[0]["bytes"]}
+
+
+def train_with_schedule(record: dict, graph: TaskGraph, *, iters: int, **kw):
+    """For tests: run and return (losses, trained parameters in model order, per-iteration bytes by kind).
+    Raises RuntimeError if the run did not end ok."""
+    return train_many([(record, graph, dict(kw, iters=iters))])[0]
+
+
+def train_many(runs: list[tuple[dict, TaskGraph, dict]]):
+    """Several runs with the same N and device in one set of worker processes (start-up paid once).
+    Each run: (record, graph, keyword arguments of Prepared). Returns one (losses, params, bytes) per run."""
+    from harmony.runtime.launch import launch_many
+    preps = [Prepared(rec, g, **dict({"timeout_s": 120.0}, **kw)) for rec, g, kw in runs]
+    try:
+        Ns = {p.graph.config.gpus for p in preps}
+        if len(Ns) != 1:
+            raise ValueError(f"train_many needs runs with one N, got {sorted(Ns)}")
+        outs = launch_many([p.job for p in preps], Ns.pop(), [p.on_iteration() for p in preps])
+        results = []
+        for p, o in zip(preps, outs):
+            if o.status != "ok":
+                raise RuntimeError(f"run ended with status {o.status}: {o.message}")
+            results.append(([r.loss for r in p.records], p.parameters(), [dict(m["bytes"]) for m in o.iterations]))
+        return results
+    finally:
+        for p in preps:
+            p.close()

@@ -1,0 +1,211 @@
+"""The host arena: W (weights and buffers), dW, optimizer state K, stashed activations X and the
+cross-process flags, held ONCE in host memory and shared by every worker process.
+
+Storage is one anonymous memory file (memfd) that the launcher creates and every worker maps with
+`torch.from_file(/proc/<launcher pid>/fd/<fd>, shared=True)`. memfd pages are not limited by the size of
+/dev/shm (often 64 MiB in containers), unlike torch's `share_memory_()`. On CUDA each worker registers the
+mapping as pinned memory (`cudaHostRegister`), so every swap is a DMA copy at full PCIe speed; there is no
+per-worker pinned copy of the model (the original Harmony kept one per GPU: (N+1)x|W| host memory).
+
+Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
+  flags   int64[num_bwd_packs]  upd_done[p]   = iterations whose UPD of backward pack p has finished
+          int64[num_tasks]      stash_done[t] = iterations whose stash of FWD task t is in host memory
+  W       per vLayer, per parameter and buffer (model order)
+  dW      per vLayer, per trainable parameter
+  K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD: momentum)
+  X       per FWD task with stash_out, per output tensor: [samples, *per-sample shape]
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from harmony.units import format_bytes
+
+ALIGN = 64
+
+
+class HostMemoryError(RuntimeError):
+    """The arena does not fit host memory: refused before anything is allocated."""
+
+
+def layer_slots(layer: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tensor]]:
+    """(module, attribute, is_parameter, tensor) for every parameter then buffer of a vLayer, in the order
+    `layer.parameters()` / `layer.buffers()` yield them (shared tensors once)."""
+    out, seen = [], set()
+    for _, mod in layer.named_modules():
+        for name, p in mod._parameters.items():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out.append((mod, name, True, p))
+    for _, mod in layer.named_modules():
+        for name, b in mod._buffers.items():
+            if b is not None and id(b) not in seen:
+                seen.add(id(b))
+                out.append((mod, name, False, b))
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    offset: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+
+@dataclass
+class ArenaLayout:
+    total_bytes: int = 0
+    upd_flags: Entry | None = None
+    stash_flags: Entry | None = None
+    # per vLayer: list over slots of (W entry, dW entry or None, [K entries])
+    weights: list[list[tuple[Entry, Entry | None, list[Entry]]]] = field(default_factory=list)
+    stash: dict[int, list[Entry]] = field(default_factory=dict)     # FWD task id -> one entry per output
+    bytes_by_part: dict[str, int] = field(default_factory=dict)
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param: int) -> ArenaLayout:
+    """Offsets of everything in the arena (no allocation): layers may live on the meta device."""
+    lay = ArenaLayout()
+    pos = [0]
+    parts = {"flags": 0, "W": 0, "dW": 0, "K": 0, "X": 0}
+
+    def alloc(shape, dtype: str, part: str) -> Entry:
+        e = Entry(pos[0], tuple(int(s) for s in shape), dtype)
+        pos[0] += (e.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        parts[part] += e.nbytes
+        return e
+
+    lay.upd_flags = alloc((len(graph.config.bwd_packs),), "int64", "flags")
+    lay.stash_flags = alloc((len(graph.tasks),), "int64", "flags")
+    for layer in layers:
+        slots = []
+        for _, _, is_param, t in layer_slots(layer):
+            w = alloc(t.shape, _dtype_name(t.dtype), "W")
+            trainable = is_param and t.requires_grad
+            dw = alloc(t.shape, _dtype_name(t.dtype), "dW") if trainable else None
+            ks = [alloc(t.shape, _dtype_name(t.dtype), "K") for _ in range(state_per_param)] if trainable else []
+            slots.append((w, dw, ks))
+        lay.weights.append(slots)
+    vls = model_json["vlayers"]
+    for t in graph.tasks:
+        if t.kind == "FWD" and t.stash_out:
+            outs = vls[t.pack[1] - 1]["outputs"]
+            lay.stash[t.id] = [alloc((t.num_samples, *o["shape"]), o["dtype"], "X") for o in outs]
+    lay.total_bytes = pos[0]
+    lay.bytes_by_part = parts
+    return lay
+
+
+def host_available_bytes() -> int:
+    """Memory the arena may take: MemAvailable (HARMONY_HOST_MEMORY_BYTES overrides it, for tests)."""
+    override = os.environ.get("HARMONY_HOST_MEMORY_BYTES")
+    if override:
+        return int(float(override))
+    import psutil
+    return psutil.virtual_memory().available
+
+
+def check_fits(layout: ArenaLayout, reserve_bytes: int = 0) -> None:
+    """Refuse, with the numbers, when the arena (+ a reserve for the workers) does not fit host memory."""
+    need = layout.total_bytes + reserve_bytes
+    avail = host_available_bytes()
+    if need > avail:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in layout.bytes_by_part.items() if v)
+        raise HostMemoryError(
+            f"host memory too small: the run needs {need:,} bytes ({format_bytes(need)}: {parts}, "
+            f"worker reserve {format_bytes(reserve_bytes)}) but {avail:,} bytes ({format_bytes(avail)}) are "
+            f"available; use a smaller model or a machine with more host memory")
+
+
+class HostArena:
+    """One shared mapping holding the layout. Create in the launcher with `create`, map in workers with
+    `attach` (same path)."""
+
+    def __init__(self, layout: ArenaLayout, path: str, buf: torch.Tensor, fd: int | None = None):
+        self.layout, self.path, self.buf, self._fd = layout, path, buf, fd
+        self.pinned_bytes = 0
+        self._registered_ptr = None
+
+    @staticmethod
+    def create(layout: ArenaLayout) -> "HostArena":
+        check_fits(layout)
+        fd = os.memfd_create("harmony-arena")
+        size = max(layout.total_bytes, ALIGN)
+        os.ftruncate(fd, size)
+        path = f"/proc/{os.getpid()}/fd/{fd}"
+        buf = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+        return HostArena(layout, path, buf, fd)
+
+    @staticmethod
+    def attach(layout: ArenaLayout, path: str) -> "HostArena":
+        size = max(layout.total_bytes, ALIGN)
+        return HostArena(layout, path, torch.from_file(path, shared=True, size=size, dtype=torch.uint8))
+
+    def view(self, e: Entry) -> torch.Tensor:
+        return self.buf[e.offset:e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape)
+
+    # -- typed accessors -------------------------------------------------------------------------
+    def weights(self, layer: int) -> list[torch.Tensor]:
+        return [self.view(w) for w, _, _ in self.layout.weights[layer]]
+
+    def grads(self, layer: int) -> list[torch.Tensor | None]:
+        return [self.view(d) if d is not None else None for _, d, _ in self.layout.weights[layer]]
+
+    def state(self, layer: int) -> list[list[torch.Tensor]]:
+        return [[self.view(k) for k in ks] for _, _, ks in self.layout.weights[layer]]
+
+    def stash(self, task_id: int) -> list[torch.Tensor]:
+        return [self.view(e) for e in self.layout.stash[task_id]]
+
+    @property
+    def upd_done(self) -> torch.Tensor:
+        return self.view(self.layout.upd_flags)
+
+    @property
+    def stash_done(self) -> torch.Tensor:
+        return self.view(self.layout.stash_flags)
+
+    def fill_weights(self, layers: nn.ModuleList) -> None:
+        """Copy a freshly initialised chain into W (launcher, once)."""
+        for i, layer in enumerate(layers):
+            for dst, (_, _, _, src) in zip(self.weights(i), layer_slots(layer), strict=True):
+                dst.copy_(src.detach())
+
+    def pin(self) -> int:
+        """Register the mapping with CUDA (page-locked, DMA-able) in this process; returns pinned bytes."""
+        if self._registered_ptr is not None:
+            return self.pinned_bytes
+        cudart = torch.cuda.cudart()
+        ptr, size = self.buf.data_ptr(), self.buf.numel()
+        rc = cudart.cudaHostRegister(ptr, size, 0)
+        if int(getattr(rc, "value", rc)) != 0:
+            raise RuntimeError(f"cudaHostRegister of the {format_bytes(size)} host arena failed (error {rc}); "
+                               f"check the memlock limit (ulimit -l)")
+        self._registered_ptr, self.pinned_bytes = ptr, size
+        return size
+
+    def unpin(self) -> None:
+        if self._registered_ptr is not None:
+            torch.cuda.cudart().cudaHostUnregister(self._registered_ptr)
+            self._registered_ptr, self.pinned_bytes = None, 0
+
+    def close(self) -> None:
+        self.buf = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,158 @@
+"""Start N worker processes on one host, supervise them, and end them all, whatever happens.
+
+The launcher (the process that calls `run_schedule`) owns the host arena and never touches CUDA. It
+spawns one worker per GPU (torch.multiprocessing, start method 'spawn'), which rendezvous over TCP on
+localhost (gloo on CPU, NCCL on CUDA) and report through one queue: `ready`, one `iteration` record per
+rank and iteration, then `done` or `error` (with the failing task, its microbatch and the GPU memory).
+On the first error, a worker that dies without a word (crash, kill), no progress for `timeout_s`, or
+Ctrl-C, the launcher terminates every worker (SIGTERM, then SIGKILL after a grace period) and returns
+what it has, marked; collectives in the workers have timeouts too, so no process is left waiting.
+"""
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from dataclasses import dataclass, field
+
+import torch.multiprocessing as mp
+
+
+@dataclass
+class Outcome:
+    status: str = "ok"                       # ok | oom | error | interrupted
+    message: str | None = None
+    failure: dict | None = None
+    iterations: list[dict] = field(default_factory=list)   # merged over ranks, in order
+    pinned_bytes: int = 0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def merge_iteration(parts: dict[int, dict]) -> dict:
+    ranks = sorted(parts)
+    by_kind: dict[str, int] = {}
+    for r in ranks:
+        for k, v in parts[r]["bytes"].items():
+            by_kind[k] = by_kind.get(k, 0) + v
+    return {
+        "iteration": parts[ranks[0]]["iteration"],
+        "time_s": max(parts[r]["time_s"] for r in ranks),
+        "rank_time_s": [parts[r]["time_s"] for r in ranks],
+        "loss": sum(parts[r]["loss_part"] for r in ranks),
+        "bytes": by_kind,
+        "peak_allocated": [parts[r]["peak_allocated"] for r in ranks],
+        "peak_reserved": [parts[r]["peak_reserved"] for r in ranks],
+        "rss": sum(parts[r]["rss"] for r in ranks),
+        "pinned": max(parts[r]["pinned"] for r in ranks),
+    }
+
+
+def _end_all(procs, grace_s: float = 5.0) -> None:
+    procs = [p for p in procs if p.pid is not None]      # started ones
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def launch(job: dict, nprocs: int, on_iteration=None) -> Outcome:
+    """Run `job` on `nprocs` worker processes. `on_iteration(merged)` is called as each iteration completes
+    on every rank (the run record is written there, so a crash keeps it)."""
+    return launch_many([job], nprocs, [on_iteration])[0]
+
+
+def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None) -> list[Outcome]:
+    """Run several jobs (same N and device) one after another in ONE set of worker processes: what tests
+    use to pay process start-up and process-group set-up once. After a failed job the rest are not run."""
+    from harmony.runtime.worker import worker_main
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    init = f"tcp://127.0.0.1:{free_port()}"
+    jobs = [dict(j, init_method=init) for j in jobs]
+    callbacks = on_iteration or [None] * len(jobs)
+    timeout = max(float(j.get("timeout_s", 300)) for j in jobs)
+    procs = [ctx.Process(target=worker_main, args=(r, jobs, results), name=f"harmony-worker-{r}")
+             for r in range(nprocs)]
+    outs = [Outcome() for _ in jobs]
+    pending: dict[tuple[int, int], dict[int, dict]] = {}
+    done: dict[int, set[int]] = {j: set() for j in range(len(jobs))}
+    last_progress = time.monotonic()
+    dead_since: dict[int, float] = {}
+    current = 0
+
+    def fail_rest(j: int) -> None:
+        for k in range(j + 1, len(jobs)):
+            outs[k].status, outs[k].message = "error", f"not run: job {j} of the same launch failed"
+    try:
+        for p in procs:
+            p.start()
+        while current < len(jobs):
+            out = outs[current]
+            try:
+                kind, rank, ji, payload = results.get(timeout=0.2)
+            except queue.Empty:
+                now = time.monotonic()
+                for r, p in enumerate(procs):
+                    if p.exitcode is not None and not (p.exitcode == 0 and current >= len(jobs)):
+                        dead_since.setdefault(r, now)     # let its last message arrive through the queue
+                        if now - dead_since[r] > 2.0:
+                            out.status = "error"
+                            out.message = f"worker {r} exited with code {p.exitcode} without a report"
+                            out.failure = {"rank": r, "exitcode": p.exitcode}
+                            fail_rest(current)
+                            return outs
+                if now - last_progress > timeout + 30:
+                    out.status, out.message = "error", f"no progress from the workers for {timeout + 30:.0f} s"
+                    fail_rest(current)
+                    return outs
+                continue
+            last_progress = time.monotonic()
+            out = outs[ji]
+            if kind == "ready":
+                out.pinned_bytes = max(out.pinned_bytes, payload.get("pinned_bytes", 0))
+            elif kind == "iteration":
+                it = payload["iteration"]
+                pending.setdefault((ji, it), {})[rank] = payload
+                if len(pending[(ji, it)]) == nprocs:
+                    merged = merge_iteration(pending.pop((ji, it)))
+                    out.iterations.append(merged)
+                    if callbacks[ji] is not None:
+                        callbacks[ji](merged)
+            elif kind == "done":
+                done[ji].add(rank)
+                while current < len(jobs) and len(done[current]) == nprocs:
+                    current += 1
+            elif kind == "error":
+                out.status = "oom" if payload.get("oom") else "error"
+                where = (f" in task {payload['task']} ({payload['kind']} of layers {payload['pack']}, "
+                         f"u={payload['ubatch']}, samples {payload['microbatch']})" if "task" in payload else "")
+                mem = (f"; GPU memory allocated {payload['allocated_bytes']:,} B, reserved "
+                       f"{payload['reserved_bytes']:,} B, cap {payload.get('gpu_memory_cap')}"
+                       if "allocated_bytes" in payload else "")
+                out.message = f"rank {rank}{where}: {payload['message']}{mem}"
+                out.failure = payload
+                fail_rest(ji)
+                return outs
+        return outs
+    except KeyboardInterrupt:
+        outs[current].status = "interrupted"
+        outs[current].message = "interrupted (Ctrl-C): all workers ended"
+        for k in range(current + 1, len(jobs)):
+            outs[k].status, outs[k].message = "interrupted", "not run: interrupted"
+        return outs
+    finally:
+        ok = all(o.status == "ok" for o in outs)
+        _end_all(procs, grace_s=10.0 if ok else 0.5)
+        results.close()

@@ -1,0 +1,512 @@
+"""One worker process per GPU (or per CPU "device"): executes its rank's tasks of the task graph, in global
+order, every iteration.
+
+Per compute task (FWD/BWD) the worker
+  1. makes the task's weights resident: the layers in `load_layers` were prefetched from the arena on the
+     host->device copy stream while the previous task computed (two weight sets live at most: the current
+     task's and the next one's); the rest of the pack was kept by the previous task (`keep_layers`);
+  2. gets its input: the minibatch slice (H2D), the producer's output (same rank: the tensor itself;
+     other rank: torch.distributed recv), or its stash (H2D from the arena, written by the producing FWD);
+  3. runs all its microbatches back to back: FWD without autograd at u_fwd; BWD recomputes its pack at
+     u_bwd from the input and back-propagates (the loss pack weights its microbatch i by u_i/D);
+     layers with dropout get a per-(iteration, layer, first sample) seed, so recompute replays the
+     forward's masks;
+  4. ships its results: outputs to the consumer's rank, stash to the arena (D2H, async), input
+     gradients to the previous BWD's rank; accumulated weight gradients are all-reduced (vDP) and leave
+     for the arena once (D2H), where the pack's UPD (a CPU thread) updates W as soon as they land;
+  5. issues the prefetch of the next task's weights (and stash) and releases the layers it does not keep.
+A layer's weights for iteration k+1 are loaded only after the UPD of its pack in iteration k published
+`upd_done`. Every wait on another process has a timeout, so a dead peer ends the run instead of hanging it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from harmony.runtime.host_store import HostArena, layer_slots
+from harmony.runtime.optim import PackUpdater
+from harmony.runtime.transfer import Copier, Counters
+
+
+def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
+    """The RNG seed of vLayer `layer` on the microbatch starting at global sample `first_sample`."""
+    h = hashlib.blake2b(f"{seed}:{iteration}:{layer}:{first_sample}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") & ((1 << 63) - 1)
+
+
+def is_stochastic(layer: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in layer.modules())
+
+
+def is_batch_dependent(layer: nn.Module) -> bool:
+    """The forward of one sample depends on the others of its microbatch (BatchNorm in training)."""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in layer.modules())
+
+
+_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class TaskFailure(RuntimeError):
+    def __init__(self, info: dict):
+        super().__init__(info.get("message", "task failed"))
+        self.info = info
+
+
+class Worker:
+    def __init__(self, rank: int, job: dict, results):
+        self.rank, self.job, self.results = rank, job, results
+        self.timeout = float(job.get("timeout_s", 300))
+
+    # ------------------------------------------------------------------------------------------
+    # setup
+    # ------------------------------------------------------------------------------------------
+    def setup(self):
+        from harmony.decompose import spec_from_model_json
+        from harmony.data import load_batches
+        from harmony.gpumem import apply_memory_cap, set_precision
+        from harmony.runtime.host_store import ArenaLayout  # noqa: F401 (pickled layout type)
+        from harmony.schedule.tasks import TaskGraph
+
+        job = self.job
+        self.graph = TaskGraph.from_json(job["graph"])
+        self.cfg = self.graph.config
+        self.N = self.cfg.gpus
+        dev = job["device"]
+        if dev == "cuda":
+            torch.cuda.set_device(self.rank)
+            self.device = torch.device("cuda", self.rank)
+        else:
+            self.device = torch.device("cpu")
+        torch.set_num_threads(max(1, job.get("threads_per_worker") or (os.cpu_count() or 1) // self.N))
+        self.precision = job["precision"]
+        set_precision(self.precision)
+        self.cap_record = apply_memory_cap(self.device, job.get("gpu_memory_cap"))
+        self.ctrl = _CTRL.get("group")
+        self.spec = spec_from_model_json(job["model"])
+        self.layers = self.spec.build("meta")
+        self.layers.train()
+        self.slots = [layer_slots(l) for l in self.layers]
+        self.stochastic = {i for i, l in enumerate(self.layers) if is_stochastic(l)}
+        self.arena = HostArena.attach(job["layout"], job["arena_path"])
+        self.pinned = self.arena.pin() if self.device.type == "cuda" else 0
+        self.counters = Counters()
+        self.copier = Copier(self.device, self.counters)
+        self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
+                                   threads=job.get("update_threads", 2))
+        self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}
+        self.batches = load_batches(self.spec, job["data"], self.cfg.minibatch, job["iters"], job["data_seed"])
+        if self.device.type == "cuda":
+            self.batches = [tuple(t.pin_memory() for t in b) for b in self.batches]
+        self.tasks = self.graph.rank_tasks(self.rank)
+        self.compute_tasks = [t for t in self.tasks if t.kind != "UPD"]
+        self.vls = job["model"]["vlayers"]
+        # consumers: FWD output -> task consuming it through ("task", id); BWD -> task with grad_in == id
+        self.act_consumer, self.grad_consumer = {}, {}
+        for t in self.graph.tasks:
+            if t.kind in ("FWD", "BWD") and t.act_in[0] == "task":
+                self.act_consumer[t.act_in[1]] = t
+            if t.kind == "BWD" and t.grad_in is not None:
+                self.grad_consumer[t.grad_in] = t
+        self.fault = job.get("fault") or {}
+
+    # ------------------------------------------------------------------------------------------
+    # weights
+    # ------------------------------------------------------------------------------------------
+    def _wait_flag(self, flags: torch.Tensor, idx: int, value: int, what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        delay = 2e-5
+        while int(flags[idx]) < value:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank}: timed out after {self.timeout:.0f} s waiting for {what}")
+            time.sleep(delay)
+            delay = min(delay * 2, 2e-3)
+
+    def _packs_of(self, layers: range) -> set[int]:
+        return {i for i, (s, e) in enumerate(self.cfg.bwd_packs) if s < layers.stop and layers.start < e}
+
+    def prefetch(self, t, it: int) -> dict:
+        """Issue the H2D copies of task t's `load_layers` (after their packs' UPD of the previous iteration)
+        and of its stash input. Returns {layer: (tensors, event)}, plus the stash under key 'stash'."""
+        lo, hi = t.load_layers
+        out = {}
+        for pi in self._packs_of(range(lo, hi)):
+            self._wait_flag(self.arena.upd_done, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
+        for layer in range(lo, hi):
+            out[layer] = self.copier.h2d(self.arena.weights(layer), "h2d_weights")
+        if t.act_in[0] == "stash":
+            src = t.act_in[1]
+            if src in self.stash_events:      # produced on this rank: order by event, no host wait
+                ev = self.stash_events.pop(src)
+                if ev is not None:
+                    self.copier.h2d_stream.wait_event(ev)
+            else:
+                self._wait_flag(self.arena.stash_done, src, it + 1, f"the stash of task {src}")
+            out["stash"] = self.copier.h2d(self.arena.stash(src), "h2d_act")
+        return out
+
+    def install(self, t, fetched: dict) -> None:
+        """Put the task's weights into the modules: prefetched layers, plus those kept by the previous task."""
+        for layer in range(*t.pack):
+            if layer in fetched:
+                tensors, ev = fetched[layer]
+                self.copier.ready(tensors, ev)
+                self.resident[layer] = tensors
+            elif layer not in self.resident:
+                raise RuntimeError(f"task {t.id}: layer {layer} is neither loaded nor kept (schedule bug)")
+            for (mod, name, is_param, meta), tensor in zip(self.slots[layer], self.resident[layer]):
+                if is_param:
+                    mod._parameters[name] = nn.Parameter(tensor, requires_grad=meta.requires_grad)
+                else:
+                    mod._buffers[name] = tensor
+
+    def release(self, t) -> None:
+        keep = range(*t.keep_layers)
+        for layer in list(self.resident):
+            if layer not in keep:
+                del self.resident[layer]
+                for mod, name, is_param, meta in self.slots[layer]:
+                    (mod._parameters if is_param else mod._buffers)[name] = meta
+
+    # ------------------------------------------------------------------------------------------
+    # activations
+    # ------------------------------------------------------------------------------------------
+    def _specs(self, layer_out: int, floating_only: bool = False):
+        specs = self.vls[layer_out]["outputs"]
+        out = [(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in specs]
+        return [s for s in out if s[1] in _FLOAT] if floating_only else out
+
+    def _recv(self, specs, n: int, src: int, tag: int) -> list[torch.Tensor]:
+        bufs = [torch.empty((n, *shape), dtype=dt, device=self.device) for shape, dt in specs]
+        for b in bufs:
+            w = dist.irecv(b, src=src, tag=tag) if self.device.type == "cpu" else dist.irecv(b, src=src)
+            w.wait()
+        return bufs
+
+    def _send(self, tensors, dst: int, tag: int) -> None:
+        for x in tensors:
+            x = x.contiguous()
+            self.counters.add("p2p", x.numel() * x.element_size())
+            w = dist.isend(x, dst=dst, tag=tag) if self.device.type == "cpu" else dist.isend(x, dst=dst)
+            self.sends.append((w, x))
+
+    def get_input(self, t, it: int, fetched: dict) -> list[torch.Tensor]:
+        kind, src = t.act_in
+        n = t.num_samples
+        if kind == "data":
+            lo, hi = t.samples
+            xs, ev = self.copier.h2d([x[lo:hi] for x in self.batches[it]], "h2d_act")
+            self.copier.ready(xs, ev)
+            return xs
+        if kind == "stash":
+            xs, ev = fetched["stash"]
+            self.copier.ready(xs, ev)
+            return xs
+        producer = self.graph.tasks[src]
+        if producer.rank == self.rank:
+            return self.acts.pop(src)
+        return self._recv(self._specs(t.pack[0] - 1), n, producer.rank, tag=2 * src)
+
+    def get_grad(self, t) -> list[torch.Tensor]:
+        producer = self.graph.tasks[t.grad_in]
+        if producer.rank == self.rank:
+            return self.grads_out.pop(t.grad_in)
+        return self._recv(self._specs(t.pack[1] - 1, floating_only=True), t.num_samples, producer.rank,
+                          tag=2 * t.grad_in + 1)
+
+    def _run_layers(self, t, xs, it: int, first_sample: int):
+        for layer in range(*t.pack):
+            if layer in self.stochastic:
+                torch.manual_seed(dropout_seed(self.job["seed"], it, layer, first_sample))
+            xs = self.layers[layer](*xs)
+        return xs
+
+    # ------------------------------------------------------------------------------------------
+    # tasks
+    # ------------------------------------------------------------------------------------------
+    def run_fwd(self, t, it: int, fetched: dict) -> None:
+        from harmony.gpumem import autocast
+        xs_full = self.get_input(t, it, fetched)
+        s0, n = t.samples[0], t.num_samples
+        specs = self._specs(t.pack[1] - 1)
+        outs = None
+        mbs = t.microbatches()
+        for lo, hi in mbs:
+            self.current = (t, lo, hi)
+            self._fault_point(t, it)
+            xs = tuple(x[lo - s0:hi - s0] for x in xs_full)
+            with torch.no_grad(), autocast(self.device, self.precision):
+                ys = self._run_layers(t, xs, it, lo)
+            ys = [y.to(dt) for y, (_, dt) in zip(ys, specs)]
+            if len(mbs) == 1:
+                outs = ys
+            else:
+                if outs is None:
+                    outs = [torch.empty((n, *y.shape[1:]), dtype=y.dtype, device=self.device) for y in ys]
+                for o, y in zip(outs, ys):
+                    o[lo - s0:hi - s0].copy_(y)
+        del xs_full
+        if t.stash_out:
+            ev = self.copier.d2h(self.arena.stash(t.id), outs, "d2h_act")
+            consumer_remote = any(c.act_in == ("stash", t.id) and c.rank != self.rank for c in self.graph.tasks)
+            if not consumer_remote:
+                self.stash_events[t.id] = ev
+            if ev is None:
+                self.arena.stash_done[t.id] = it + 1
+            else:
+                flags, tid, val = self.arena.stash_done, t.id, it + 1
+
+                def publish(ev=ev):
+                    ev.synchronize()
+                    flags[tid] = val
+                self.updater.run_in_signal_thread(publish)
+        consumer = self.act_consumer.get(t.id)
+        if consumer is not None:
+            if consumer.rank == self.rank:
+                self.acts[t.id] = outs
+            else:
+                self._send(outs, consumer.rank, tag=2 * t.id)
+
+    def run_bwd(self, t, it: int, fetched: dict) -> None:
+        from harmony.gpumem import autocast
+        xs_full = self.get_input(t, it, fetched)
+        gs_full = self.get_grad(t) if t.grad_in is not None else None
+        is_loss = t.pack[1] == self.cfg.num_layers
+        s0, n, D = t.samples[0], t.num_samples, self.cfg.minibatch
+        grad_consumer = self.grad_consumer.get(t.id)
+        need_in_grad = grad_consumer is not None
+        in_float = [x.dtype in _FLOAT for x in xs_full]
+        out_float = [dt in _FLOAT for _, dt in self._specs(t.pack[1] - 1)]
+        gin = ([torch.zeros_like(x) for x, f in zip(xs_full, in_float) if f] if need_in_grad else None)
+        for lo, hi in t.microbatches():
+            self.current = (t, lo, hi)
+            self._fault_point(t, it)
+            sl = slice(lo - s0, hi - s0)
+            xs = tuple(x[sl].detach().requires_grad_(need_in_grad and f) for x, f in zip(xs_full, in_float))
+            with torch.enable_grad():
+                with autocast(self.device, self.precision):
+                    ys = self._run_layers(t, xs, it, lo)
+                if is_loss:
+                    loss = ys[0].float()
+                    (loss * ((hi - lo) / D)).backward()
+                    self.loss_acc = self.loss_acc + loss.detach() * ((hi - lo) / D)
+                else:
+                    yf = [y for y, f in zip(ys, out_float) if f]
+                    pairs = [(y, g[sl]) for y, g in zip(yf, gs_full) if y.requires_grad]
+                    if pairs:
+                        torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
+            if need_in_grad:
+                for buf, x in zip(gin, [x for x, f in zip(xs, in_float) if f]):
+                    if x.grad is not None:
+                        buf[sl].copy_(x.grad)
+            del xs, ys
+        del xs_full, gs_full
+        self._finish_grads(t, it)
+        if need_in_grad:
+            if grad_consumer.rank == self.rank:
+                self.grads_out[t.id] = gin
+            else:
+                self._send(gin, grad_consumer.rank, tag=2 * t.id + 1)
+
+    def _finish_grads(self, t, it: int) -> None:
+        """All-reduce (vDP) and send the task's accumulated weight gradients to the arena, once."""
+        params, dsts, missing, idx = [], [], set(), 0
+        for layer in range(*t.pack):
+            for (mod, name, is_param, meta), dw in zip(self.slots[layer], self.arena.grads(layer)):
+                if dw is None:
+                    continue
+                p = mod._parameters[name]
+                if p.grad is None:
+                    missing.add(idx)
+                    p.grad = torch.zeros_like(p)
+                params.append(p)
+                dsts.append(dw)
+                idx += 1
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        if t.allreduce:
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.counters.add("allreduce", 2 * (self.N - 1) * flat.numel() * flat.element_size() // self.N)
+            dist.all_reduce(flat)
+            grads = list(torch.split(flat, [g.numel() for g in grads]))
+            grads = [g.view(p.shape) for g, p in zip(grads, params)]
+            missing = set()       # another rank may have had a gradient: the reduced sum is the gradient
+        if t.grad_to_host:
+            pi = self.pack_index[t.pack]
+            if t.grad_accumulate:
+                staged = self.copier.staging(grads) if self.copier.cuda else None
+                if staged is None:            # CPU: add directly into dW (counted as the D2H it stands for)
+                    self.counters.add("d2h_grads", sum(g.numel() * g.element_size() for g in grads))
+                    for d, g in zip(dsts, grads):
+                        d.add_(g)
+                    self.updater.grads_arriving(pi, None)
+                else:
+                    ev = self.copier.d2h(staged, grads, "d2h_grads")
+                    self.updater.grads_arriving(pi, ev, add_into=dsts, staged=staged)
+            else:
+                ev = self.copier.d2h(dsts, grads, "d2h_grads")
+                self.updater.grads_arriving(pi, ev, missing=missing)
+        for p in params:
+            p.grad = None
+
+    def run_upd(self, t, it: int) -> None:
+        self.updater.submit(self.pack_index[t.pack], it)
+
+    # ------------------------------------------------------------------------------------------
+    # fault injection (tests of the failure paths): job["fault"] = {"kind": "oom"|"crash"|"slow", ...}
+    # ------------------------------------------------------------------------------------------
+    def _fault_point(self, t, it: int) -> None:
+        f = self.fault
+        if not f:
+            return
+        if f.get("kind") == "slow":
+            time.sleep(float(f.get("seconds", 0.2)))
+            return
+        if f.get("rank", self.rank) != self.rank or f.get("task", t.id) != t.id or f.get("iteration", it) != it:
+            return
+        if f["kind"] == "oom":
+            raise torch.OutOfMemoryError(f"injected out-of-memory in task {t.id}")
+        if f["kind"] == "crash":
+            os._exit(17)
+
+    # ------------------------------------------------------------------------------------------
+    # the loop
+    # ------------------------------------------------------------------------------------------
+    def _barrier(self) -> None:
+        if self.N > 1:
+            dist.barrier(group=self.ctrl) if self.ctrl is not None else dist.barrier()
+
+    def _memory(self) -> tuple[int, int]:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device), torch.cuda.max_memory_reserved(self.device)
+        return 0, 0
+
+    def run(self) -> None:
+        import psutil
+        proc = psutil.Process()
+        self.resident: dict[int, list[torch.Tensor]] = {}
+        self.acts, self.grads_out, self.stash_events = {}, {}, {}
+        self.sends = []
+        self.current = None
+        self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned}))
+        self._barrier()
+        for it in range(self.job["iters"]):
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+            t0 = time.perf_counter()
+            self.loss_acc = torch.zeros((), device=self.device)
+            fetched = self.prefetch(self.compute_tasks[0], it) if self.compute_tasks else {}
+            k = 0
+            for t in self.tasks:
+                if t.kind == "UPD":
+                    self.run_upd(t, it)
+                    continue
+                self.install(t, fetched)
+                (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
+                k += 1
+                nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
+                fetched = self.prefetch(nxt, it) if nxt is not None else {}
+                self.release(t)
+            self.current = None
+            for w, _ in self.sends:
+                w.wait()
+            self.copier.synchronize()
+            self.sends = []
+            self.updater.wait_all()
+            loss = float(self.loss_acc)
+            dt = time.perf_counter() - t0
+            alloc, reserved = self._memory()
+            self.results.put(("iteration", self.rank, {
+                "iteration": it, "time_s": dt, "loss_part": loss, "bytes": self.counters.take(),
+                "peak_allocated": alloc, "peak_reserved": reserved, "rss": proc.memory_info().rss,
+                "pinned": self.pinned}))
+            self._barrier()
+
+    def failure_info(self, e: BaseException) -> dict:
+        from harmony.gpumem import is_oom
+        info = {"message": f"{type(e).__name__}: {e}", "oom": is_oom(e), "rank": self.rank,
+                "traceback": traceback.format_exc(limit=20)}
+        cur = getattr(self, "current", None)
+        if cur is not None:
+            t, lo, hi = cur
+            info.update(task=t.id, kind=t.kind, pack=list(t.pack), ubatch=t.ubatch, microbatch=[lo, hi])
+        if getattr(self, "device", None) is not None and self.device.type == "cuda":
+            info.update(allocated_bytes=torch.cuda.memory_allocated(self.device),
+                        reserved_bytes=torch.cuda.memory_reserved(self.device),
+                        max_allocated_bytes=torch.cuda.max_memory_allocated(self.device),
+                        gpu_memory_cap=self.job.get("gpu_memory_cap"))
+        return info
+
+
+_CTRL: dict = {}
+
+
+class _Tagged:
+    """The results queue, with every message tagged by the index of the job it belongs to."""
+
+    def __init__(self, q, job_index: int):
+        self.q, self.ji = q, job_index
+
+    def put(self, msg) -> None:
+        kind, rank, payload = msg
+        self.q.put((kind, rank, self.ji, payload))
+
+
+def _init_distributed(rank: int, job: dict) -> None:
+    N = job["graph"]["config"]["gpus"]
+    if N <= 1:
+        return
+    cuda = job["device"] == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    backend = "nccl" if cuda else "gloo"
+    kw = {"device_id": torch.device("cuda", rank)} if cuda else {}
+    dist.init_process_group(backend, init_method=job["init_method"], rank=rank, world_size=N,
+                            timeout=timedelta(seconds=float(job.get("timeout_s", 300))), **kw)
+    _CTRL["group"] = dist.new_group(backend="gloo") if cuda else None
+
+
+def worker_main(rank: int, jobs: list[dict], results) -> None:
+    """Entry point of a spawned worker process: runs the jobs (same N and device) one after the other."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)     # the launcher handles Ctrl-C and ends us
+    code = 0
+    w = None
+    try:
+        _init_distributed(rank, jobs[0])
+    except BaseException as e:  # noqa: BLE001
+        results.put(("error", rank, 0, {"message": f"process group: {type(e).__name__}: {e}", "oom": False,
+                                        "rank": rank, "traceback": traceback.format_exc(limit=20)}))
+        os._exit(1)
+    for ji, job in enumerate(jobs):
+        w = Worker(rank, job, _Tagged(results, ji))
+        try:
+            w.setup()
+            w.run()
+            w.results.put(("done", rank, {}))
+        except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher, then we exit
+            w.results.put(("error", rank, w.failure_info(e)))
+            code = 1
+        finally:
+            try:
+                if getattr(w, "updater", None) is not None:
+                    w.updater.close()
+                if getattr(w, "arena", None) is not None:
+                    w.arena.unpin()
+            except BaseException:  # noqa: BLE001
+                pass
+        if code:
+            break
+    if code == 0 and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code) if code else None

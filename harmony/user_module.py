@@ -6,8 +6,8 @@ nn.Module (a Module subclass or a factory function; an nn.Module instance is tak
 Splitting. The module is traced with torch.fx, treating each *boundary* submodule as one opaque call
 (so its own internals need not be traceable). Boundaries default to every top-level child module; the user
 may list submodule names instead (`--split-at layer1,layer2.0,head`; nested names are fine). Each boundary
-call starts a new vLayer; operations before the first boundary join the first vLayer, operations after the
-last join the last. vLayer i is a GraphModule holding exactly the graph nodes of its segment, in the
+call starts a new vLayer; operations before the first boundary, if any, form a vLayer of their own (kind
+'user.prologue'); operations after the last boundary join the last vLayer. vLayer i is a GraphModule holding exactly the graph nodes of its segment, in the
 original order, on the original's submodules, so the chain computes bit for bit the original output.
 
 Threading. vLayer i takes the values that are live at its start (computed earlier, used at i or later)
@@ -42,11 +42,12 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec
+from harmony.models.base import ModelSpec, TensorSpec, run_chain
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
 LOSSES = ("cross_entropy", "mse")
+PROLOGUE = "<before the first boundary>"
 RESERVED = ("loss",)
 
 
@@ -191,9 +192,11 @@ def split_module(module: nn.Module, split_at=None) -> list[FxVLayer]:
                 raise ValueError(f"boundary submodule {n.target!r} is called more than once in forward; its "
                                  f"parameters would be in two vLayers")
             seen.add(n.target)
-            if starts:  # the first boundary joins the ops before it
+            if starts:
                 cur += 1
             starts.append(n.target)
+        elif not starts and n.op in ("call_module", "call_function", "call_method"):
+            starts.append(PROLOGUE)  # operations before the first boundary form a vLayer of their own
         stage[n] = cur
     missing = [b for b in bounds if b not in seen]
     if missing:
@@ -244,7 +247,8 @@ def split_module(module: nn.Module, split_at=None) -> list[FxVLayer]:
             g.output(tuple(env[n] for n in live_at_start(s + 1)))
         g.lint()
         sub = fx.GraphModule(gm, g, f"{type(module).__name__}_vlayer{s}")
-        vlayers.append(FxVLayer(sub, len(live_in), s, starts[s], type(gm.get_submodule(starts[s])).__name__))
+        cls = "prologue" if starts[s] == PROLOGUE else type(gm.get_submodule(starts[s])).__name__
+        vlayers.append(FxVLayer(sub, len(live_in), s, starts[s], cls))
     # Every parameter and buffer must belong to one vLayer (the runtime swaps and updates them per vLayer).
     owner = {}
     for v in vlayers:
@@ -386,7 +390,17 @@ def resolve_user_module(name: str, overrides: dict | None, split_at=None, exampl
         with torch.device("meta"):   # no memory for the weights
             example_input = getattr(instantiate(name, overrides), "example_input", None)
     spec = UserModuleSpec(name, overrides, split_at=split_at, example_input=example_input, loss=loss)
-    spec.build("meta")  # fail now, with a clear message, if it cannot be traced or split
+    # Fail now, with a clear message, if it cannot be traced, split, or run as a chain (on meta tensors).
+    layers = spec.build("meta")
+    x = tuple(torch.empty((2, *s.shape), dtype=s.torch_dtype, device="meta") for s in spec.input_specs())
+    try:
+        with torch.no_grad():
+            run_chain(layers, x)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"running the chain of {name} on meta tensors failed (decompose runs it on the meta "
+                         f"device, so it must not read tensor values): {type(e).__name__}: {e}") from e
     source = {"kind": "module", "name": name, "overrides": {**overrides, "loss": loss},
               "split_at": split_at, "example_input": example_input}
     return spec, source

@@ -11,7 +11,8 @@ Heads (config `head`):
 - "mlm": pre-training style: masked-LM head (dense, GELU, LayerNorm, decoder to the vocabulary) plus the
   next-sentence head on the pooled [CLS]. The MLM decoder is untied from the word embedding (it lives in
   another vLayer), so this adds vocab x hidden parameters to the counts. Data: (input_ids, token_type_ids,
-  attention_mask, mlm_labels[S] (-100 = not masked), nsp_label[]). Loss = MLM CE + NSP CE.
+  attention_mask, mlm_labels[S] (-100 = not masked), nsp_label[]). Loss = per-sample mean MLM CE + NSP
+  CE, averaged over samples.
 
 The attention mask (1 = attend, 0 = padding; int64) is passed through every encoder vLayer. The sequence
 length `seq_len` defaults to 512 (the paper's pre-training length); MRPC uses seq_len=128.
@@ -188,12 +189,17 @@ class BertPretrainHeads(nn.Module):
 
 
 class BertPretrainLoss(nn.Module):
-    """Loss vLayer of the "mlm" head: mean MLM cross-entropy (over masked tokens) + mean NSP cross-entropy."""
+    """Loss vLayer of the "mlm" head: mean over samples of (the sample's mean MLM cross-entropy over its
+    masked tokens + its NSP cross-entropy). Per-sample normalisation (rather than BERT's mean over all the
+    batch's masked tokens) keeps the loss a mean over samples, so microbatching is exact (see base.py)."""
     kind = "loss.bert_pretrain"
 
     def forward(self, mlm_logits, nsp_logits, mlm_labels, nsp_label):
-        mlm = F.cross_entropy(mlm_logits.reshape(-1, mlm_logits.shape[-1]), mlm_labels.reshape(-1), ignore_index=-100)
-        return (mlm + F.cross_entropy(nsp_logits, nsp_label),)
+        B, S, V = mlm_logits.shape
+        tok = F.cross_entropy(mlm_logits.reshape(-1, V), mlm_labels.reshape(-1), ignore_index=-100, reduction="none")
+        n_masked = (mlm_labels != -100).sum(1).clamp(min=1)
+        mlm = tok.view(B, S).sum(1) / n_masked
+        return ((mlm + F.cross_entropy(nsp_logits, nsp_label, reduction="none")).mean(),)
 
 
 class BertModel(ModelSpec):

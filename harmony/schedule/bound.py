@@ -28,7 +28,7 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
                                                                        else Profile(profile))
     params = SimParams.from_calibration(calibration, host_link=host_link)
     N = graph.config.gpus
-    sizes = costs.profile.layer_sizes()
+    sizes = costs.layer_sizes()
     comp = [0.0] * N
     h2d = [0] * N
     d2h = [0] * N

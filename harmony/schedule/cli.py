@@ -78,6 +78,15 @@ def prediction_record(graph, costs, params, cal: dict, sim, model_json: dict | N
     return pred
 
 
+def model_sizes(model_json: dict):
+    """LayerSizes from the model record (it knows which outputs carry gradients), None if not a full record."""
+    from harmony.schedule.tasks import layer_sizes_from_model
+    try:
+        return layer_sizes_from_model(model_json)
+    except (KeyError, TypeError):
+        return None
+
+
 def write_candidates(path, cands) -> None:
     rows = [c.row() for c in cands]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +114,7 @@ def main(args) -> int:
     opt = (model_json.get("optimizer") or {}).get("kind", "adamw")
     params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
                                         task_overhead_s=args.task_overhead)
-    costs = LayerCosts(prof)
+    costs = LayerCosts(prof, sizes=model_sizes(model_json))
     res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=cap,
                  ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size)
     from harmony.schedule.tasks import build_task_graph

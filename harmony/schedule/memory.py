@@ -6,19 +6,15 @@ the search all read pack costs from here, so a search computes each (layer, u) n
 
 The pack memory rule (GPU bytes, one task, at microbatch size u over n samples of its group)
 ---------------------------------------------------------------------------------------------
-Profile fields (harmony/profile_data.py): fwd_peak_i(u) = peak above (W+B+input) of a no-grad forward;
-saved_i(u) = bytes held after a with-grad forward (saved activations + output); bwd_peak_i(u) = peak above
-(W+B+dW+input+output grad) of recompute+backward of vLayer i alone. For a pack [s, e):
-
-  FWD task  = W[s,e) + n*X_in[s] + n*X_out[e-1]            the pack's weights, the group's input, the group's
-                                                           output (held for the next task / the stash copy)
-            + max_i ( fwd_peak_i(u) + [i>s] * u*X_in[i] )  one microbatch in flight, layer by layer
-  BWD task  = W[s,e) + dW[s,e)                             weights and the gradient accumulator
-            + n*X_in[s]                                    the stashed (or forwarded) group input
-            + [e<L] n*X_out[e-1] + [s>0] n*X_in[s]         incoming output grads, outgoing input grads
-            + max_j ( sum_{s<=i<j} saved_i(u) + bwd_peak_j(u) + u*X_out[j] )
-                                                           recompute holds every layer's saved tensors;
-                                                           backward of layer j frees those above j
+One microbatch's working set is the profiler's additive rule, harmony.profile_data.pack_fwd_memory /
+pack_bwd_memory (checked against measured packs by `harmony profile --check-pack`):
+  FWD  W[s,e) + max_l ( X_in[l]*u + fwd_peak_l(u) )
+  BWD  W[s,e) + dW[s,e) + X_in[s]*u + dY[e-1]*u + max_l ( sum_{s<=k<l} saved_k(u) + bwd_peak_l(u) )
+On top, the whole-group tensors a Harmony task keeps on the GPU (group_buffers):
+  FWD  n*X_in[s] (the group's input) + n*X_out[e-1] (its output, held for the next task / the stash copy)
+  BWD  n*X_in[s] (stashed or forwarded input) + [e<L] n*X_out[e-1] (incoming output grads)
+       + [s>0] n*X_in[s] (outgoing input grads)
+(one microbatch's slice is counted in both: conservative by at most u/n of a group buffer).
 Double buffering is dynamic (simulate.py): the next task's weights (and a BWD's stash) are prefetched
 during the current task only if current peak + those bytes fit under the cap; otherwise the prefetch
 waits for the current task to finish. A candidate is feasible when every task's own peak fits.
@@ -32,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harmony.profile_data import Profile, _interp
+from harmony.profile_data import Profile, _interp, pack_bwd_memory, pack_fwd_memory
 
 
 @dataclass
@@ -63,8 +59,11 @@ def _prefix(xs) -> list[float]:
 class LayerCosts:
     """Everything the scheduler needs from a profile, as flat lists, with per-u caches."""
 
-    def __init__(self, profile: Profile | dict):
+    def __init__(self, profile: Profile | dict, sizes=None):
+        """sizes: tasks.LayerSizes for byte accounting; pass layer_sizes_from_model(model.json) where the
+        model record is at hand (it knows which outputs carry gradients), else taken from the profile."""
         self.profile = profile if isinstance(profile, Profile) else Profile(profile)
+        self._sizes = sizes
         p = self.profile
         L = self.L = p.num_layers
         self.w = [p.weight_bytes(i) for i in range(L)]
@@ -81,6 +80,11 @@ class LayerCosts:
                     "xin": np.array(self.xin, dtype=float), "xout": np.array(self.xout, dtype=float)}
         self._us: dict[int, UCosts] = {}
         self._task_cache: dict = {}
+
+    def layer_sizes(self):
+        if self._sizes is None:
+            self._sizes = self.profile.layer_sizes()
+        return self._sizes
 
     def weights(self, s: int, e: int) -> int:
         return self.w_prefix[e] - self.w_prefix[s]
@@ -128,35 +132,22 @@ class LayerCosts:
         return r
 
     # ---- memory (see the module docstring) -----------------------------------------------------------
-    def fwd_act(self, s: int, e: int, u: int) -> float:
-        c = self.at(u)
-        m = c.fwd_peak[s]
-        for i in range(s + 1, e):
-            v = c.fwd_peak[i] + u * self.xin[i]
-            if v > m:
-                m = v
-        return m
-
-    def bwd_act(self, s: int, e: int, u: int) -> float:
-        c = self.at(u)
-        acc, m = 0.0, 0.0
-        for j in range(s, e):
-            v = acc + c.bwd_peak[j] + u * self.xout[j]
-            if v > m:
-                m = v
-            acc += c.saved[j]
-        return m
-
-    def fwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
-        return self.weights(s, e) + n * (self.xin[s] + self.xout[e - 1]) + self.fwd_act(s, e, min(u, n))
-
-    def bwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
+    def group_buffers(self, kind: str, s: int, e: int, n: int) -> float:
+        """Whole-group tensors a task holds on the GPU besides one microbatch's working set."""
+        if kind == "FWD":
+            return n * (self.xin[s] + self.xout[e - 1])
         buf = n * self.xin[s]
         if e < self.L:
             buf += n * self.xout[e - 1]
         if s > 0:
             buf += n * self.xin[s]
-        return self.weights(s, e) + self.grads(s, e) + buf + self.bwd_act(s, e, min(u, n))
+        return buf
+
+    def fwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
+        return pack_fwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("FWD", s, e, n)
+
+    def bwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
+        return pack_bwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("BWD", s, e, n)
 
     def task_bytes(self, kind: str, s: int, e: int, u: int, n: int) -> float:
         key = ("mem", kind, s, e, u, n)
@@ -181,20 +172,18 @@ class LayerCosts:
         a = self.np_
         xin, xout = a["xin"][s:stop], a["xout"][s:stop]
         idx = np.arange(s + 1, stop + 1)
-        if kind == "FWD":
-            v = c["fwd_peak"][s:stop] + uu * xin
-            v[0] = c["fwd_peak"][s]
-            act = np.maximum.accumulate(v)
+        if kind == "FWD":      # pack_fwd_memory + group buffers, for every end at once
+            act = np.maximum.accumulate(c["fwd_peak"][s:stop] + uu * xin)
             mono = a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + n * self.xin[s] + act
             full = mono + n * xout
-        else:
+        else:                  # pack_bwd_memory + group buffers
             sv = c["saved"][s:stop]
             acc_excl = np.concatenate(([0.0], np.cumsum(sv[:-1])))
-            act = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop] + uu * xout)
+            act = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop])
             buf_in = n * self.xin[s] * (2 if s > 0 else 1)
             mono = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
-                    - a["g_prefix"][s] + buf_in + act)
-            full = mono + n * xout * (idx < self.L)   # a pack ending at the loss has no incoming dY buffer
+                    - a["g_prefix"][s] + buf_in + uu * self.xin[s] + act)
+            full = mono + uu * xout + n * xout * (idx < self.L)   # no incoming dY buffer at the loss
         bad = mono > cap_                             # every term of mono grows with the pack
         k = int(np.argmax(bad)) if bad.any() else len(mono)
         out = idx[:k][full[:k] <= cap_]

@@ -180,9 +180,8 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
 def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None = None,
              record: bool = False) -> SimResult:
     """Simulate `params.iterations` iterations of graph g. costs: LayerCosts of the model's profile."""
-    if getattr(costs, "_sizes", None) is None:
-        costs._sizes = costs.profile.layer_sizes()
-    infos = _prepare(g, costs, costs._sizes, params)
+    sizes = costs.layer_sizes()
+    infos = _prepare(g, costs, sizes, params)
     order = _sim_order(g)
     cfg = g.config
     N = cfg.gpus
@@ -347,7 +346,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     for x in infos:
         if x.kind == "UPD":
             continue
-        for tr in task_transfers(g, x.t, costs._sizes):
+        for tr in task_transfers(g, x.t, sizes):
             totals[tr.kind] += tr.nbytes
     totals["h2d"] = totals["h2d_weights"] + totals["h2d_act"]
     totals["d2h"] = totals["d2h_grads"] + totals["d2h_act"]

@@ -22,7 +22,7 @@ def add_arguments(p):
 def main(args) -> int:
     from harmony.jsonio import write_json
     from harmony.profile_data import Profile
-    from harmony.schedule.cli import load_calibration, prediction_record
+    from harmony.schedule.cli import load_calibration, model_sizes, prediction_record
     from harmony.schedule.io import load_schedule
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
@@ -37,7 +37,7 @@ def main(args) -> int:
     opt = (rec["model"].get("optimizer") or {}).get("kind", "adamw")
     params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
                                         iterations=max(1, args.iterations), mb_pipeline=not args.no_mb_pipeline)
-    costs = LayerCosts(prof)
+    costs = LayerCosts(prof, sizes=model_sizes(rec["model"]))
     sim = simulate(graph, costs, params, rec.get("gpu_memory_cap"), record=bool(args.trace))
     pred = prediction_record(graph, costs, params, cal, sim, rec["model"], rec.get("precision", "fp32"))
     if args.trace:

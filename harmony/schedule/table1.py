@@ -51,7 +51,7 @@ def dp_vs_heuristics(cands) -> tuple[float | None, float | None]:
 def main(args) -> int:
     from harmony.jsonio import read_json
     from harmony.profile_data import Profile
-    from harmony.schedule.cli import load_calibration, write_candidates
+    from harmony.schedule.cli import load_calibration, model_sizes, write_candidates
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.search import search
     from harmony.schedule.simulate import SimParams
@@ -81,7 +81,7 @@ def main(args) -> int:
         opt = (model.get("optimizer") or {}).get("kind", "adamw")
         params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt)
         costs = LayerCosts(prof)
-        res = search(LayerCosts(prof), params, minibatch=args.minibatch, gpus=args.gpus, mode="vPP", cap=cap)
+        res = search(LayerCosts(prof, sizes=model_sizes(model)), params, minibatch=args.minibatch, gpus=args.gpus, mode="vPP", cap=cap)
         c, b = res.best.config, res.best
         dp, heur = dp_vs_heuristics(res.candidates)
         rows.append({"model": name, "profile_source": source, "calibration": cal_src, "minibatch": args.minibatch,

@@ -1,0 +1,71 @@
+"""`harmony schedule`, `harmony simulate`, `harmony table1` end to end on ANALYTIC profiles (CPU, fast)."""
+import csv
+import json
+
+import pytest
+
+from harmony.cli import main
+from harmony.jsonio import write_json
+from harmony.schedule.io import load_schedule
+from harmony.schedule.synthetic import analytic_model, synthetic_calibration, synthetic_profile
+from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
+
+
+@pytest.fixture
+def gpt2xl(tmp_path):
+    m = analytic_model("gpt2-xl")
+    write_json(tmp_path / "model.json", m)
+    write_json(tmp_path / "profile.json", synthetic_profile(m, synthetic_calibration("paper")))
+    write_json(tmp_path / "calibration.json", synthetic_calibration("paper"))
+    return tmp_path
+
+
+def test_schedule_and_simulate(gpt2xl):
+    d = gpt2xl
+    rc = main([
+        "schedule", str(d / "profile.json"), "--minibatch", "64", "--gpus", "4", "--gpu-memory", "9e9",
+        "-o", str(d / "s.json"), "--candidates", str(d / "c.csv"), "--trace", str(d / "t.json")])
+    assert rc == 0
+    rec, g = load_schedule(d / "s.json")             # model found next to the profile, graph consistent
+    pred = rec["prediction"]
+    sizes = layer_sizes_from_model(rec["model"])
+    assert pred["bytes"] == count_bytes(g, sizes)
+    assert max(pred["peak_memory_bytes"]) <= 9e9
+    assert pred["iter_time_s"] >= pred["schedule_bound_s"] * (1 - 1e-9)
+    assert set(pred["terms"]) == {"compute_s", "transfer_s", "cpu_update_s"}
+    assert rec["search"]["candidates"] > 10 and rec["search"]["search_time_s"] > 0
+    rows = list(csv.DictReader(open(d / "c.csv")))
+    assert len(rows) == rec["search"]["candidates"]
+    assert min(float(r["iter_time_s"]) for r in rows if r["feasible"] == "True") == pytest.approx(pred["iter_time_s"])
+    tr = json.load(open(d / "t.json"))
+    assert any(e["ph"] == "X" for e in tr["traceEvents"])
+    rc = main(["simulate", str(d / "s.json"), "--profile", str(d / "profile.json"), "-o", str(d / "p.json")])
+    assert rc == 0
+    p = json.load(open(d / "p.json"))["prediction"]
+    assert p["bytes"] == pred["bytes"] and p["iter_time_s"] == pytest.approx(pred["iter_time_s"])
+    # fixed configuration
+    rc = main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--ubatch-fwd", "2", "--ubatch-bwd", "1",
+               "--pack-size", "13", "-o", str(d / "f.json")])
+    rec, g = load_schedule(d / "f.json")
+    assert rec["search"]["candidates"] == 1 and g.config.bwd_packs[0] == (0, 13)
+
+
+def test_schedule_errors(gpt2xl, capsys):
+    d = gpt2xl
+    assert main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--gpu-memory", "100MiB",
+                 "-o", str(d / "x.json")]) == 2
+    assert "cap" in capsys.readouterr().err
+    assert main(["schedule", str(d / "profile.json"), "-D", "2", "-N", "4", "-o", str(d / "x.json")]) == 2
+    assert "smaller than the number of GPUs" in capsys.readouterr().err
+
+
+def test_table1_analytic(tmp_path):
+    out = tmp_path / "table1.csv"
+    assert main(["table1", "--analytic", "-o", str(out)]) == 0
+    rows = {r["model"]: r for r in csv.DictReader(open(out))}
+    assert set(rows) == {"bert96", "gpt2-xl", "vgg416", "resnet1026"}
+    for r in rows.values():
+        assert r["profile_source"] == "analytic"
+        assert int(r["candidates"]) > 10
+        assert float(r["search_cpu_s"]) < 2.0               # acceptance: < 2 s (CPU time; wall in the CSV)
+        assert float(r["dp_over_heuristic"]) <= 1.02        # acceptance: DP within 2% of the best heuristic

@@ -1,0 +1,164 @@
+"""Scheduler: hand-computed simulations, bytes == count_bytes, bounds, packing properties, bad input."""
+import random
+
+import pytest
+
+from harmony.schedule.bound import physical_roofline, schedule_bound
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.packing import (PACKERS_BWD, PackContext, PackingError, bwd_packings, fwd_packings,
+                                      objective)
+from harmony.schedule.search import search
+from harmony.schedule.simulate import SimParams, simulate
+from harmony.schedule.tasks import ScheduleConfig, ScheduleError, build_task_graph, count_bytes
+
+
+def make_profile(L=3, w=10, g=10, x=0, fwd_per_sample=0.25, bwd_per_sample=0.5, opt=0.5, us=(1, 2, 4),
+                 saved=0, peak=0, seed=None):
+    """A schema-conforming profile with analytic numbers (tests only). seed: random per-layer values."""
+    rng = random.Random(seed)
+    vls = []
+    for i in range(L):
+        r = (lambda a: a * rng.uniform(0.3, 2.0)) if seed is not None else (lambda a: a)
+        f, b, wi, gi, sv, pk = r(fwd_per_sample), r(bwd_per_sample), int(r(w)), int(r(g)), r(saved), r(peak)
+        vls.append({"index": i, "kind": "t", "signature": "", "profiled_as": i, "weight_bytes": wi,
+                    "buffer_bytes": 0, "grad_bytes": gi, "optim_bytes": 2 * wi, "input_bytes_per_sample": x,
+                    "output_bytes_per_sample": x, "flops_fwd_per_sample": 1.0, "opt_step_s": opt,
+                    "fwd_s": [f * u for u in us], "fwd_spread": [[f * u] * 2 for u in us],
+                    "bwd_s": [b * u for u in us], "bwd_spread": [[b * u] * 2 for u in us],
+                    "fwd_peak_bytes": [pk * u for u in us], "saved_bytes": [sv * u for u in us],
+                    "bwd_peak_bytes": [2 * pk * u for u in us], "measured": [True] * len(us)})
+    return {"artifact": "profile", "schema_version": 1, "model": "t", "device": "analytic", "precision": "fp32",
+            "ubatch_sizes": list(us), "vlayers": vls}
+
+
+PARAMS = SimParams(h2d_Bps=10.0, d2h_Bps=10.0, p2p_Bps=((None, 10.0), (10.0, None)), p2p_fallback_Bps=10.0)
+
+
+def graph(mode, N, D, uf, ub, bwd=((0, 2), (2, 3)), fwd=((0, 2),), **kw):
+    return build_task_graph(ScheduleConfig(mode=mode, gpus=N, minibatch=D, ubatch_fwd=uf, ubatch_bwd=ub,
+                                           bwd_packs=bwd, fwd_packs=fwd, **kw), 3)
+
+
+@pytest.mark.parametrize("N", [1, 2])
+def test_hand_computed_vpp(N):
+    # Per iteration (see docs/scheduler.md for the timeline): FWD(0,2) waits for the previous UPD(0,2)
+    # (weights 2 s) and computes 2 s; BWD(2,3) 2 s; BWD(0,2) 4 s; its dW leaves in 2 s; its UPD 1 s.
+    # One microbatch: the chain is serial, so 1 and 2 GPUs both give 13 s; the first iteration ends at 13.
+    costs = LayerCosts(make_profile())
+    g = graph("vPP", N, 4, 4, 4)
+    sim = simulate(g, costs, PARAMS)
+    assert sim.iteration_ends == pytest.approx([13.0, 26.0, 39.0])
+    assert sim.iter_time_s == pytest.approx(13.0)
+    # N=2: FWD(0,2) and BWD(0,2) both run on GPU 0 back to back, so (0,2) stays resident (PIN)
+    assert sim.bytes["h2d_weights"] == (50 if N == 1 else 30)
+    assert sim.bytes["d2h_grads"] == 30 and sim.bytes["allreduce"] == 0
+
+
+def test_hand_computed_vdp():
+    # 2 GPUs x 2 samples at u=2: compute halves; ring all-reduce of 10 B and 20 B at 10 B/s; one dW copy.
+    costs = LayerCosts(make_profile())
+    g = graph("vDP", 2, 4, 2, 2)
+    sim = simulate(g, costs, PARAMS)
+    assert sim.iteration_ends == pytest.approx([12.0, 24.0, 36.0])
+    assert sim.iter_time_s == pytest.approx(12.0)
+    assert sim.bytes["h2d_weights"] == 100 and sim.bytes["allreduce"] == 60 and sim.bytes["d2h_grads"] == 30
+
+
+CONFIGS = [("vPP", 1, 8, 4, 2, ((0, 2), (2, 5), (5, 6)), ((0, 1), (1, 2), (2, 5)), {}),
+           ("vPP", 2, 8, 4, 4, ((0, 3), (3, 6)), ((0, 3),), {}),
+           ("vPP", 3, 7, 3, 2, ((0, 1), (1, 4), (4, 6)), ((0, 1), (1, 2), (2, 4)), {}),
+           ("vDP", 2, 9, 4, 2, ((0, 2), (2, 6)), ((0, 1), (1, 2)), {}),
+           ("vDP", 3, 6, 2, 2, ((0, 3), (3, 6)), ((0, 3),), {"group_size": 1}),
+           ("vPP", 2, 8, 2, 2, ((0, 3), (3, 6)), ((0, 3),), {"group_size": 1, "placement": "stages"})]
+
+
+@pytest.mark.parametrize("mode,N,D,uf,ub,bwd,fwd,kw", CONFIGS)
+def test_bytes_equal_count_and_bounds(mode, N, D, uf, ub, bwd, fwd, kw):
+    costs = LayerCosts(make_profile(L=6, x=3, saved=5, peak=4, seed=1))
+    g = build_task_graph(ScheduleConfig(mode=mode, gpus=N, minibatch=D, ubatch_fwd=uf, ubatch_bwd=ub,
+                                        bwd_packs=bwd, fwd_packs=fwd, **kw), 6)
+    params = SimParams(h2d_Bps=7.0, d2h_Bps=9.0, p2p_fallback_Bps=5.0, shared_link=N == 3)
+    sim = simulate(g, costs, params, record=True)
+    assert sim.bytes == count_bytes(g, costs.profile.layer_sizes())
+    cal = {"h2d_pinned_Bps": 7.0, "d2h_pinned_Bps": 9.0, "host_link": "shared" if N == 3 else "per-gpu",
+           "matmul_flops": {"fp32": 1e3}}
+    b = schedule_bound(g, costs, cal)
+    assert sim.iter_time_s >= b["terms"]["compute_s"] * (1 - 1e-9)
+    assert sim.iter_time_s >= b["terms"]["transfer_s"] * (1 - 1e-9)
+    assert sim.iter_time_s >= b["terms"]["cpu_update_s"] * (1 - 1e-9)
+    assert sim.events and all(e[4] >= e[3] for e in sim.events)
+
+
+def _check_partition(packs, lo, hi):
+    assert packs[0][0] == lo and packs[-1][1] == hi
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(packs, packs[1:]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_packing_properties_and_dp_optimal(seed):
+    L = 14
+    costs = LayerCosts(make_profile(L=L, w=1e8, g=1e8, x=1e6, saved=3e7, peak=1e7, seed=seed,
+                                    us=(1, 2, 4, 8)))
+    rng = random.Random(seed)
+    for mode, N in (("vPP", 4), ("vPP", 1), ("vDP", 2)):
+        u = rng.choice([1, 2, 4])
+        n = 16 if mode == "vPP" else 8
+        cap = rng.uniform(0.8e9, 2e9)
+        ctx = PackContext(kind="BWD", u=u, n=n, cap=cap, mode=mode, gpus=N, h2d_Bps=1e9, d2h_Bps=1e9)
+        packings = bwd_packings(costs, ctx)
+        assert "dp" in packings
+        for name, packs in packings.items():
+            _check_partition(packs, 0, L)
+            assert all(costs.task_bytes("BWD", s, e, u, n) <= cap for s, e in packs), name
+        jdp = objective(costs, ctx, packings["dp"])
+        for name, packs in packings.items():
+            assert jdp <= objective(costs, ctx, packs) * (1 + 1e-9), (mode, name)
+        fctx = PackContext(kind="FWD", u=min(8, 2 * u), n=n, cap=cap, mode=mode, gpus=N, h2d_Bps=1e9, d2h_Bps=1e9)
+        bp = packings["dp"]
+        fwds = fwd_packings(costs, fctx, bp)
+        starts = {s for s, _ in bp}
+        for name, packs in fwds.items():
+            if packs:
+                _check_partition(packs, 0, bp[-1][0])
+            assert all(not any(s < b < e for b in starts) for s, e in packs), name
+            assert all(costs.task_bytes("FWD", s, e, fctx.u, n) <= cap for s, e in packs)
+        if "dp" in fwds:
+            for name, packs in fwds.items():
+                assert objective(costs, fctx, fwds["dp"]) <= objective(costs, fctx, packs) * (1 + 1e-9), name
+
+
+def test_search_respects_cap_and_is_deterministic():
+    costs = LayerCosts(make_profile(L=10, w=1e8, g=1e8, x=1e6, saved=3e7, peak=1e7, seed=3, us=(1, 2, 4, 8)))
+    params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10, p2p_fallback_Bps=1e10)
+    a = search(costs, params, minibatch=16, gpus=2, mode="auto", cap=1.5e9)
+    b = search(LayerCosts(costs.profile), params, minibatch=16, gpus=2, mode="auto", cap=1.5e9)
+    assert [c.row() for c in a.candidates] == [c.row() for c in b.candidates]
+    assert a.best.index == b.best.index
+    assert {c.config.mode for c in a.candidates} == {"vPP", "vDP"}
+    assert max(a.best_sim.peak_memory_bytes) <= 1.5e9
+    assert all(c.peak_bytes <= 1.5e9 for c in a.candidates if c.feasible)
+    best = min(c.iter_time_s for c in a.candidates if c.feasible)
+    assert a.best.iter_time_s == best
+    # fixed configuration (Fig 8 style)
+    f = search(costs, params, minibatch=16, gpus=2, mode="vPP", cap=None, ubatch_fwd=4, ubatch_bwd=2, pack_size=3)
+    assert len(f.candidates) == 1 and f.best.config.bwd_packs == ((0, 3), (3, 6), (6, 9), (9, 10))
+
+
+def test_bad_inputs_are_clear():
+    costs = LayerCosts(make_profile(L=4, w=1e9, g=1e9, x=1e6, saved=1e7, peak=1e7))
+    params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10)
+    with pytest.raises(ScheduleError, match="cap"):
+        search(costs, params, minibatch=8, gpus=2, mode="vPP", cap=1e9)
+    with pytest.raises(ScheduleError, match="smaller than the number of GPUs"):
+        search(costs, params, minibatch=2, gpus=4, mode="vDP", cap=None)
+    with pytest.raises(ScheduleError, match="u_fwd"):
+        search(costs, params, minibatch=8, gpus=1, cap=None, ubatch_fwd=1, ubatch_bwd=2)
+
+
+def test_physical_roofline():
+    from harmony.schedule.synthetic import analytic_model, synthetic_calibration
+    m = analytic_model("gpt2-xl")
+    g = build_task_graph(ScheduleConfig("vPP", 4, 64, 1, 1, ((0, 26), (26, 52)), ((0, 26),)), 52)
+    r = physical_roofline(m, g, synthetic_calibration("paper"), "fp32")
+    assert r["roofline_s"] == max(r["terms"]["flops_s"], r["terms"]["transfer_s"], r["terms"]["cpu_update_s"])
+    assert r["terms"]["min_h2d_bytes"] == m["total_param_bytes"]

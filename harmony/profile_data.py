@@ -10,11 +10,20 @@ profile.json (artifact "profile", schema_version 1):
              fwd_s [per u]: forward, no grad;  fwd_spread [[min, max] per u]
              bwd_s [per u]: recompute forward (with grad) + backward;  bwd_spread
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
+                                  (output + temporaries)
              saved_bytes [per u]: bytes held after the forward with grad (activations saved for backward
-                                  + output), i.e. what this vLayer adds to a pack's recompute footprint
-             bwd_peak_bytes [per u]: peak bytes above (W + B + dW + input + output grad) during
-                                  recompute + backward of this vLayer alone
+                                  + output), i.e. what this vLayer adds to a pack's recompute footprint;
+                                  storages shared with the input or the weights are not counted
+             bwd_peak_bytes [per u]: peak bytes above (W + B + dW + input) during recompute forward +
+                                  backward of this vLayer alone, dW already allocated (the runtime
+                                  accumulates gradients over microbatches); the output gradient is
+                                  allocated as backward starts and freed by autograd once consumed (as
+                                  inside a pack), so it counts while it is alive; also includes the saved
+                                  activations, the input gradient and backward temporaries
              measured [per u]: true where measured, false where interpolated}]
+  Memory is measured by harmony.gpumem.MemoryMeter: on CUDA max_memory_allocated deltas, on the CPU a
+  tracker of tensor storages alive (docs/profiling.md). Pack memory follows from these per-vLayer
+  numbers by the rule in pack_fwd_memory / pack_bwd_memory below.
 Times in seconds, sizes in bytes. A u not in ubatch_sizes is interpolated linearly (extrapolated from
 the last two points above the largest), which `Profile` does.
 
@@ -137,3 +146,36 @@ class Calibration:
 
     def matmul_rate(self, precision: str) -> float:
         return self.raw["matmul_flops"][precision]
+
+
+# ------------------------------------------------------------------------------------------------
+# Pack memory: the additive rule (docs/profiling.md), used by the scheduler's memory model and checked
+# against measured packs by `harmony profile --check-pack`.
+# ------------------------------------------------------------------------------------------------
+def pack_fwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
+    """Peak bytes of a FWD task over vLayers [start, end) at microbatch u, everything on the GPU counted:
+    the pack's weights and buffers, plus the largest (input of vLayer l + fwd_peak_l) over l
+    (a no-grad forward frees each vLayer's input once the next one has its output)."""
+    resident = sum(profile.weight_bytes(i) for i in range(start, end))
+    act = max(profile.input_bytes(i) * u + profile.fwd_peak(i, u) for i in range(start, end))
+    return resident + act
+
+
+def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
+    """Peak bytes of a BWD task over vLayers [start, end) at microbatch u (recompute forward with grad,
+    then backward), everything on the GPU counted:
+
+        W + B + dW of the pack + X_start*u + dY_(end-1)*u
+        + max over l in [start, end) of ( sum_{k<l} saved_k(u) + bwd_peak_l(u) )
+
+    While vLayer l runs its backward, the activations saved by the vLayers below it are still held and
+    l itself peaks at bwd_peak_l (its own saved activations, its output gradient while alive, its input
+    gradient and temporaries). The pack's output gradient dY is held by the caller for the whole
+    backward, so for the top vLayer it is counted twice (at most one output's bytes too many)."""
+    resident = sum(profile.weight_bytes(i) + profile.grad_bytes(i) for i in range(start, end))
+    edges = profile.input_bytes(start) * u + profile.output_bytes(end - 1) * u
+    below, act = 0.0, 0.0
+    for l in range(start, end):
+        act = max(act, below + profile.bwd_peak(l, u))
+        below += profile.saved(l, u)
+    return resident + edges + act

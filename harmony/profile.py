@@ -1,0 +1,603 @@
+"""Stage 2, profile: model.json -> profile.json (schema: harmony/profile_data.py; method: docs/profiling.md).
+
+For every *distinct* vLayer (same signature = same class, shapes, dtypes and hyper-parameters) and every
+microbatch size u of a sweep, measure on the target device:
+  forward time (no grad), backward time (recompute forward with grad + backward), the median of
+  `trials` runs after `warmup` runs, with (min, max) kept; the peak memory of each and the bytes saved
+  for backward (harmony.gpumem.MemoryMeter: CUDA allocator counters, or a live-storage tracker on CPU);
+and once per distinct vLayer the real CPU optimizer (harmony.optim.make_optimizer) on its parameters:
+  the bytes of its state K and the median time of one step with torch.get_num_threads() threads.
+Identical vLayers share the numbers (`profiled_as`). Each vLayer is fed its real inputs: the chain is
+walked on the device at batch 2, one vLayer materialised at a time, and inputs at size u are the batch-2
+inputs tiled along the sample dimension.
+
+The default sweep is 1, 2, 4, ... up to the largest u that fits under the memory cap. A u is not tried
+when the memory measured at the two previous sizes, extrapolated linearly, says it would not fit; an
+OutOfMemoryError ends the sweep of that vLayer cleanly; so does a backward slower than --max-trial-s.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from harmony import gpumem
+from harmony.jsonio import ArtifactError, write_json
+from harmony.profile_data import (PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp, pack_bwd_memory,
+                                  pack_fwd_memory)
+from harmony.progress import Progress
+from harmony.units import format_bytes
+
+WALK_BATCH = 2           # batch size of the chain walk that produces every vLayer's real inputs
+SERIES = ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")
+
+
+@dataclass
+class ProfileOptions:
+    device: str = "cpu"
+    ubatch: list[int] | None = None      # exact sizes; None: geometric sweep up to what fits
+    trials: int = 5
+    warmup: int | None = None            # untimed runs; default 1 on CPU, 2 on CUDA
+    precision: str = "fp32"
+    gpu_memory: int | None = None        # bytes; None: no cap
+    max_ubatch: int | None = None        # sweep ceiling; default 8 on CPU, 1024 on CUDA
+    max_trial_s: float | None = None     # stop a sweep after a u whose backward takes longer; default 0.25 CPU, 0.5 CUDA
+    headroom: float = 0.95               # fraction of the cap a predicted footprint may use
+    opt_trials: int = 5
+    seed: int = 0
+    materialize: str = "auto"            # auto | full | stream (see LayerSource)
+    progress: bool = True
+    calls: list = field(default_factory=list)   # (index, kind) of every vLayer actually measured (tests)
+
+
+# ------------------------------------------------------------------------------------------------
+# vLayers on the device, one at a time
+# ------------------------------------------------------------------------------------------------
+class LayerSource:
+    """Hands out vLayer i materialised on `device`.
+
+    'stream': the chain is built on the meta device and each vLayer is materialised alone (to_empty,
+    a normal(0, 0.02) fill, then every submodule's reset_parameters), so a 40 B-parameter chain needs
+    memory for one vLayer. Used only when every buffer belongs to a module with reset_parameters
+    (buffers such as masks or position ids must hold real values).
+    'full': the chain is built on the CPU with the model's own initialisation and vLayers are copied.
+    'auto': full below 1 GiB of weights, else stream when possible."""
+
+    def __init__(self, spec, model_json: dict, device, seed: int = 0, mode: str = "auto"):
+        self.device = torch.device(device)
+        self.seed = seed
+        self.meta = spec.build("meta")
+        covered = all(_buffers_covered(m) for m in self.meta)
+        if mode == "auto":
+            mode = "full" if model_json.get("total_param_bytes", 0) < 2**30 or not covered else "stream"
+        if mode == "stream" and not covered:
+            raise ValueError("--materialize stream: some vLayer has buffers that no reset_parameters sets")
+        self.mode = mode
+        self.cpu = spec.build("cpu", seed=seed) if mode == "full" else None
+
+    def __len__(self):
+        return len(self.meta)
+
+    def get(self, i: int) -> nn.Module:
+        if self.cpu is not None:
+            return copy.deepcopy(self.cpu[i]).to(self.device)
+        layer = copy.deepcopy(self.meta[i]).to_empty(device=self.device)
+        torch.manual_seed(self.seed * 100003 + i)
+        with torch.no_grad():
+            for p in layer.parameters():
+                if p.is_floating_point():
+                    p.normal_(0.0, 0.02)
+                else:
+                    p.zero_()
+            for m in layer.modules():
+                if callable(getattr(m, "reset_parameters", None)):
+                    m.reset_parameters()
+        return layer
+
+
+def _buffers_covered(layer: nn.Module) -> bool:
+    return all(not any(b is not None for b in m._buffers.values()) or callable(getattr(m, "reset_parameters", None))
+               for m in layer.modules())
+
+
+def _tile(t: torch.Tensor, u: int) -> torch.Tensor:
+    if t.dim() == 0:
+        return t.clone()
+    idx = torch.arange(u, device=t.device) % t.shape[0]
+    return t.index_select(0, idx).contiguous()
+
+
+def make_inputs(x0: tuple, u: int, needs_grad: bool) -> tuple:
+    xs = tuple(_tile(t, u) for t in x0)
+    if needs_grad:
+        xs = tuple(t.detach().requires_grad_() if t.is_floating_point() else t for t in xs)
+    return xs
+
+
+class Runner:
+    """Forward (no grad) and recompute-forward + backward of one vLayer or pack on fixed inputs."""
+
+    def __init__(self, layers, x: tuple, device, precision: str):
+        self.layers = list(layers)
+        self.x = x
+        self.device = torch.device(device)
+        self.precision = precision
+        self.gy = None
+
+    def _chain(self):
+        y = self.x
+        with gpumem.autocast(self.device, self.precision):
+            for layer in self.layers:
+                y = layer(*y)
+        return y
+
+    def fwd(self):
+        with torch.no_grad():
+            return self._chain()
+
+    def fwd_grad(self):
+        return self._chain()
+
+    def bwd(self):
+        y = self._chain()
+        diff = [o for o in y if isinstance(o, torch.Tensor) and o.requires_grad]
+        if self.gy is None:
+            self.gy = [torch.ones_like(o) if o.dim() == 0 else torch.randn_like(o) for o in diff]
+        if diff:
+            torch.autograd.backward(diff, self.gy)
+        del y, diff
+        for t in self.x:
+            t.grad = None
+
+    def bwd_seeded(self):
+        """Like bwd, but the output gradient is a fresh copy that autograd frees once consumed, as the
+        gradient one vLayer hands to the next inside a pack (used for memory, not timing)."""
+        y = self._chain()
+        diff = [o for o in y if isinstance(o, torch.Tensor) and o.requires_grad]
+        if diff:
+            _Seed.apply(self.gy, *diff).backward()
+        del y, diff
+        for t in self.x:
+            t.grad = None
+
+    def time(self, fn, trials: int) -> list[float]:
+        out = []
+        if self.device.type == "cuda":
+            for _ in range(trials):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                out.append(a.elapsed_time(b) / 1e3)
+        else:
+            for _ in range(trials):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+        return out
+
+
+class _Seed(torch.autograd.Function):
+    """A 0-dim node on top of a vLayer's outputs whose backward hands each output a fresh copy of its
+    gradient template, so nothing outside autograd holds the output gradient."""
+
+    @staticmethod
+    def forward(ctx, templates, *ys):
+        ctx.templates = templates
+        return ys[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _g):
+        return (None, *[t.clone() for t in ctx.templates])
+
+
+def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
+    """Time and memory of one vLayer at microbatch u."""
+    dev = torch.device(opts.device)
+    r = Runner([layer], make_inputs(x0, u, needs_grad=not first), dev, opts.precision)
+    for _ in range(max(1, opts.warmup)):     # >= 1: output grads and dW exist before measuring
+        r.fwd()
+        r.bwd()
+    with gpumem.MemoryMeter(dev) as m:
+        base = m.current()
+        m.reset_peak()
+        y = r.fwd()
+        fwd_peak = m.peak() - base
+        del y
+        base = m.current()
+        y = r.fwd_grad()
+        saved = m.current() - base
+        del y
+        base = m.current()
+        m.reset_peak()
+        r.bwd_seeded()
+        bwd_peak = m.peak() - base
+    tf = r.time(r.fwd, opts.trials)
+    tb = r.time(r.bwd, opts.trials)
+    return {"fwd_s": statistics.median(tf), "fwd_spread": [min(tf), max(tf)],
+            "bwd_s": statistics.median(tb), "bwd_spread": [min(tb), max(tb)],
+            "fwd_peak_bytes": int(fwd_peak), "saved_bytes": int(saved), "bwd_peak_bytes": int(bwd_peak)}
+
+
+def _extrapolate(meas: dict, key: str, u: int) -> float:
+    us = sorted(meas)
+    return _interp(us, [meas[v][key] for v in us], u)
+
+
+def sweep_layer(layer, x0, rec: dict, first: bool, opts: ProfileOptions, limit: float | None, bar=None):
+    """Measure one vLayer over the sweep; returns ({u: measurements}, reason the sweep stopped)."""
+    dev = torch.device(opts.device)
+    explicit = opts.ubatch is not None
+    us = sorted(opts.ubatch) if explicit else _geometric(opts.max_ubatch)
+    resident = rec["_resident"]
+    per_u = rec["_io_bytes"]
+    meas, stop, failed = {}, "end of sweep", []
+    for u in us:
+        if limit is not None and len(meas) >= 2:
+            need = resident + per_u * u + max(_extrapolate(meas, "bwd_peak_bytes", u),
+                                              _extrapolate(meas, "fwd_peak_bytes", u))
+            if need > limit:
+                stop = f"u={u} predicted {format_bytes(need)} > {format_bytes(limit)}"
+                break
+        if bar:
+            bar.set_note(f"vLayer {rec['index']} {rec['kind']} u={u}")
+        oom = False
+        try:
+            meas[u] = _measure_at(layer, x0, u, first, opts)
+        except Exception as e:  # noqa: BLE001 - OOM ends the sweep; other errors: see below
+            if gpumem.is_oom(e):
+                oom = True
+            elif meas:
+                raise
+            else:
+                # some vLayers cannot run at small u (BatchNorm on a 1x1 map needs u >= 2): skip this u;
+                # if no u works, the first error is raised
+                failed.append((u, e))
+                for t in layer.parameters():
+                    t.grad = None
+                continue
+        if oom:
+            for p in layer.parameters():
+                p.grad = None
+            gpumem.free_cached(dev)
+            stop = f"out of memory at u={u}"
+            break
+        if not explicit and meas[u]["bwd_spread"][0] > opts.max_trial_s:   # fastest trial: robust to noise
+            stop = f"backward {meas[u]['bwd_spread'][0]:.3f} s > {opts.max_trial_s} s at u={u}"
+            break
+    for p in layer.parameters():
+        p.grad = None
+    if failed and not meas and not stop.startswith("out of memory"):
+        raise failed[0][1]
+    if failed:
+        stop += "; failed at u=" + ",".join(f"{u} ({type(e).__name__}: {str(e)[:80]})" for u, e in failed)
+    return meas, stop
+
+
+def _geometric(top: int) -> list[int]:
+    out, u = [], 1
+    while u <= top:
+        out.append(u)
+        u *= 2
+    return out
+
+
+def optimizer_cost(layer: nn.Module, cfg, trials: int) -> dict:
+    """K bytes and step time of the runtime's CPU optimizer on this vLayer's trainable parameters."""
+    from harmony.optim import make_optimizer
+    params = [p.detach().to("cpu", copy=True).requires_grad_() for p in layer.parameters() if p.requires_grad]
+    if not params:
+        return {"optim_bytes": 0, "opt_step_s": 0.0, "opt_spread": [0.0, 0.0]}
+    g = torch.Generator().manual_seed(0)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype) * 1e-3
+    opt = make_optimizer(params, cfg)
+    opt.step()                                         # warm-up: allocates the state
+    k = sum(s.numel() * s.element_size() for p in params for s in opt.state[p].values()
+            if isinstance(s, torch.Tensor) and s.numel() == p.numel() and s.dim() > 0)
+    ts = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        opt.step()
+        ts.append(time.perf_counter() - t0)
+    return {"optim_bytes": int(k), "opt_step_s": statistics.median(ts), "opt_spread": [min(ts), max(ts)]}
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole model
+# ------------------------------------------------------------------------------------------------
+def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
+    from harmony.decompose import spec_from_model_json
+    t_start = time.perf_counter()
+    dev = torch.device(opts.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {opts.device}: CUDA is not available on this machine")
+    if dev.type == "cuda" and dev.index is not None:
+        torch.cuda.set_device(dev)
+    if opts.max_ubatch is None:
+        opts.max_ubatch = 8 if dev.type == "cpu" else 1024
+    if opts.warmup is None:
+        opts.warmup = 1 if dev.type == "cpu" else 2
+    if opts.max_trial_s is None:
+        opts.max_trial_s = 0.25 if dev.type == "cpu" else 0.5
+    prec_rec = gpumem.set_precision(opts.precision)
+    cap_rec = gpumem.apply_memory_cap(dev, opts.gpu_memory)
+    usable = gpumem.usable_bytes(dev, opts.gpu_memory)
+    spec = spec_from_model_json(model_json)
+    cfg = spec.optimizer
+    vl = model_json["vlayers"]
+    source = LayerSource(spec, model_json, dev, seed=opts.seed, mode=opts.materialize)
+    if len(source) != len(vl):
+        raise ArtifactError(f"model.json lists {len(vl)} vLayers but the model builds {len(source)}: "
+                            f"regenerate it with `harmony decompose`")
+    first_of: dict[str, int] = {}
+    for r in vl:
+        first_of.setdefault(r["signature"], r["index"])
+    unique = sorted(set(first_of.values()))
+
+    g = torch.Generator().manual_seed(opts.seed)
+    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, g))
+    results: dict[int, dict] = {}
+    bar = Progress(len(unique), desc=f"profile {model_json['model']}", enabled=opts.progress)
+    with bar:
+        for i in range(len(vl)):
+            layer = source.get(i)
+            if first_of[vl[i]["signature"]] == i:
+                rec = _static_record(vl[i])
+                with torch.no_grad():
+                    w = sum(p.numel() * p.element_size() for p in layer.parameters())
+                rec["_resident"] = 2 * w + rec["buffer_bytes"]
+                rec["_io_bytes"] = rec["input_bytes_per_sample"] + rec["output_bytes_per_sample"]
+                limit = None
+                if usable is not None and dev.type == "cuda":
+                    limit = usable * opts.headroom - torch.cuda.memory_allocated(dev) + w + rec["buffer_bytes"]
+                opts.calls.append((i, vl[i]["kind"]))
+                meas, stop = sweep_layer(layer, x, rec, first=(i == 0), opts=opts, limit=limit, bar=bar)
+                if not meas:
+                    raise ValueError(f"vLayer {i} ({vl[i]['kind']}) does not fit on {opts.device} even at u=1 "
+                                     f"({stop}); raise --gpu-memory or split the layer")
+                rec.update(optimizer_cost(layer, cfg, opts.opt_trials))
+                rec["_meas"], rec["sweep_stop"] = meas, stop
+                results[i] = rec
+                bar.update()
+            with torch.no_grad(), gpumem.autocast(dev, opts.precision):
+                x = layer(*x)
+            del layer
+    us = sorted({u for r in results.values() for u in r["_meas"]})
+    out_layers = []
+    for r in vl:
+        rep = results[first_of[r["signature"]]]
+        rec = _static_record(r)
+        rec["profiled_as"] = rep["index"]
+        for k in ("weight_bytes", "buffer_bytes", "grad_bytes"):
+            rec[k] = rep[k]
+        rec.update(optim_bytes=rep["optim_bytes"], opt_step_s=rep["opt_step_s"], opt_spread=rep["opt_spread"],
+                   sweep_stop=rep["sweep_stop"])
+        meas = rep["_meas"]
+        mu = sorted(meas)
+        for key in SERIES:
+            rec[key] = [meas[u][key] if u in meas else _interp(mu, [meas[v][key] for v in mu], u) for u in us]
+        for key in ("fwd_spread", "bwd_spread"):
+            rec[key] = [meas[u][key] if u in meas else
+                        [_interp(mu, [meas[v][key][j] for v in mu], u) for j in (0, 1)] for u in us]
+        rec["measured"] = [u in meas for u in us]
+        out_layers.append(rec)
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
+    return {
+        "artifact": PROFILE_ARTIFACT, "schema_version": PROFILE_SCHEMA,
+        "model": model_json["model"], "device": str(dev), "gpu": gpu, "precision": opts.precision,
+        "precision_settings": prec_rec, "gpu_memory_cap": opts.gpu_memory, "memory_cap": cap_rec,
+        "optimizer": spec.describe()["optimizer"], "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
+        "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",
+        "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
+                          else "live tensor storages (TorchDispatchMode tracker)"),
+        "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
+        "wall_s": time.perf_counter() - t_start, "vlayers": out_layers,
+    }
+
+
+def _static_record(r: dict) -> dict:
+    from harmony.models.base import TensorSpec
+    inb = sum(TensorSpec.from_json(s).bytes_per_sample() for s in r["inputs"])
+    outb = sum(TensorSpec.from_json(s).bytes_per_sample() for s in r["outputs"])
+    return {"index": r["index"], "kind": r["kind"], "signature": r["signature"],
+            "weight_bytes": r["param_bytes"], "buffer_bytes": r["buffer_bytes"],
+            "grad_bytes": r["trainable_param_bytes"], "input_bytes_per_sample": inb,
+            "output_bytes_per_sample": outb, "flops_fwd_per_sample": r.get("flops_fwd_per_sample"),
+            "is_loss": r.get("is_loss", False)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Packs: measured vs predicted
+# ------------------------------------------------------------------------------------------------
+def measure_pack_memory(model_json, layers_range, u: int, device, precision: str = "fp32", seed: int = 0,
+                        materialize: str = "auto") -> dict:
+    """Run vLayers [start, end) as a pack on `device` at microbatch u (their real inputs, from a walk of
+    the chain) and measure, relative to the memory in use before the pack's weights and input arrive:
+    the peak of a no-grad forward (`fwd_peak_bytes`) and of recompute forward + backward with dW
+    already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger."""
+    from harmony.decompose import load_model_json, spec_from_model_json
+    if not isinstance(model_json, dict):
+        model_json = load_model_json(model_json)
+    start, end = layers_range
+    if not 0 <= start < end <= model_json["num_vlayers"]:
+        raise ValueError(f"pack range {start}:{end} is outside 0:{model_json['num_vlayers']}")
+    dev = torch.device(device)
+    gpumem.set_precision(precision)
+    spec = spec_from_model_json(model_json)
+    src = LayerSource(spec, model_json, dev, seed=seed, mode=materialize)
+    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, torch.Generator().manual_seed(seed)))
+    for i in range(start):
+        with torch.no_grad(), gpumem.autocast(dev, precision):
+            x = src.get(i)(*x)
+    x_cpu = tuple(t.cpu() for t in x)
+    del x
+    gpumem.free_cached(dev)
+    with gpumem.MemoryMeter(dev) as m:
+        base0 = m.current()
+        x = tuple(t.to(dev) for t in x_cpu)
+        layers = [src.get(i) for i in range(start, end)]
+        r = Runner(layers, make_inputs(x, u, needs_grad=start > 0), dev, precision)
+        del x
+        r.fwd()
+        m.reset_peak()
+        y = r.fwd()
+        fwd_peak = m.peak() - base0
+        del y
+        r.bwd()
+        r.bwd()
+        m.reset_peak()
+        r.bwd()
+        bwd_peak = m.peak() - base0
+    del r, layers
+    gpumem.free_cached(dev)
+    return {"range": [start, end], "u": u, "fwd_peak_bytes": int(fwd_peak), "bwd_peak_bytes": int(bwd_peak),
+            "peak_bytes": int(max(fwd_peak, bwd_peak))}
+
+
+def measure_pack_peak(model_json, layers_range, u: int, device, precision: str = "fp32") -> int:
+    """Measured peak bytes of a pack's forward and backward (see measure_pack_memory)."""
+    return measure_pack_memory(model_json, layers_range, u, device, precision)["peak_bytes"]
+
+
+def predict_pack_peak(profile, layers_range, u: float) -> float:
+    """Peak bytes of a pack predicted from per-vLayer profiles (profile_data.pack_*_memory)."""
+    if not isinstance(profile, Profile):
+        profile = Profile(profile)
+    s, e = layers_range
+    return max(pack_fwd_memory(profile, s, e, u), pack_bwd_memory(profile, s, e, u))
+
+
+def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device, precision: str) -> dict:
+    p = Profile(prof)
+    s, e = layers_range
+    if u is None:
+        fits = [v for v in p.ubatch_sizes if all(p.layers[i]["measured"][p.ubatch_sizes.index(v)]
+                                                 for i in range(s, e))]
+        cap = prof.get("gpu_memory_cap")
+        if cap:
+            fits = [v for v in fits if predict_pack_peak(p, layers_range, v) <= 0.8 * cap] or fits[:1]
+        u = max(fits) if fits else 1
+    meas = measure_pack_memory(model_json, layers_range, u, device, precision)
+    pred_f, pred_b = pack_fwd_memory(p, s, e, u), pack_bwd_memory(p, s, e, u)
+    resident = sum(p.weight_bytes(i) + p.grad_bytes(i) for i in range(s, e))
+    pred = max(pred_f, pred_b)
+    out = {"range": [s, e], "u": u, "predicted_bytes": pred, "measured_bytes": meas["peak_bytes"],
+           "rel_error": (pred - meas["peak_bytes"]) / meas["peak_bytes"],
+           "predicted_fwd_bytes": pred_f, "measured_fwd_bytes": meas["fwd_peak_bytes"],
+           "predicted_bwd_bytes": pred_b, "measured_bwd_bytes": meas["bwd_peak_bytes"],
+           "weights_and_grads_bytes": resident,
+           "rel_error_activations": ((pred_b - resident) - (meas["bwd_peak_bytes"] - resident))
+           / max(meas["bwd_peak_bytes"] - resident, 1)}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+def parse_ubatch(text: str | None) -> list[int] | None:
+    if text is None or text == "":
+        return None
+    try:
+        us = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise ValueError(f"--ubatch expects comma-separated positive integers, e.g. 1,2,4,8; got {text!r}") from None
+    if not us or us[0] < 1:
+        raise ValueError(f"--ubatch expects comma-separated positive integers, e.g. 1,2,4,8; got {text!r}")
+    return us
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    try:
+        a, b = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--check-pack expects START:END (half-open vLayer range), got {text!r}") from None
+    return a, b
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model_json", help="model.json from `harmony decompose`")
+    p.add_argument("-o", "--output", required=True, help="profile.json to write")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    gpumem.add_gpu_memory_argument(p)
+    p.add_argument("--ubatch", default=None, help="exact microbatch sizes, e.g. 1,2,4,8 "
+                   "(default: 1,2,4,... up to the largest that fits)")
+    p.add_argument("--max-ubatch", type=int, default=None, help="ceiling of the default sweep (8 CPU, 1024 CUDA)")
+    p.add_argument("--max-trial-s", type=float, default=None,
+                   help="stop a vLayer's sweep after a u whose backward takes longer (0.25 CPU, 0.5 CUDA)")
+    p.add_argument("--trials", type=int, default=5, help="timed runs per measurement (median kept; >= 1)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs before measuring (1 CPU, 2 CUDA)")
+    p.add_argument("--precision", default="fp32", choices=gpumem.PRECISIONS)
+    p.add_argument("--materialize", default="auto", choices=["auto", "full", "stream"],
+                   help="how vLayers get weights (see harmony.profile.LayerSource)")
+    p.add_argument("--check-pack", default=None, metavar="START:END",
+                   help="after profiling, run vLayers [START, END) as a pack and compare its measured peak "
+                        "memory with the prediction from the profile (stored as pack_check)")
+    p.add_argument("--check-ubatch", type=int, default=None, help="u of --check-pack (default: the largest "
+                   "measured u whose predicted pack peak is under 80%% of the cap)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+
+
+def main(args) -> int:
+    from harmony.decompose import load_model_json
+    if args.trials < 1 or (args.warmup is not None and args.warmup < 0):
+        raise ValueError("--trials must be >= 1 and --warmup >= 0")
+    opts = ProfileOptions(device=args.device, ubatch=parse_ubatch(args.ubatch), trials=args.trials,
+                          warmup=args.warmup, precision=args.precision,
+                          gpu_memory=gpumem.parse_cap(args.gpu_memory), max_ubatch=args.max_ubatch,
+                          max_trial_s=args.max_trial_s, materialize=args.materialize, progress=not args.quiet)
+    rng = parse_range(args.check_pack) if args.check_pack else None
+    mj = load_model_json(args.model_json)
+    prof = profile_model(mj, opts)
+    if rng:
+        prof["pack_check"] = check_pack(mj, prof, rng, args.check_ubatch, opts.device, opts.precision)
+    write_json(args.output, prof)
+    if not args.quiet:
+        print_summary(prof, file=sys.stderr)
+    print(f"wrote {args.output}: {len(prof['vlayers'])} vLayers ({prof['unique_vlayers']} profiled), "
+          f"u in {prof['ubatch_sizes']}, {prof['wall_s']:.1f} s", file=sys.stderr)
+    return 0
+
+
+def print_summary(prof: dict, file=sys.stdout) -> None:
+    us = prof["ubatch_sizes"]
+    lo, hi = us[0], us[-1]
+    counts: dict[int, int] = {}
+    for v in prof["vlayers"]:
+        counts[v["profiled_as"]] = counts.get(v["profiled_as"], 0) + 1
+    cap = prof.get("gpu_memory_cap")
+    print(f"\n{prof['model']} on {prof['device']} ({prof.get('gpu') or 'cpu'}), {prof['precision']}, "
+          f"cap {format_bytes(cap) if cap else 'none'}, {prof['threads']} CPU threads; "
+          f"times ms at u={lo} | u={hi}", file=file)
+    hdr = (f"{'idx':>5} {'kind':<22} {'x':>4} {'W':>10} {'K':>10} {'fwd':>16} {'bwd':>16} "
+           f"{'saved/u':>10} {'bwd_peak@hi':>11} {'opt ms':>7} {'max u':>5}")
+    print(hdr, file=file)
+    P = Profile(prof)
+    for i, n in sorted(counts.items()):
+        v = prof["vlayers"][i]
+        mu = max(u for u, m in zip(us, v["measured"]) if m)
+        print(f"{i:>5} {v['kind'][:22]:<22} {n:>4} {format_bytes(v['weight_bytes']):>10} "
+              f"{format_bytes(v['optim_bytes']):>10} "
+              f"{P.fwd_time(i, lo) * 1e3:>7.2f}|{P.fwd_time(i, hi) * 1e3:<8.2f} "
+              f"{P.bwd_time(i, lo) * 1e3:>7.2f}|{P.bwd_time(i, hi) * 1e3:<8.2f} "
+              f"{format_bytes(P.saved(i, hi) / hi):>10} {format_bytes(P.bwd_peak(i, hi)):>11} "
+              f"{v['opt_step_s'] * 1e3:>7.2f} {mu:>5}", file=file)
+    L = range(P.num_layers)
+    print(f"total: {P.num_layers} vLayers, W {format_bytes(sum(v['weight_bytes'] for v in prof['vlayers']))}, "
+          f"B {format_bytes(sum(v['buffer_bytes'] for v in prof['vlayers']))}, "
+          f"K {format_bytes(sum(v['optim_bytes'] for v in prof['vlayers']))}; per sample at u={hi}: "
+          f"fwd {sum(P.fwd_time(i, hi) for i in L) / hi * 1e3:.2f} ms, "
+          f"bwd {sum(P.bwd_time(i, hi) for i in L) / hi * 1e3:.2f} ms; "
+          f"CPU optimizer {sum(P.opt_time(i) for i in L) * 1e3:.1f} ms/iteration", file=file)
+    pc = prof.get("pack_check")
+    if pc:
+        print(f"pack {pc['range'][0]}:{pc['range'][1]} at u={pc['u']}: predicted "
+              f"{format_bytes(pc['predicted_bytes'])}, measured {format_bytes(pc['measured_bytes'])} "
+              f"({pc['rel_error'] * 100:+.1f}%; activations {pc['rel_error_activations'] * 100:+.1f}%)", file=file)

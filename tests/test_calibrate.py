@@ -1,0 +1,51 @@
+"""Calibration (harmony.calibrate) on the CPU: every field present, positive, readable by Calibration."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from harmony.cli import main as cli
+from harmony.profile_data import Calibration
+
+BPS = ("h2d_pinned_Bps", "d2h_pinned_Bps", "duplex_pinned_Bps", "h2d_pageable_Bps", "d2h_pageable_Bps",
+       "host_memcpy_Bps")
+
+
+@pytest.fixture(scope="module")
+def cal(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cal") / "calibration.json"
+    assert cli(["calibrate", "-o", str(out), "--quick", "--quiet", "--trials", "3"]) == 0
+    return out
+
+
+def test_fields_present_and_positive(cal):
+    rec = json.loads(cal.read_text())
+    assert rec["artifact"] == "calibration" and rec["schema_version"] == 1
+    for k in BPS:
+        assert rec[k] > 0, k
+        lo, hi = rec["spread"][k]
+        assert lo <= rec[k] <= hi
+    for prec in ("fp32", "tf32", "bf16"):
+        assert rec["matmul_flops"][prec] > 0
+    assert rec["cpu_adam_params_per_s"] > 0 and rec["cpu_sgd_params_per_s"] > 0
+    assert rec["cpu_threads"] == torch.get_num_threads()
+    assert rec["host_memory_bytes"] > 0 and rec["gpu_count"] == 0
+    assert rec["p2p_Bps"] is None            # CPU: no GPU pairs
+    assert rec["device"] == "cpu" and "memcpy" in rec["method"]
+
+
+def test_reader(cal):
+    c = Calibration.load(cal)
+    assert c.h2d_pinned_Bps > 0
+    assert c.p2p(0, 1) == min(c.d2h_pinned_Bps, c.h2d_pinned_Bps) / 2   # no measured pair: via the host
+    assert c.matmul_rate("tf32") > 0
+
+
+def test_bad_arguments(tmp_path, capsys):
+    assert cli(["calibrate", "-o", str(tmp_path / "c.json"), "--trials", "0"]) == 2
+    assert "error:" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert cli(["calibrate", "-o", str(tmp_path / "c.json"), "--device", "cuda"]) == 2
+    assert not (tmp_path / "c.json").exists()

@@ -296,8 +296,9 @@ def test_tiny_variant_learns_a_fixed_batch_quickly(name):
     spec = get_model(name)
     spec.optimizer = OptimizerConfig(kind="adamw", lr=3e-3)
     batch = minibatches(spec, 8, 1)[0]
-    t0 = time.perf_counter()
+    t0 = time.process_time()   # CPU time: wall time on a shared 2-core machine says more about the neighbours
     losses, _ = train_reference(spec, [batch] * 6, seed=0)
-    dt = time.perf_counter() - t0
+    cpu_s = time.process_time() - t0
     assert losses[-1] < losses[0], losses
-    assert dt < 5.0, f"{name}: 6 iterations took {dt:.2f} s"   # about a second on a 2-core CPU
+    # about a second (0.4-1.6 CPU s on a 2-core dev machine); the bound only catches a variant gone big
+    assert cpu_s < 10.0, f"{name}: 6 iterations took {cpu_s:.2f} CPU s"

@@ -28,7 +28,7 @@ def plot(kind: str, exp: dict, rows: list[dict], title: str, png: Path, pdf: Pat
           "convergence": _convergence, "table": _table}[kind]
     fig = fn(exp, rows)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07 if fig.legends else 0, 1, 1))
     fig.savefig(png, dpi=130)
     fig.savefig(pdf)
     plt.close(fig)
@@ -43,9 +43,11 @@ def _label(r) -> str:
     return f"{r['system']} ({tag})"
 
 
-def _mark_failed(ax, x, r, y=0.0):
+def _mark_failed(ax, x, r, y=0.0, with_system=True):
     ax.plot([x], [y], marker="x", color="red", ms=7, zorder=5)
-    ax.annotate(SHORT.get(r.get("status"), r.get("status")), (x, y), rotation=90, fontsize=6, color="red",
+    status = SHORT.get(r.get("status"), r.get("status"))
+    text = f"{r['system']} N={r['gpus']}: {status}" if with_system else status
+    ax.annotate(text, (x, y), rotation=90, fontsize=6, color="red",
                 xytext=(0, 6), textcoords="offset points", ha="center", va="bottom")
 
 
@@ -92,6 +94,7 @@ def _bars(exp, rows, metric="samples_per_s", ylabel="samples/s"):
                 else:
                     _mark_failed(ax, x, r)
         ax.set_xticks(range(len(Ds)), [f"D={D}" for D in Ds])
+        ax.set_ylim(bottom=0)
         ax.set_title(model, fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
@@ -109,7 +112,6 @@ def _legend(fig, axes):
     if handles:
         fig.legend([handles[lab] for lab in labels], labels, loc="lower center", fontsize=7,
                    ncol=min(4, len(labels)), frameon=False)
-        fig.subplots_adjust(bottom=0.2)
 
 
 def _breakdown(exp, rows):

@@ -1,6 +1,6 @@
 # The systems Harmony is measured against: same run-record schema, same GPU memory cap (except
 # `resident`, which is the no-cap ceiling), each at its own best setting (`-best`: the baseline searches
-# the microbatch sizes of experiments/scales.yaml `baseline_ubatch` and keeps the fastest that fits).
+# the microbatch sizes of experiments/scales.yaml `baseline_ubatch_search` and keeps the fastest that fits).
 
 
 rule baseline:
@@ -14,15 +14,21 @@ rule baseline:
         f"{R}/logs/baseline/{{baseline}}/{{model}}/N{{gpus}}-D{{minibatch}}-best.log",
     threads: timed_threads
     resources:
-        gpus=lambda wildcards: 0 if DEVICE == "cpu" else int(wildcards.gpus),
+        gpus=gpus_used,
     params:
+        guard=GUARD,
+        device=DEVICE,
+        precision=PRECISION,
         cap=baseline_cap,
         ubatch=baseline_ubatch,
         iters=S["iters"],
+    conda:
+        ENV
     shell:
-        "{GUARD} --out {output} --system {wildcards.baseline} --model {wildcards.model}"
-        " --gpus {wildcards.gpus} --minibatch {wildcards.minibatch} --device {DEVICE} --precision {PRECISION} -- "
+        "{params.guard} --out {output} --system {wildcards.baseline} --model {wildcards.model}"
+        " --gpus {wildcards.gpus} --minibatch {wildcards.minibatch} --device {params.device}"
+        " --precision {params.precision} -- "
         "harmony baseline {wildcards.baseline} {input.model} --minibatch {wildcards.minibatch}"
-        " --gpus {wildcards.gpus} {params.cap} {params.ubatch} --iters {params.iters} --device {DEVICE}"
-        " --precision {PRECISION} --profile {input.profile} --calibration {input.calibration}"
+        " --gpus {wildcards.gpus} {params.cap} {params.ubatch} --iters {params.iters} --device {params.device}"
+        " --precision {params.precision} --profile {input.profile} --calibration {input.calibration}"
         " -o {output} > {log} 2>&1"

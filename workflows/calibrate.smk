@@ -6,8 +6,13 @@ rule environment:
         f"{R}/env.json",
     log:
         f"{R}/logs/environment.log",
+    params:
+        device=DEVICE,
+        precision=PRECISION,
+    conda:
+        ENV
     shell:
-        "harmony env --device {DEVICE} --precision {PRECISION} > {output} 2> {log}"
+        "harmony env --device {params.device} --precision {params.precision} > {output} 2> {log}"
 
 
 rule calibrate:
@@ -16,5 +21,10 @@ rule calibrate:
     log:
         f"{R}/logs/calibrate.log",
     threads: timed_threads
+    params:
+        device=DEVICE,
+        precision=PRECISION,
+    conda:
+        ENV
     shell:
-        "harmony calibrate --device {DEVICE} -o {output} > {log} 2>&1"
+        "harmony calibrate --device {params.device} --precision {params.precision} -o {output} > {log} 2>&1"

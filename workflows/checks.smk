@@ -9,5 +9,9 @@ rule checks:
         report(f"{R}/checks.csv", caption="report/checks.rst", category="Checks"),
     log:
         f"{R}/logs/checks.log",
+    params:
+        results=lambda wildcards, output: parent_dir(output[0]),
+    conda:
+        ENV
     shell:
-        "harmony check --results {R} -o {output} 2>&1 | tee {log}"
+        "harmony check --results {params.results} -o {output} 2>&1 | tee {log}"

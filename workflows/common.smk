@@ -1,6 +1,8 @@
 # Helpers of the workflow: configuration, the plan (harmony/workflow.py) and input functions.
 # No rule lives here; every other .smk file only declares rules that call the `harmony` CLI.
 
+import os
+
 from snakemake.utils import validate
 
 from harmony.workflow import FIGURES, Plan, cfg_args
@@ -17,6 +19,7 @@ PRECISION = S["precision"]
 CAP = PLAN.cap_args()  # "--gpu-memory 11GiB" or ""
 GUARD = "python -m harmony.workflow guard" + ("" if PLAN.record_failures else " --strict")
 REPORT = "workflows/report"
+ENV = "../environment.yml"  # conda environment of every rule (used with --use-conda)
 
 logger.info(f"harmony workflow: {PLAN.describe()} -> {R}")
 
@@ -50,6 +53,15 @@ def schedule_args(wildcards):
     return cfg_args(wildcards.cfg)
 
 
+def parent_dir(path):
+    return os.path.dirname(path)
+
+
+def gpus_used(wildcards):
+    """GPUs a job holds (run with --resources gpus=<present> so GPU jobs never share a GPU)."""
+    return 0 if DEVICE == "cpu" else int(wildcards.gpus)
+
+
 def timed_threads(wildcards):
     """Timed jobs (profile, runs, baselines) take every core so that they never share the machine."""
     return workflow.cores
@@ -57,6 +69,11 @@ def timed_threads(wildcards):
 
 def convergence_minibatch(wildcards):
     return PLAN.convergence_minibatch(wildcards.figure, wildcards.model)
+
+
+def convergence_ubatch(wildcards):
+    """Plain PyTorch accumulates over the figure's u_bwd (same SGD; fits the GPU at the paper's D)."""
+    return PLAN.grid(wildcards.figure)["schedule"]["ubatch_bwd"]
 
 
 def convergence_schedule(wildcards):

@@ -8,5 +8,7 @@ rule decompose:
         f"{R}/logs/decompose/{{model}}.log",
     params:
         model=decompose_args,
+    conda:
+        ENV
     shell:
         "harmony decompose {params.model} -o {output} > {log} 2>&1"

@@ -9,6 +9,8 @@ rule table1_profiles:
         f"{R}/table1/profiles/{{model}}.json",
     log:
         f"{R}/logs/table1/{{model}}.log",
+    conda:
+        ENV
     shell:
         "cp {input} {output} 2> {log}"
 
@@ -22,7 +24,9 @@ rule table1_search:
     log:
         f"{R}/logs/table1/search.log",
     params:
-        profiles=f"{R}/table1/profiles",
+        profiles=lambda wildcards, input: parent_dir(input.profiles[0]),
+    conda:
+        ENV
     shell:
         "harmony table1 --profiles {params.profiles} --calibration {input.calibration} -o {output} > {log} 2>&1"
 
@@ -41,9 +45,15 @@ rule figure:
     params:
         experiment=experiment_file,
         caption=figure_caption_text,
+        scale=SCALE,
+        hardware=HARDWARE,
+        gpus_present=GPUS_PRESENT,
+    conda:
+        ENV
     shell:
-        "harmony figure {wildcards.figure} --experiment {params.experiment} --scale {SCALE}"
-        " --hardware {HARDWARE} --gpus-present {GPUS_PRESENT} -o {output.csv} {input} > {log} 2>&1"
+        "harmony figure {wildcards.figure} --experiment {params.experiment} --scale {params.scale}"
+        " --hardware {params.hardware} --gpus-present {params.gpus_present} -o {output.csv} {input}"
+        " > {log} 2>&1"
 
 
 rule figures_from_results:
@@ -52,5 +62,9 @@ rule figures_from_results:
     localrule: True
     log:
         f"{R}/logs/figure/from_results.log",
+    params:
+        results=R,
+    conda:
+        ENV
     shell:
-        "harmony figure --all --from {R} 2>&1 | tee {log}"
+        "harmony figure --all --from {params.results} 2>&1 | tee {log}"

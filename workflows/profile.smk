@@ -12,8 +12,12 @@ rule profile:
     threads: timed_threads
     params:
         device=PROFILE_DEVICE,
+        precision=PRECISION,
         cap=CAP,
         ubatch=PLAN.ubatch_args(),
+        extra=S.get("profile_args", ""),
+    conda:
+        ENV
     shell:
-        "harmony profile {input.model} --device {params.device} {params.cap} {params.ubatch}"
-        " -o {output} > {log} 2>&1"
+        "harmony profile {input.model} --device {params.device} --precision {params.precision}"
+        " {params.cap} {params.ubatch} {params.extra} -o {output} > {log} 2>&1"

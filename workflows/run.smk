@@ -12,16 +12,21 @@ rule run_harmony:
         f"{R}/logs/run/harmony-{{mode}}/{{model}}/N{{gpus}}-D{{minibatch}}-{{cfg}}.log",
     threads: timed_threads
     resources:
-        gpus=lambda wildcards: 0 if DEVICE == "cpu" else int(wildcards.gpus),
+        gpus=gpus_used,
     params:
+        guard=GUARD,
+        device=DEVICE,
+        precision=PRECISION,
         iters=S["iters"],
         cap=CAP,
+    conda:
+        ENV
     shell:
-        "{GUARD} --out {output} --schedule {input.schedule} --system harmony-{wildcards.mode}"
+        "{params.guard} --out {output} --schedule {input.schedule} --system harmony-{wildcards.mode}"
         " --model {wildcards.model} --mode {wildcards.mode} --gpus {wildcards.gpus}"
-        " --minibatch {wildcards.minibatch} --device {DEVICE} --precision {PRECISION} -- "
+        " --minibatch {wildcards.minibatch} --device {params.device} --precision {params.precision} -- "
         "harmony run {input.schedule} --iters {params.iters} --data synthetic {params.cap}"
-        " --precision {PRECISION} --device {DEVICE} -o {output} > {log} 2>&1"
+        " --precision {params.precision} --device {params.device} -o {output} > {log} 2>&1"
 
 
 rule run_convergence:
@@ -33,16 +38,21 @@ rule run_convergence:
         f"{R}/logs/convergence/{{figure}}/{{model}}/harmony-{{mode}}-N{{gpus}}.log",
     threads: timed_threads
     resources:
-        gpus=lambda wildcards: 0 if DEVICE == "cpu" else int(wildcards.gpus),
+        gpus=gpus_used,
     params:
+        guard=GUARD,
+        device=DEVICE,
+        precision=PRECISION,
         iters=S["convergence_iters"],
         data=config["data_dir"],
         cap=CAP,
+    conda:
+        ENV
     shell:
-        "{GUARD} --out {output} --schedule {input.schedule} --system harmony-{wildcards.mode}"
-        " --model {wildcards.model} --mode {wildcards.mode} --gpus {wildcards.gpus} --device {DEVICE} -- "
+        "{params.guard} --out {output} --schedule {input.schedule} --system harmony-{wildcards.mode}"
+        " --model {wildcards.model} --mode {wildcards.mode} --gpus {wildcards.gpus} --device {params.device} -- "
         "harmony run {input.schedule} --iters {params.iters} --data {params.data} {params.cap}"
-        " --precision {PRECISION} --device {DEVICE} -o {output} > {log} 2>&1"
+        " --precision {params.precision} --device {params.device} -o {output} > {log} 2>&1"
 
 
 rule run_reference:
@@ -52,10 +62,17 @@ rule run_reference:
         f"{R}/convergence/{{figure}}/{{model}}/pytorch-N1.jsonl",
     log:
         f"{R}/logs/convergence/{{figure}}/{{model}}/pytorch-N1.log",
+    threads: timed_threads
     params:
+        device=PROFILE_DEVICE,
+        precision=PRECISION,
         iters=S["convergence_iters"],
         data=config["data_dir"],
         minibatch=convergence_minibatch,
+        ubatch=convergence_ubatch,
+    conda:
+        ENV
     shell:
-        "python -m harmony.workflow reference {input.model} --data {params.data}"
-        " --minibatch {params.minibatch} --iters {params.iters} -o {output} > {log} 2>&1"
+        "python -m harmony.workflow reference {input.model} --data {params.data} --device {params.device}"
+        " --precision {params.precision} --minibatch {params.minibatch} --ubatch {params.ubatch}"
+        " --iters {params.iters} -o {output} > {log} 2>&1"

@@ -13,12 +13,15 @@ rule schedule:
     log:
         f"{R}/logs/schedule/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.log",
     params:
+        guard=GUARD,
         fixed=schedule_args,
         cap=CAP,
         candidates=f"{R}/schedules/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.csv",
         trace=f"{R}/schedules/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.trace.json",
+    conda:
+        ENV
     shell:
-        "{GUARD} --out {output.schedule} -- "
+        "{params.guard} --out {output.schedule} -- "
         "harmony schedule {input.profile} --model {input.model} --minibatch {wildcards.minibatch}"
         " --gpus {wildcards.gpus} --mode {wildcards.mode} {params.cap} --calibration {input.calibration}"
         " {params.fixed} -o {output.schedule} --candidates {params.candidates} --trace {params.trace}"

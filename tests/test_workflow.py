@@ -1,0 +1,306 @@
+"""The workflow layer: Snakemake dry-runs of every target at every scale, lint, figures and the claims
+table from small real CPU run records, the failure guard, the data loaders, the GPU job list, and the
+smoke figure 10 end to end (real runs on the CPU)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ["figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1", "all", "check"]
+SNAKEMAKE = shutil.which("snakemake")
+needs_snakemake = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
+
+
+def sh(cmd: list[str], cwd=ROOT, check=True, timeout=900) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def workflow_copy(tmp_path: Path) -> Path:
+    """The workflow files in a fresh directory, so tests never touch the repository's results/."""
+    d = tmp_path / "wf"
+    d.mkdir()
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, d / name)
+    for name in ("workflows", "experiments"):
+        shutil.copytree(ROOT / name, d / name)
+    shutil.copy(ROOT / "environment.yml", d / "environment.yml")
+    return d
+
+
+# ------------------------------------------------------------------------------------------------
+# Dry-runs and lint
+# ------------------------------------------------------------------------------------------------
+@needs_snakemake
+@pytest.mark.parametrize("scale,hardware,gpus", [("smoke", "cpu", 2), ("paper", "1xH100-80GB-HBM3", 1),
+                                                  ("paper", "2xH200", 2), ("large", "1xH100-80GB-HBM3", 1)])
+def test_every_target_dry_runs(scale, hardware, gpus):
+    for target in TARGETS:
+        p = sh([SNAKEMAKE, "-n", "--nolock", "--cores", "2", target, "--config", f"scale={scale}",
+                f"hardware={hardware}", f"gpus_present={gpus}"], check=False)
+        assert p.returncode == 0, f"{target} at {scale}: {p.stderr[-2000:]}"
+        out = p.stdout + p.stderr
+        assert f"results/{scale}/{hardware}" in out
+        assert "Nothing to be done" in out or "Job stats" in out
+
+
+@needs_snakemake
+def test_paper_grid_runs_present_gpus_and_predicts_the_rest():
+    p = sh([SNAKEMAKE, "-n", "--nolock", "figure10", "--config", "scale=paper", "hardware=hw", "gpus_present=1"])
+    out = p.stdout
+    assert "runs/harmony-vPP/gpt2-xl/N1-D64-auto.jsonl" in out          # measured at the N present
+    assert "schedules/gpt2-xl/vPP-N4-D64-auto.json" in out             # the figure's N=4: predicted
+    assert "runs/harmony-vPP/gpt2-xl/N4-D64-auto.jsonl" not in out
+    assert "--gpu-memory 11GiB" in sh([SNAKEMAKE, "-n", "-p", "--nolock", "figure10", "--config", "scale=paper",
+                                       "hardware=hw", "gpus_present=1"]).stdout
+
+
+@needs_snakemake
+def test_config_schema_rejects_bad_scale():
+    p = sh([SNAKEMAKE, "-n", "--nolock", "figure10", "--config", "scale=huge"], check=False)
+    assert p.returncode != 0
+    assert "huge" in (p.stdout + p.stderr)
+
+
+@needs_snakemake
+def test_lint_clean():
+    p = sh([SNAKEMAKE, "--lint", "--config", "scale=smoke"], check=False)
+    assert "Congratulations, your workflow is in a good condition" in p.stdout + p.stderr, p.stdout[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# Figures and checks from small real CPU run records
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_records(tmp_path_factory):
+    """A results folder with real CPU runs of gpt2-tiny: swap-dp, swap-pp, a failed run (the guard's
+    record) and an infeasible schedule, laid out as the workflow lays them out."""
+    base = tmp_path_factory.mktemp("res")
+    R = base / "results" / "smoke" / "cpu"
+    runs = {}
+    for name in ("swap-dp", "swap-pp"):
+        out = R / "runs" / name / "gpt2-tiny" / "N1-D8-best.jsonl"
+        out.parent.mkdir(parents=True)
+        sh(["harmony", "baseline", name, "gpt2-tiny", "--minibatch", "8", "--gpus", "1", "--iters", "3",
+            "--device", "cpu", "-o", str(out)], cwd=base)
+        runs[name] = out
+    # an infeasible schedule (cap far below one layer) -> the guard leaves a stub; the run inherits it
+    model = R / "models" / "gpt2-tiny.json"
+    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)], cwd=base)
+    prof = R / "profiles" / "gpt2-tiny.json"
+    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2", "--trials", "1", "--quiet"], cwd=base)
+    sched = R / "schedules" / "gpt2-tiny" / "vPP-N1-D8-auto.json"
+    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(sched), "--", "harmony", "schedule",
+        str(prof), "--model", str(model), "--minibatch", "8", "--gpus", "1", "--mode", "vPP",
+        "--gpu-memory", "1KiB", "--calibration", "analytic:paper", "-o", str(sched)], cwd=base)
+    run = R / "runs" / "harmony-vPP" / "gpt2-tiny" / "N1-D8-auto.jsonl"
+    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(run), "--schedule", str(sched),
+        "--system", "harmony-vPP", "--model", "gpt2-tiny", "--mode", "vPP", "--gpus", "1", "--minibatch", "8",
+        "--", "harmony", "run", str(sched), "--iters", "2", "-o", str(run)], cwd=base)
+    # a crashing command -> an error record
+    bad = R / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D8-best.jsonl"
+    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(bad), "--system", "fsdp-offload",
+        "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "8", "--", sys.executable, "-c",
+        "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"], cwd=base)
+    return base, R, runs, sched, run, bad
+
+
+def test_guard_records_failures(real_records):
+    base, R, runs, sched, run, bad = real_records
+    stub = json.loads(sched.read_text())
+    assert stub["artifact"] == "stage-failure" and stub["status"] == "infeasible"
+    summ = [json.loads(x) for x in run.read_text().splitlines()][-1]
+    assert summ["record"] == "summary" and summ["status"] == "infeasible" and "schedule" in summ["message"]
+    summ = [json.loads(x) for x in bad.read_text().splitlines()][-1]
+    assert summ["status"] == "error" and "boom" in summ["message"] and "exit 3" in summ["message"]
+
+
+def test_figure_from_real_records(real_records):
+    base, R, runs, sched, run, bad = real_records
+    out = R / "figure10.csv"
+    files = [str(p) for p in [*runs.values(), run, bad]]
+    t0 = time.time()
+    sh(["harmony", "figure", "figure10", "--experiment", str(ROOT / "experiments/figure10.yaml"), "--scale", "smoke",
+        "--hardware", "cpu", "-o", str(out), *files], cwd=base)
+    assert time.time() - t0 < 30
+    rows = list(csv.DictReader(open(out)))
+    by = {r["system"]: r for r in rows}
+    assert set(by) == {"swap-dp", "swap-pp", "harmony-vPP", "fsdp-offload"}
+    assert by["harmony-vPP"]["status"] == "infeasible"          # marked, not dropped
+    assert by["fsdp-offload"]["status"] == "error"
+    for name, path in runs.items():
+        summ = [json.loads(x) for x in path.read_text().splitlines()][-1]
+        assert by[name]["status"] == "ok"
+        assert float(by[name]["samples_per_s"]) == pytest.approx(summ["samples_per_s"])   # exactly the record
+        assert int(by[name]["bytes_h2d"]) == summ["bytes_h2d"]
+    for ext in (".png", ".pdf", ".env.json"):
+        assert out.with_suffix(ext).stat().st_size > 0
+    env = json.loads(out.with_suffix(".env.json").read_text())
+    assert env["run_environments"] and env["run_environments"][0]["torch"]
+
+
+def test_figures_from_results_redraws_everything_fast(real_records):
+    base, R, *_ = real_records
+    t0 = time.time()
+    p = sh(["harmony", "figure", "--all", "--from", str(R), "--experiments-dir", str(ROOT / "experiments")], cwd=base)
+    assert time.time() - t0 < 60
+    assert "figure10:" in p.stdout and (R / "figure10.png").exists() and (R / "figure12.png").exists()
+    rows = list(csv.DictReader(open(R / "figure10.csv")))
+    assert any(r["status"] == "missing" for r in rows)            # grid points without a record are shown
+
+
+def test_checks_table(real_records):
+    base, R, *_ = real_records
+    sh(["harmony", "figure", "--all", "--from", str(R), "--experiments-dir", str(ROOT / "experiments")], cwd=base)
+    p = sh(["harmony", "check", "--results", str(R)], cwd=base)
+    assert "claim" in p.stdout and "C1" in p.stdout and "summary:" in p.stdout
+    rows = list(csv.DictReader(open(R / "checks.csv")))
+    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 9)]
+    assert {r["verdict"] for r in rows} <= {"pass", "fail", "info", "no-data"}
+    c8 = next(r for r in rows if r["claim"] == "C8")
+    assert c8["verdict"] == "fail"                               # missing grid points are reported
+
+
+def test_checks_claims_on_handmade_rows(tmp_path):
+    """The claim logic itself: ratios and tolerances (rows as the figures write them)."""
+    from harmony.checks import evaluate
+    R = tmp_path / "results" / "smoke" / "cpu"
+    R.mkdir(parents=True)
+    from harmony.figures import COLUMNS, CURVE_COLUMNS
+    rows = []
+    for sysname, swap, sps in (("harmony-vPP", 100, 50.0), ("harmony-vDP", 300, 40.0), ("swap-dp", 1000, 20.0)):
+        rows.append({"figure": "figure10", "model": "m", "minibatch": 8, "system": sysname, "gpus": 2, "cfg": "auto",
+                     "kind": "measured", "status": "ok", "samples_per_s": sps, "iter_time_s": 8 / sps,
+                     "predicted_iter_time_s": 8 / sps * 1.1, "swap_bytes": swap})
+    with open(R / "figure10.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    curves = [{"figure": "figure21", "system": s, "gpus": n, "status": "ok", "iteration": i, "loss": 5.0 - 0.1 * i}
+              for s, n in (("pytorch", 1), ("harmony-vPP", 2)) for i in range(5)]
+    with open(R / "figure21.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(curves)
+    res = {r["claim"]: r for r in evaluate(R)}
+    assert res["C1"]["verdict"] == "pass" and float(res["C1"]["measured"]) == pytest.approx(10.0)
+    assert res["C2"]["verdict"] == "info"        # judged at paper scale only
+    assert res["C4"]["verdict"] == "pass"        # 10% off, smoke tolerance
+    assert res["C6"]["verdict"] == "pass" and float(res["C6"]["measured"]) == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Data loaders
+# ------------------------------------------------------------------------------------------------
+def test_mrpc_and_wikitext_loaders(tmp_path):
+    from harmony.data import describe_data, load_batches
+    from harmony.models import get_model
+    d = tmp_path / "data"
+    (d / "glue" / "MRPC").mkdir(parents=True)
+    with open(d / "glue" / "MRPC" / "train.tsv", "w") as f:
+        f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
+        for i in range(10):
+            f.write(f"{i % 2}\t{i}\t{i + 100}\tThe cat sat on mat number {i}.\tA cat was sitting on mat {i}.\n")
+    (d / "wikitext-2").mkdir()
+    (d / "wikitext-2" / "wiki.train.tokens").write_text(" = Valkyria = \n The game began development in 2010 . " * 50)
+    bert = get_model("bert-tiny")
+    b = load_batches(bert, str(d), 4, 3)
+    assert "GLUE-MRPC" in describe_data(bert, str(d))
+    ids, types, mask, y = b[0]
+    assert ids.shape == (4, bert.config.seq_len) and y.shape == (4,) and ids[0, 0] == 1   # [CLS]
+    assert set(y.tolist()) <= {0, 1} and types.max() == 1 and mask.sum() > 0
+    gpt = get_model("gpt2-tiny")
+    b2 = load_batches(gpt, str(d), 4, 2)
+    assert "WikiText" in describe_data(gpt, str(d))
+    x, lab = b2[0]
+    assert x.shape == lab.shape == (4, gpt.config.seq_len) and (x[:, 1:] == lab[:, :-1]).all()   # shifted
+    assert all((u == v).all() for u, v in zip(b2[1], load_batches(gpt, str(d), 4, 2)[1]))     # deterministic
+
+
+def test_offline_fallback_corpus_for_both_tasks(tmp_path):
+    from harmony.data import describe_data, load_batches
+    from harmony.models import get_model
+    for name, word in (("gpt2-tiny", "LM"), ("bert-tiny", "pairs")):
+        spec = get_model(name)
+        missing = str(tmp_path / "no-such-dir")
+        assert "offline fallback" in describe_data(spec, missing) and word in describe_data(spec, missing)
+        batches = load_batches(spec, missing, 8, 2)
+        assert len(batches) == 2 and batches[0][0].shape[0] == 8 and int(batches[0][0].max()) < spec.config.vocab_size
+    ys = load_batches(get_model("bert-tiny"), "fallback", 64, 4)
+    labels = [int(v) for b in ys for v in b[-1]]
+    assert 0.3 < sum(labels) / len(labels) < 0.7     # balanced next-sentence pairs
+
+
+# ------------------------------------------------------------------------------------------------
+# Job list for a machine without snakemake
+# ------------------------------------------------------------------------------------------------
+@needs_snakemake
+def test_joblist_is_ordered_and_valid_bash(tmp_path):
+    p = sh([SNAKEMAKE, "-n", "-p", "--nolock", "figure13", "--config", "scale=paper", "hardware=1xH100-80GB-HBM3",
+            "gpus_present=1"])
+    dry = tmp_path / "dry.txt"
+    dry.write_text(p.stdout)
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(dry), "-o", str(script)])
+    text = script.read_text()
+    sh(["bash", "-n", str(script)])
+    order = [line.split()[1] for line in text.splitlines() if line.startswith("job ")]
+    assert order.index("decompose") < order.index("profile") < order.index("schedule") < order.index("run_convergence") < order.index("figure")
+    assert "harmony run" in text and "snakemake" not in text.split("\n", 3)[-1].replace("snakemake -n -p", "")
+
+
+# ------------------------------------------------------------------------------------------------
+# The README's main command, end to end on the CPU (real smoke-scale runs)
+# ------------------------------------------------------------------------------------------------
+@needs_snakemake
+@pytest.mark.slow
+def test_smoke_figure10_end_to_end(tmp_path):
+    wf = workflow_copy(tmp_path)
+    cores = str(min(os.cpu_count() or 2, 2))
+    t0 = time.time()
+    sh([SNAKEMAKE, "figure10", "--cores", cores, "--config", "scale=smoke"], cwd=wf, timeout=1500)
+    elapsed = time.time() - t0
+    R = wf / "results" / "smoke" / "cpu"
+    assert (R / "figure10.png").stat().st_size > 0 and (R / "figure10.pdf").exists()
+    rows = list(csv.DictReader(open(R / "figure10.csv")))
+    systems = {r["system"] for r in rows}
+    assert {"harmony-vPP", "harmony-vDP", "swap-dp", "swap-pp"} <= systems
+    assert any(r["system"].startswith("harmony") and r["kind"] == "measured" and r["status"] == "ok" for r in rows)
+    assert any(r["kind"] == "predicted" for r in rows)             # N=4 > the 2 CPU workers
+    print(f"smoke figure10: {elapsed:.0f} s")
+    # re-running does nothing
+    p = sh([SNAKEMAKE, "figure10", "-n", "--cores", cores, "--config", "scale=smoke"], cwd=wf)
+    assert "Nothing to be done" in p.stdout + p.stderr
+    # deleting one run record re-runs only that run and the figure
+    victim = R / "runs" / "swap-dp" / "gpt2-tiny" / "N2-D16-best.jsonl"
+    victim.unlink()
+    p = sh([SNAKEMAKE, "figure10", "-n", "--cores", cores, "--config", "scale=smoke"], cwd=wf)
+    stats = _job_stats(p.stdout)
+    assert stats == {"baseline": 1, "figure": 1, "figure10": 1}, stats
+
+
+def _job_stats(text: str) -> dict[str, int]:
+    out, on = {}, False
+    for line in text.splitlines():
+        if line.startswith("job ") and "count" in line:
+            on = True
+            continue
+        if on:
+            parts = line.split()
+            if not parts or parts[0].startswith("---"):
+                continue
+            if parts[0] == "total":
+                break
+            out[parts[0]] = int(parts[1])
+    return out

@@ -74,7 +74,7 @@ for m in [a.split(":")[0] for a in sys.argv[2:]]:
            if pc else "none")
     for j, u in enumerate((mu[0], mu[-1])):
         i = us.index(u)
-        head = f"{m:<11} {pr['wall_s']:>6.0f} {pr['unique_vlayers']:>4} {str(mu):<22}" if j == 0 else " " * 45
+        head = f"{m:<11} {pr['wall_s']:>6.0f} {pr['unique_vlayers']:>4} {str(mu):<22}" if j == 0 else " " * 46
         print(f"{head} {blk:>5} {u:>4} {v['fwd_s'][i] * 1e3:>8.2f} {v['bwd_s'][i] * 1e3:>8.2f} "
               f"{v['bwd_peak_bytes'][i] / 2**20:>12.0f}   {pcs if j == 0 else ''}")
 PYEOF

@@ -10,6 +10,7 @@ what it has, marked; collectives in the workers have timeouts too, so no process
 """
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import time
@@ -79,6 +80,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
+    if jobs and jobs[0]["device"] == "cpu":
+        # CPU workers: compute (main thread) and optimizer updates (pool thread) are two OpenMP teams on the
+        # same cores; spinning teams starve each other (seconds per op on a small machine)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     init = f"tcp://127.0.0.1:{free_port()}"
     jobs = [dict(j, init_method=init) for j in jobs]
     callbacks = on_iteration or [None] * len(jobs)

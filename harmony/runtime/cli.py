@@ -1,0 +1,45 @@
+"""`harmony run schedule.json --iters K [--data synthetic|PATH] [--gpu-memory 11GiB] [--precision fp32|tf32|bf16]
+[--device cpu|cuda] [--warmup W] -o run.jsonl`"""
+from __future__ import annotations
+
+import sys
+
+
+def add_arguments(p) -> None:
+    from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
+    p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
+    p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
+    p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")
+    p.add_argument("--data", default="synthetic", help="synthetic (default) or a dataset path")
+    add_gpu_memory_argument(p)
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="matmul precision (default: the schedule's)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="cuda: one worker per GPU; cpu: N CPU worker processes (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds any wait on another worker may take before the run is ended (default 600)")
+    p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
+
+
+def main(args) -> int:
+    import torch
+    from harmony.gpumem import parse_cap
+    from harmony.runtime import run_schedule
+    from harmony.schedule.io import load_schedule
+
+    record, graph = load_schedule(args.schedule)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
+    precision = args.precision or record.get("precision") or "fp32"
+    if args.iters < 1:
+        raise ValueError("--iters must be at least 1")
+    summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data, precision=precision,
+                           gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
+                           system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout)
+    t = summary.get("iter_time_s")
+    print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
+          + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")
+          + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
+          file=sys.stderr)
+    return {"ok": 0, "interrupted": 130}.get(summary["status"], 1)

@@ -34,9 +34,13 @@ def main(args) -> int:
     precision = args.precision or record.get("precision") or "fp32"
     if args.iters < 1:
         raise ValueError("--iters must be at least 1")
+    import json
+    import os
+    fault = json.loads(os.environ["HARMONY_FAULT"]) if os.environ.get("HARMONY_FAULT") else None  # tests only
     summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data, precision=precision,
                            gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
-                           system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout)
+                           system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
+                           fault=fault)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

@@ -148,6 +148,13 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
                        if "allocated_bytes" in payload else "")
                 out.message = f"rank {rank}{where}: {payload['message']}{mem}"
                 out.failure = payload
+                # a peer's crash usually shows up first as a communication error on a survivor: name it
+                time.sleep(0.3)
+                dead = [f"worker {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
+                        if r != rank and p.exitcode not in (None, 0, 1)]
+                if dead:
+                    out.message = "; ".join(dead) + f" (reported by {out.message})"
+                    out.failure = dict(payload, crashed=dead)
                 fail_rest(ji)
                 return outs
         return outs

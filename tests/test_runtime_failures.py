@@ -1,0 +1,140 @@
+"""`harmony run` failure behaviour and the CLI/run record, on CPU worker processes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from harmony.jsonio import read_jsonl
+from harmony.metrics import validate_summary
+from harmony.runtime import run_schedule, validate_against_model
+from harmony.runtime.host_store import HostMemoryError
+from harmony.schedule.io import save_schedule
+from harmony.schedule.tasks import ScheduleError, count_bytes, layer_sizes_from_model
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_runtime import schedule  # noqa: E402
+
+
+def _no_children_left():
+    """No spawned worker (multiprocessing 'spawn_main' children) of this process is alive."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        kids = []
+        for c in psutil.Process().children(recursive=True):
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(c.cmdline()):
+                    kids.append(c)
+            except psutil.NoSuchProcess:
+                pass
+        if not kids:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_schedule_for_another_model_is_refused_before_start():
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    bad = json.loads(json.dumps(rec))
+    bad["model"]["vlayers"][1]["param_bytes"] += 4
+    with pytest.raises(ScheduleError, match="another model"):
+        validate_against_model(bad, g)
+    _, rec2, g2 = schedule("gpt2-tiny", "vPP", 1, 2, 2, "P1")
+    with pytest.raises(ScheduleError, match="vLayers"):
+        validate_against_model(rec, g2)
+
+
+def test_batch_dependent_layers_refuse_rechunking():
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 4, 2, "P1", dropout=0.1)
+    with pytest.raises(ScheduleError, match="u_fwd=4 != u_bwd=2"):
+        validate_against_model(rec, g)
+
+
+def test_host_memory_too_small_is_refused_up_front(monkeypatch, tmp_path):
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", "10000")
+    with pytest.raises(HostMemoryError, match=r"needs [0-9,]+ bytes .* but 10,000 bytes"):
+        run_schedule(rec, g, iters=1)
+    out = tmp_path / "run.jsonl"
+    s = run_schedule(rec, g, iters=1, output=str(out))
+    assert s["status"] == "infeasible" and "10,000 bytes" in s["message"]
+    assert read_jsonl(out)[-1]["status"] == "infeasible"
+
+
+def test_oom_in_a_task_names_it_and_ends_every_worker(tmp_path):
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    bwd = next(t for t in g.tasks if t.kind == "BWD" and t.rank == 1)
+    out = tmp_path / "run.jsonl"
+    t0 = time.monotonic()
+    s = run_schedule(rec, g, iters=3, output=str(out), timeout_s=20,
+                     fault={"kind": "oom", "rank": 1, "task": bwd.id, "iteration": 1})
+    assert time.monotonic() - t0 < 60
+    assert s["status"] == "oom"
+    assert s["failure"]["task"] == bwd.id and s["failure"]["ubatch"] == 2
+    assert f"task {bwd.id}" in s["message"] and "u=2" in s["message"]
+    lines = read_jsonl(out)
+    assert [l["record"] for l in lines] == ["iteration", "summary"]     # iteration 0 kept, marked summary
+    assert _no_children_left()
+
+
+def test_worker_crash_ends_every_process_and_keeps_the_partial_record(tmp_path):
+    _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1")
+    fwd = next(t for t in g.tasks if t.kind == "FWD" and t.rank == 0)
+    out = tmp_path / "run.jsonl"
+    s = run_schedule(rec, g, iters=3, output=str(out), timeout_s=20,
+                     fault={"kind": "crash", "rank": 0, "task": fwd.id, "iteration": 2})
+    assert s["status"] == "error" and "worker 0 exited with code 17" in s["message"]
+    lines = read_jsonl(out)
+    assert [l["record"] for l in lines] == ["iteration", "iteration", "summary"]
+    assert _no_children_left()
+
+
+def _cli(tmp_path, rec, extra_env=None, iters=3):
+    sched = tmp_path / "schedule.json"
+    save_schedule(sched, rec)
+    out = tmp_path / "run.jsonl"
+    env = dict(os.environ, **(extra_env or {}))
+    cmd = [sys.executable, "-m", "harmony.cli", "run", str(sched), "--iters", str(iters), "--device", "cpu",
+           "--warmup", "1", "-o", str(out)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out
+
+
+def test_cli_run_record_and_counters(tmp_path):
+    _, rec, g = schedule("gpt2-tiny", "vPP", 2, 4, 2, "P2")
+    p, out = _cli(tmp_path, rec)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    lines = read_jsonl(out)
+    its, summary = lines[:-1], lines[-1]
+    validate_summary(summary)
+    assert summary["status"] == "ok" and len(its) == 3 and summary["iter_time_s"] > 0
+    want = count_bytes(g, layer_sizes_from_model(rec["model"]))
+    assert summary["bytes_h2d"] == want["h2d"] and summary["bytes_d2h"] == want["d2h"]
+    assert summary["bytes_p2p"] == want["p2p"] > 0
+    assert summary["bytes_by_kind"] == {k: want[k] for k in summary["bytes_by_kind"]}
+    assert summary["predicted_bytes"]["h2d_weights"] == want["h2d_weights"]
+    assert summary["env"]["precision"] == "fp32" and summary["ubatch_fwd"] == 4
+
+
+def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path):
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    p, out = _cli(tmp_path, rec, {"HARMONY_FAULT": json.dumps({"kind": "slow", "seconds": 0.05})}, iters=200)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+        time.sleep(0.1)
+    workers = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    summary = read_jsonl(out)[-1]
+    assert summary["record"] == "summary" and summary["status"] == "interrupted"
+    assert summary["iterations"] >= 1
+    time.sleep(0.5)
+    assert not [pid for pid in workers if psutil.pid_exists(pid)
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]

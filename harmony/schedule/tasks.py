@@ -304,10 +304,12 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
     for pi, pack in enumerate(cfg.bwd_packs):
         bwds = bwd_of_pack[pack]
         upd_rank[pack] = pi % N if cfg.mode == "vDP" else bwds[-1].rank
+        sent = False                 # bwds are in execution order (GPipe runs groups in reverse)
         for t in bwds:
             t.allreduce = cfg.mode == "vDP" and N > 1
             t.grad_to_host = cfg.mode != "vDP" or t.rank == upd_rank[pack]
-            t.grad_accumulate = t.grad_to_host and t.group > 0
+            t.grad_accumulate = t.grad_to_host and sent     # the first send of the pack starts the sum
+            sent = sent or t.grad_to_host
     tasks = _insert_updates(tasks, {p: [t.id for t in b] for p, b in bwd_of_pack.items()}, upd_rank)
     _assign_weight_residency(tasks, cfg)
     graph = TaskGraph(cfg, tasks)

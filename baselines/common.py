@@ -138,29 +138,26 @@ def microbatch_ranges(n: int, u: int) -> list[tuple[int, int]]:
     return [(s, min(s + u, n)) for s in range(0, n, u)]
 
 
-def roofline_s(model_json: dict, settings: Settings, h2d: int | None, d2h: int | None,
-               cpu_update: bool) -> float | None:
-    """max(FLOPs / matmul rate, transfer bytes / bandwidth, CPU optimizer time) with a calibration.json;
-    None without one. FLOPs = 3 x forward FLOPs x D (forward + backward; recompute is a system's choice,
-    not part of the lower bound)."""
+def roofline_s(model_json: dict, settings: Settings, offload: bool = True) -> dict | None:
+    """The physical roofline of this run with a calibration.json (None without): for an offloading system
+    harmony.schedule.bound.physical_roofline (3 x forward FLOPs x D / (N x matmul rate); every weight in
+    and every gradient out once; the CPU optimizer over all parameters), for `resident` its FLOPs term
+    alone (nothing has to cross PCIe, the optimizer runs on the GPU)."""
     if not settings.calibration:
         return None
+    from types import SimpleNamespace
+
+    from harmony.schedule.bound import physical_roofline
     from harmony.profile_data import Calibration
     cal = Calibration.load(settings.calibration).raw
-    terms = []
-    fl = [v.get("flops_fwd_per_sample") for v in model_json["vlayers"]]
-    rate = (cal.get("matmul_flops") or {}).get(settings.precision)
-    if rate and all(f is not None for f in fl):
-        terms.append(3 * sum(fl) * settings.minibatch / (rate * settings.gpus))
-    if h2d and cal.get("h2d_pinned_Bps"):
-        terms.append(h2d / cal["h2d_pinned_Bps"])
-    if d2h and cal.get("d2h_pinned_Bps"):
-        terms.append(d2h / cal["d2h_pinned_Bps"])
-    if h2d and d2h and cal.get("duplex_pinned_Bps"):
-        terms.append((h2d + d2h) / cal["duplex_pinned_Bps"])
-    if cpu_update and cal.get("cpu_adam_params_per_s"):
-        terms.append(model_json["total_params"] / cal["cpu_adam_params_per_s"])
-    return max(terms) if terms else None
+    if settings.precision not in (cal.get("matmul_flops") or {}):
+        return None
+    graph = SimpleNamespace(config=SimpleNamespace(gpus=settings.gpus, minibatch=settings.minibatch))
+    r = physical_roofline(model_json, graph, cal, settings.precision)
+    if not offload:
+        r = {"roofline_s": r["terms"]["flops_s"], "terms": {k: r["terms"][k] for k in ("flops", "flops_s",
+                                                                                      "precision")}}
+    return r
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,10 +282,10 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             extra["memcpy_agreement"] = agreement(counted_bytes(trace_at), traced)
     extra["bytes_source"] = ("memcpy_trace" if trace_bytes_as_counters else "counters")
     its = writer.iterations
-    steady = its[warmup:] if len(its) > warmup else its[-1:]
-    h2d = sorted(x.bytes_h2d for x in steady)[len(steady) // 2] if steady else None
-    d2h = sorted(x.bytes_d2h for x in steady)[len(steady) // 2] if steady else None
-    rl = roofline_s(model_json, s, h2d, d2h, cpu_update) if (model_json and status == "ok") else None
+    rl = roofline_s(model_json, s, offload=cpu_update) if model_json else None
+    if rl is not None:
+        extra["roofline_terms"] = rl["terms"]
+        rl = rl["roofline_s"]
     if status == "ok" and not its:
         status, message = "error", "no iterations ran (--iters 0?)"
     return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)

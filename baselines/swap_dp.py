@@ -115,25 +115,29 @@ def swap_dp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
 def schedule_record(system: str, model_json: dict, cfg: ScheduleConfig, *, cap: int | None, precision: str,
                     search: dict | None = None, profile: dict | None = None, calibration: dict | None = None) -> dict:
     graph = build_task_graph(cfg, model_json["num_vlayers"])
-    prediction = predict(model_json, graph, profile, calibration, cap)
+    prediction = predict(model_json, graph, profile, calibration, cap, precision)
     return make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision,
                                 prediction=prediction, search=search, system=system)
 
 
-def predict(model_json: dict, graph, profile: dict | None, calibration: dict | None, cap: int | None) -> dict:
-    """Bytes per transfer kind from the task graph (what the runtime must count); the simulator's time
-    when a profile and a calibration are given and harmony.schedule.simulate is present."""
+def predict(model_json: dict, graph, profile: dict | None, calibration: dict | None, cap: int | None,
+            precision: str = "fp32") -> dict:
+    """Bytes per transfer kind from the task graph (what the runtime must count); with a profile and a
+    calibration also the simulator's time, peak memory, the schedule bound and the physical roofline
+    (the same prediction record `harmony schedule` writes)."""
     from harmony.schedule.tasks import count_bytes
-    out: dict[str, Any] = {"bytes": count_bytes(graph, layer_sizes_from_model(model_json)),
-                           "iter_time_s": None}
-    if profile is not None and calibration is not None:
-        try:
-            from harmony.schedule import simulate as sim  # noqa: F401
-            fn = getattr(sim, "predict_record", None) or getattr(sim, "simulate_prediction", None)
-            if fn is not None:
-                out.update(fn(graph, profile, calibration, cap))
-        except ImportError:
-            pass
+    out: dict[str, Any] = {"bytes": count_bytes(graph, layer_sizes_from_model(model_json)), "iter_time_s": None}
+    if profile is None or calibration is None:
+        return out
+    from harmony.schedule.cli import prediction_record
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.simulate import SimParams, simulate
+    costs = LayerCosts(profile)
+    params = SimParams.from_calibration(calibration, optimizer=(model_json.get("optimizer") or {}).get("kind", "adamw"))
+    sim = simulate(graph, costs, params, cap)
+    out = prediction_record(graph, costs, params, calibration, sim, model_json, precision)
+    if out.get("physical_roofline"):
+        out["roofline_s"] = out["physical_roofline"]["roofline_s"]
     return out
 
 
@@ -154,13 +158,30 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
     try:
         summary = run_schedule(record, graph, iters=s.iters, device=s.device, data=s.data,
                                precision=s.precision, gpu_memory_cap=s.gpu_memory_cap, warmup=s.warmup,
-                               output=s.output, system=s.system, seed=s.seed)
+                               output=s.output, system=s.system, seed=s.seed, data_seed=s.data_seed)
     except Exception as e:  # noqa: BLE001 - the runtime should write its own record; this is the backstop
         import traceback
         traceback.print_exc(file=sys.stderr)
         from baselines.common import is_oom
         return status_only(s, spec_name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}", mode=mode)
+    extra = {"ubatch": s.ubatch_or_default(), "settings": dict(s.extra),
+             "memcpy_trace": summary.get("memcpy_trace"), "bytes_source": "counters (harmony runtime)"}
+    summary.update(extra)
+    if s.output:
+        amend_last_line(s.output, summary)
     return summary
+
+
+def amend_last_line(path: str, summary: dict) -> None:
+    """Replace the summary line the runtime wrote with the amended summary (baseline settings added)."""
+    import json
+    from pathlib import Path
+    from harmony.jsonio import _default
+    p = Path(path)
+    lines = p.read_text().splitlines()
+    if lines and json.loads(lines[-1]).get("record") == "summary":
+        lines[-1] = json.dumps(summary, default=_default)
+        p.write_text("\n".join(lines) + "\n")
 
 
 def run(s: Settings) -> dict:

@@ -46,15 +46,18 @@ def balanced_stages(weights: list[float], n: int) -> list[Range]:
     prefix = [0.0]
     for w in weights:
         prefix.append(prefix[-1] + w)
-    # DP over (stages, end): best[k][e] = min over s of max(best[k-1][s], sum[s:e])
-    INF = float("inf")
+    # DP over (stages, end): best[k][e] = min over s of (max(bottleneck), sum of squares) of the first k
+    # stages ending at e; the sum of squares breaks ties between equal bottlenecks towards even stages.
+    INF = (float("inf"), float("inf"))
     best = [[INF] * (L + 1) for _ in range(n + 1)]
     cut = [[0] * (L + 1) for _ in range(n + 1)]
-    best[0][0] = 0.0
+    best[0][0] = (0.0, 0.0)
     for k in range(1, n + 1):
         for e in range(k, L - (n - k) + 1):
             for s in range(k - 1, e):
-                v = max(best[k - 1][s], prefix[e] - prefix[s])
+                prev = best[k - 1][s]
+                w = prefix[e] - prefix[s]
+                v = (max(prev[0], w), prev[1] + w * w)
                 if v < best[k][e]:
                     best[k][e], cut[k][e] = v, s
     stages, e = [], L

@@ -1,0 +1,162 @@
+"""zero-offload: DeepSpeed ZeRO-3 with parameter and optimizer offload to CPU (ZeRO-Offload / the CPU part
+of ZeRO-Infinity), where DeepSpeed is installed. It is an optional extra (`pip install -e .[deepspeed]`);
+DeepSpeed builds its CPU Adam with a C++ compiler at first use. Without it the run record says
+`unavailable`, with the reason and the install command.
+
+Settings (DeepSpeed's ZeRO-3 offload configuration as its documentation describes it; docs/baselines.md
+cites it):
+  zero_optimization: stage 3, offload_param {device: cpu, pin_memory: true},
+                     offload_optimizer {device: cpu, pin_memory: true}, overlap_comm, contiguous_gradients
+                     (the documented defaults otherwise);
+  optimizer: the model's (AdamW -> DeepSpeed's CPU Adam in AdamW mode, same lr/betas/eps/weight decay;
+             Adam likewise; SGD as a client torch optimizer with zero_force_ds_cpu_optimizer off);
+  train_batch_size D, train_micro_batch_size_per_gpu u, gradient_accumulation_steps D / (u N);
+  bf16 {enabled} for --precision bf16; no gradient clipping (none of our systems clips);
+  activation checkpointing per vLayer (torch.utils.checkpoint around every vLayer but the loss).
+Bytes per iteration come from the torch.profiler memcpy trace (harmony.memcpy_trace).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import torch
+
+from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
+                              load_model, microbatch_ranges, pin_batches, resolve_device, status_only,
+                              train_loop)
+from baselines.fsdp_offload import Chain, Checkpointed
+from harmony.data import load_batches
+from harmony.optim import set_lr
+
+INSTALL = "pip install -e .[deepspeed]"
+
+
+def deepspeed_status() -> tuple[bool, str]:
+    """(importable, reason)."""
+    try:
+        import deepspeed  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - ImportError, or a DeepSpeed that fails at import
+        return False, (f"DeepSpeed is not importable here ({type(e).__name__}: {e}); install the optional "
+                       f"extra with `{INSTALL}` (DeepSpeed builds its CPU Adam with a C++ compiler at first use)")
+    return True, f"deepspeed {deepspeed.__version__}"
+
+
+def ds_config(spec, s: Settings, u: int) -> dict:
+    o = spec.optimizer
+    N = s.gpus
+    if s.minibatch % (u * N):
+        raise ValueError(f"zero-offload needs D = u x N x accumulation steps: D={s.minibatch}, u={u}, N={N}")
+    pin = s.device == "cuda"
+    cfg = {
+        "train_batch_size": s.minibatch,
+        "train_micro_batch_size_per_gpu": u,
+        "gradient_accumulation_steps": s.minibatch // (u * N),
+        "zero_optimization": {
+            "stage": 3,
+            "offload_param": {"device": "cpu", "pin_memory": pin},
+            "offload_optimizer": {"device": "cpu", "pin_memory": pin},
+            "overlap_comm": True,
+            "contiguous_gradients": True,
+        },
+        "bf16": {"enabled": s.precision == "bf16"},
+        "gradient_clipping": 0.0,
+        "wall_clock_breakdown": False,
+        "steps_per_print": 10**9,
+    }
+    if o.kind in ("adamw", "adam"):
+        cfg["optimizer"] = {"type": "AdamW" if o.kind == "adamw" else "Adam",
+                            "params": {"lr": o.lr_at(0), "betas": list(o.betas), "eps": o.eps,
+                                       "weight_decay": o.weight_decay}}
+    else:
+        cfg["zero_force_ds_cpu_optimizer"] = False
+    return cfg
+
+
+def _train(rank: int, s: Settings, port: int):
+    import deepspeed
+
+    N = s.gpus
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(N), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    dev = resolve_device(s.device, rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    deepspeed.init_distributed(dist_backend="nccl" if dev.type == "cuda" else "gloo")
+    import torch.distributed as dist
+    spec, mj = load_model(s.model, s.overrides)
+    u = s.ubatch_or_default()
+    cfg = ds_config(spec, s, u)
+    s.extra.update(precision_settings=apply_precision(s.precision), memory_cap=apply_cap(dev, s.gpu_memory_cap),
+                   deepspeed_config=cfg, deepspeed=deepspeed.__version__,
+                   activation_checkpointing="per vLayer (all but the loss)")
+    layers = list(spec.build("cpu", seed=s.seed))
+    chain = Chain([Checkpointed(m) for m in layers[:-1]] + [layers[-1]])
+    client_opt = None
+    if "optimizer" not in cfg:
+        from harmony.optim import make_optimizer
+        client_opt = make_optimizer(list(chain.parameters()), spec.optimizer)
+    engine, opt, _, _ = deepspeed.initialize(model=chain, model_parameters=list(chain.parameters()),
+                                             optimizer=client_opt, config=cfg)
+    share = s.minibatch // N
+    lo = rank * share
+    batches = pin_batches([tuple(t[lo:lo + share] for t in b)
+                           for b in load_batches(spec, s.data, s.minibatch, s.iters, s.data_seed)], dev)
+
+    def step(i: int, batch: tuple) -> float:
+        set_lr(engine.optimizer, spec.optimizer, i)
+        total = torch.zeros((), device=dev)
+        for a, b in microbatch_ranges(share, u):
+            x = tuple(t[a:b].to(dev, non_blocking=True) for t in batch)
+            with autocast(dev, s.precision):
+                (loss,) = engine(*x)
+            engine.backward(loss)
+            engine.step()
+            total += loss.detach().float() * ((b - a) / share)
+        if N > 1:
+            dist.all_reduce(total)
+            total /= N
+        return float(total)
+
+    def gather(values):
+        out = [None] * N
+        dist.all_gather_object(out, values)
+        return [v for per in out for v in (per if isinstance(per, list) else [per])]
+
+    import dataclasses
+    mine = s if rank == 0 else dataclasses.replace(s, output=None, extra=dict(s.extra))
+    return train_loop(mine, RunWriter(mine, spec.name), step, batches, devices=[dev],
+                      trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj)
+
+
+def _spawn_entry(rank: int, s: Settings, port: int):
+    try:
+        _train(rank, s, port)
+    except Exception:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        raise
+
+
+def run(s: Settings) -> dict:
+    ok, why = deepspeed_status()
+    if not ok:
+        spec, _ = load_model(s.model, s.overrides)
+        return status_only(s, spec.name, "unavailable", why, install=INSTALL)
+    port = free_port()
+    if s.gpus == 1:
+        try:
+            return _train(0, s, port)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc(file=sys.stderr)
+            spec, _ = load_model(s.model, s.overrides)
+            return status_only(s, spec.name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}")
+    import torch.multiprocessing as mp
+    from harmony.jsonio import read_jsonl
+    try:
+        mp.spawn(_spawn_entry, args=(s, port), nprocs=s.gpus, join=True)
+    except Exception as e:  # noqa: BLE001
+        spec, _ = load_model(s.model, s.overrides)
+        return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",
+                           f"a worker failed: {str(e).strip()[-300:]}")
+    return read_jsonl(s.output)[-1] if s.output and os.path.exists(s.output) else {"status": "ok"}

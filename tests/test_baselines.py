@@ -1,0 +1,205 @@
+"""Baselines: the swap schedules (on the Harmony runtime), resident and fsdp-offload train the tiny models
+to the same parameters as plain PyTorch; unavailable / infeasible / OOM are records, not crashes; the CLI
+rejects bad input with one line."""
+import json
+import sys
+
+import pytest
+import torch
+
+from baselines import resident
+from baselines.common import RunWriter, Settings, load_model, train_loop
+from baselines.swap_dp import schedule_record, swap_dp_config
+from baselines.swap_pp import balanced_stages, swap_pp_config
+from harmony.cli import main as harmony_main
+from harmony.data import load_batches
+from harmony.jsonio import read_jsonl
+from harmony.memcpy_trace import agreement, measure_memcpy_bytes, memcpy_bytes_from_trace
+from harmony.metrics import validate_summary
+from harmony.reference import max_relative_difference, train_reference
+from harmony.schedule.tasks import TaskGraph, build_task_graph, count_bytes, layer_sizes_from_model
+
+D, ITERS = 8, 3
+
+
+def reference(name, d=D, iters=ITERS):
+    spec, _ = load_model(name)
+    losses, layers = train_reference(spec, load_batches(spec, "synthetic", d, iters))
+    return losses, [p.detach() for p in layers.parameters()]
+
+
+# ------------------------------------------------------------------------------------------------
+# Schedules: swap-dp and swap-pp in the task language
+# ------------------------------------------------------------------------------------------------
+def test_swap_dp_schedule_shape_and_bytes():
+    _, mj = load_model("gpt2-tiny")
+    L = mj["num_vlayers"]
+    cfg = swap_dp_config(mj, 8, 1, 2)
+    assert cfg.mode == "vDP" and cfg.group_size == 1 and not cfg.pin_shared
+    assert cfg.bwd_packs == tuple((i, i + 1) for i in range(L))
+    b = count_bytes(build_task_graph(cfg, L), layer_sizes_from_model(mj))
+    W = mj["total_param_bytes"] + mj["total_buffer_bytes"]
+    loss_w = mj["vlayers"][-1]["param_bytes"]
+    # every microbatch (4) brings every weight in twice (forward, backward) but the loss pack's once
+    assert b["h2d_weights"] == 4 * (2 * W - loss_w)
+    assert b["d2h_grads"] == 4 * sum(v["trainable_param_bytes"] for v in mj["vlayers"])
+
+
+def test_swap_pp_stages_balanced_and_split_when_over_cap():
+    assert balanced_stages([1, 1, 1, 1, 4], 2) == [(0, 4), (4, 5)]
+    stages = balanced_stages([5, 1, 1, 1, 1, 1], 3)
+    assert stages[0] == (0, 1) and sorted(e - s for s, e in stages[1:]) == [2, 3]
+    _, mj = load_model("mlp-tiny")
+    cfg = swap_pp_config(mj, 8, 2, 2)                 # no cap: whole stages, weights resident
+    assert cfg.placement == "stages" and cfg.stages and len(cfg.bwd_packs) == 2
+    g = build_task_graph(cfg, mj["num_vlayers"])
+    assert {t.pack: t.rank for t in g.tasks if t.kind != "UPD"} == {cfg.stages[0]: 0, cfg.stages[1]: 1}
+    b = count_bytes(g, layer_sizes_from_model(mj))
+    assert b["h2d_weights"] == mj["total_param_bytes"]        # loaded once: consecutive tasks share the pack
+    # a cap below a stage but above every layer: that stage swaps per vLayer
+    W0 = sum(v["param_bytes"] for v in mj["vlayers"][:4])
+    capped = swap_pp_config(mj, 8, 2, 2, cap=int(W0 * 1.2))
+    assert len(capped.bwd_packs) > 2
+    assert all(any(a <= s and e <= b_ for a, b_ in capped.stages) for s, e in capped.bwd_packs)
+
+
+@pytest.mark.parametrize("system,gpus", [("swap-dp", 1), ("swap-pp", 2)])
+def test_swap_baselines_train_like_pytorch_on_the_runtime(system, gpus):
+    runtime = pytest.importorskip("harmony.runtime")
+    _, mj = load_model("mlp-tiny")
+    build = swap_dp_config if system == "swap-dp" else swap_pp_config
+    cfg = build(mj, D, gpus, 2)
+    rec = schedule_record(system, mj, cfg, cap=None, precision="fp32")
+    graph = TaskGraph.from_json(rec["graph"])
+    losses, params, by_kind = runtime.train_with_schedule(rec, graph, iters=ITERS)
+    ref_losses, ref_params = reference("mlp-tiny")
+    assert losses == pytest.approx(ref_losses, rel=1e-6)
+    # fp32, microbatches of 2 summed in another order than the whole-batch reference: rounding only
+    assert max_relative_difference(params, ref_params) <= 1e-6
+    predicted = count_bytes(graph, layer_sizes_from_model(mj))
+    for k in ("h2d_weights", "h2d_act", "d2h_grads", "d2h_act", "p2p"):
+        assert by_kind[-1][k] == predicted[k], k
+
+
+# ------------------------------------------------------------------------------------------------
+# resident and fsdp-offload
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,u,tol", [("mlp-tiny", 8, 0.0), ("gpt2-tiny", 8, 0.0), ("bert-tiny", 8, 0.0),
+                                        ("mlp-tiny", 2, 1e-6)])
+def test_resident_equals_reference(name, u, tol):
+    s = Settings(system="resident", model=name, minibatch=D, ubatch=u, iters=ITERS)
+    spec, _ = load_model(name)
+    layers, step = resident.make_step(s, spec, torch.device("cpu"))
+    losses = [step(i, b) for i, b in enumerate(load_batches(spec, "synthetic", D, ITERS))]
+    ref_losses, ref_params = reference(name)
+    assert losses == pytest.approx(ref_losses, rel=1e-6)
+    assert max_relative_difference(list(layers.parameters()), ref_params) <= tol
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_fsdp_offload_on_cpu_gloo_equals_reference(gpus, tmp_path):
+    from baselines import fsdp_offload
+    out = tmp_path / "run.jsonl"
+    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=D, gpus=gpus, ubatch=2, iters=ITERS,
+                 output=str(out))
+    result = {}
+    fsdp_offload.run(s, _result=result)
+    summary = read_jsonl(out)[-1]
+    validate_summary(summary)
+    assert summary["status"] == "ok" and summary["gpus"] == gpus and summary["bytes_source"] == "memcpy_trace"
+    ref_losses, ref_params = reference("mlp-tiny")
+    assert result["losses"] == pytest.approx(ref_losses, rel=1e-6)
+    assert max_relative_difference(result["params"], ref_params) <= 1e-6
+
+
+# ------------------------------------------------------------------------------------------------
+# Results that are not "ok"
+# ------------------------------------------------------------------------------------------------
+def test_zero_offload_without_deepspeed_is_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)         # import deepspeed -> ImportError
+    out = tmp_path / "z.jsonl"
+    assert harmony_main(["baseline", "zero-offload", "mlp-tiny", "--minibatch", "8", "-o", str(out)]) == 0
+    (summary,) = read_jsonl(out)
+    validate_summary(summary)
+    assert summary["status"] == "unavailable"
+    assert "pip install -e .[deepspeed]" in summary["message"] and summary["install"]
+
+
+def test_cap_smaller_than_a_layer_is_infeasible(tmp_path):
+    for system in ("swap-dp", "swap-pp"):
+        out = tmp_path / f"{system}.jsonl"
+        assert harmony_main(["baseline", system, "gpt2-tiny", "--minibatch", "8", "--ubatch", "2",
+                             "--gpu-memory", "64KiB", "-o", str(out)]) == 0
+        (summary,) = read_jsonl(out)
+        validate_summary(summary)
+        assert summary["status"] == "infeasible" and "vLayer" in summary["message"]
+
+
+def test_oom_during_a_step_is_a_record(tmp_path):
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=3, output=str(tmp_path / "o.jsonl"))
+
+    def step(i, batch):
+        if i == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return 1.0
+
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 3, devices=[torch.device("cpu")])
+    validate_summary(summary)
+    assert summary["status"] == "oom" and summary["iterations"] == 1 and "iteration 1" in summary["message"]
+    assert read_jsonl(s.output)[-1]["status"] == "oom"
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------------
+def test_cli_resident_and_microbatch_search(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "8", "--ubatch", "2,4",
+                         "--iters", "2", "-o", str(out)]) == 0
+    summary = read_jsonl(out)[-1]
+    validate_summary(summary)
+    assert summary["status"] == "ok" and summary["ubatch"] in (2, 4)
+    assert [x["ubatch"] for x in summary["ubatch_search"]] == [2, 4]
+    assert (tmp_path / "r.u2.jsonl").exists() and (tmp_path / "r.u4.jsonl").exists()
+    assert "microbatch search" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["resident", "no-such-model", "--minibatch", "8"], "unknown model"),
+    (["resident", "mlp-tiny", "--minibatch", "7", "--gpus", "2"], "multiple of --gpus"),
+    (["resident", "mlp-tiny", "--minibatch", "8", "--ubatch", "0"], "--ubatch 0"),
+    (["resident", "mlp-tiny", "--minibatch", "8", "--ubatch", "two"], "comma list"),
+    (["resident", "mlp-tiny", "--minibatch", "8", "--gpu-memory", "lots"], "cannot read the size"),
+    (["swap-dp", "missing/model.json", "--minibatch", "8"], "no such model.json"),
+])
+def test_cli_bad_input(argv, msg, tmp_path, capsys):
+    assert harmony_main(["baseline", *argv, "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_cli_unknown_baseline_name(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        harmony_main(["baseline", "megatron", "mlp-tiny", "--minibatch", "8", "-o", str(tmp_path / "x")])
+    assert e.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# memcpy trace
+# ------------------------------------------------------------------------------------------------
+def test_memcpy_trace_parser_and_cpu_fallback():
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "args": {"bytes": 1000}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "args": {"bytes": 24}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "args": {"bytes": 500}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "args": {"bytes": 7}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "args": {"bytes": 3}},
+        {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce", "args": {}},
+        {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "args": {"bytes": 99}},
+    ]}
+    b = memcpy_bytes_from_trace(trace)
+    assert (b["h2d"], b["d2h"], b["p2p"], b["d2d"], b["h2d_pageable"], b["count"]) == (1024, 500, 7, 3, 24, 5)
+    assert agreement({"h2d": 1030, "d2h": 500, "p2p": 7}, b)["h2d"] < 0.01
+    if not torch.cuda.is_available():
+        ran = []
+        r = measure_memcpy_bytes(lambda: ran.append(1))
+        assert ran == [1] and r["h2d"] is None and r["source"].startswith("unavailable")

@@ -69,13 +69,13 @@ def cases(N: int) -> list[tuple]:
     return out
 
 
-def microbatched_reference(spec, batches, shares, seed=0, dropout=False):
+def microbatched_reference(spec, batches, shares, seed=0, dropout=False, device="cpu"):
     """Plain PyTorch, no recompute: per iteration, each microbatch through the whole chain, backward of
     (u_i/D) * loss_i, one optimizer step. `shares`: microbatch ranges per rank; each share's gradient is
     accumulated on its own and the shares are summed in rank order, as vDP's all-reduce does. With dropout,
     layer l of the microbatch starting at sample s draws from dropout_seed(seed, it, l, s), the runtime's
     convention."""
-    layers = spec.build("cpu", seed=seed)
+    layers = spec.build(device, seed=seed)
     layers.train()
     params = [p for p in layers.parameters() if p.requires_grad]
     opt = make_optimizer(params, spec.optimizer)
@@ -86,7 +86,7 @@ def microbatched_reference(spec, batches, shares, seed=0, dropout=False):
         for ranges in shares:
             opt.zero_grad(set_to_none=True)
             for lo, hi in ranges:
-                x = tuple(t[lo:hi] for t in batch)
+                x = tuple(t[lo:hi].to(device) for t in batch)
                 for li, layer in enumerate(layers):
                     if dropout:
                         torch.manual_seed(dropout_seed(seed, it, li, lo))

@@ -58,13 +58,17 @@ def validate_against_model(record: dict, graph: TaskGraph, device: str = "cpu"):
 
 
 def _predictions(record: dict, graph: TaskGraph) -> dict:
-    """The schedule's own prediction (simulated time, bound, roofline), else the simulator's if present."""
+    """The schedule's own prediction (written by `harmony schedule`: simulated time, schedule bound and its
+    terms, physical roofline); null values when the schedule carries none."""
     pred = dict(record.get("prediction") or {})
-    out = {"predicted_iter_time_s": pred.get("iter_time_s"),
-           "schedule_bound_s": pred.get("schedule_bound_s"),
-           "roofline_s": pred.get("roofline_s") or (pred.get("terms") or {}).get("roofline_s"),
-           "prediction_terms": pred.get("terms")}
-    return out
+    phys = pred.get("physical_roofline") or {}
+    return {"predicted_iter_time_s": pred.get("iter_time_s"),
+            "schedule_bound_s": pred.get("schedule_bound_s"),
+            "schedule_bound_terms": pred.get("terms"),
+            "roofline_s": pred.get("roofline_s") or phys.get("roofline_s"),
+            "roofline_terms": phys.get("terms"),
+            "predicted_bytes_simulator": pred.get("bytes"),
+            "predicted_peak_memory_bytes": pred.get("peak_memory_bytes")}
 
 
 class Prepared:

@@ -88,6 +88,8 @@ class Worker:
         torch.set_num_threads(max(1, job.get("threads_per_worker") or (os.cpu_count() or 1) // self.N))
         self.precision = job["precision"]
         set_precision(self.precision)
+        if os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False   # GPU tests
         self.cap_record = apply_memory_cap(self.device, job.get("gpu_memory_cap"))
         self.ctrl = _CTRL.get("group")
         self.spec = spec_from_model_json(job["model"])
@@ -191,6 +193,8 @@ class Worker:
         return bufs
 
     def _send(self, tensors, dst: int, tag: int) -> None:
+        # drop finished sends, so a sent activation's memory is not held until the end of the iteration
+        self.sends = [(w, x) for w, x in self.sends if not w.is_completed()]
         for x in tensors:
             x = x.contiguous()
             self.counters.add("p2p", x.numel() * x.element_size())

@@ -1,7 +1,8 @@
 """`harmony figure`: run records -> <figure>.csv (exactly the numbers plotted), .png, .pdf, .env.json.
 
-  harmony figure figure10 --experiment experiments/figure10.yaml --scale smoke --hardware cpu \\
-      -o results/smoke/cpu/figure10.csv  RUN.jsonl ... SCHEDULE.json ...     (what Snakemake calls)
+  harmony figure figure10 RUN.jsonl ... SCHEDULE.json ... --experiment experiments/figure10.yaml \\
+      --scale smoke --hardware cpu -o results/smoke/cpu/figure10.csv      (what Snakemake calls; the
+      input files come right after the figure name)
   harmony figure --all --from results/paper/1xH100-80GB-HBM3                 (re-draw every figure
       from the records already there: no stage runs, no GPU, seconds)
 
@@ -179,8 +180,8 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
         if ident["system"] not in grid["systems"]:
             continue
         cfg = ident.get("cfg")
-        if ident["system"] in HARMONY and cfg not in cfgs:
-            continue
+        if (ident["system"] in HARMONY and cfg not in cfgs) or (ident["system"] not in HARMONY and cfg != "best"):
+            continue   # another figure's configuration, or a baseline's per-candidate search file
         key = (ident["model"], ident["minibatch"], ident["system"], ident["gpus"], cfg)
         if ident["kind"] == "run":
             measured[key] = measured_row({**base, **_ident(ident)}, read_run(f)[0], f)

@@ -207,10 +207,14 @@ class Plan:
         return f"--ubatch {u}" if u else ""
 
     def baseline_ubatch_args(self, minibatch: int, gpus: int) -> str:
-        if not self.settings.get("baseline_ubatch_search"):
-            return ""
+        """`--ubatch` of a baseline: `search` = powers of two up to D/N (the baseline keeps the fastest that
+        fits: its best setting); a list = those candidates that divide D/N; absent = the baseline's default."""
+        spec = self.settings.get("baseline_ubatch")
         per_gpu = max(minibatch // max(gpus, 1), 1)
-        us = [u for u in (1, 2, 4, 8, 16, 32, 64, 128, 256) if u <= per_gpu and per_gpu % u == 0]
+        if not spec:
+            return ""
+        cands = (1, 2, 4, 8, 16, 32, 64, 128, 256) if spec == "search" else tuple(spec)
+        us = [u for u in cands if u <= per_gpu and per_gpu % u == 0] or [per_gpu]
         return "--ubatch " + ",".join(map(str, us))
 
     def convergence_schedule(self, figure: str) -> str:

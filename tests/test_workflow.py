@@ -45,10 +45,11 @@ def workflow_copy(tmp_path: Path) -> Path:
 @needs_snakemake
 @pytest.mark.parametrize("scale,hardware,gpus", [("smoke", "cpu", 2), ("paper", "1xH100-80GB-HBM3", 1),
                                                   ("paper", "2xH200", 2), ("large", "1xH100-80GB-HBM3", 1)])
-def test_every_target_dry_runs(scale, hardware, gpus):
+def test_every_target_dry_runs(scale, hardware, gpus, tmp_path):
+    wf = workflow_copy(tmp_path)
     for target in TARGETS:
-        p = sh([SNAKEMAKE, "-n", "--nolock", "--cores", "2", target, "--config", f"scale={scale}",
-                f"hardware={hardware}", f"gpus_present={gpus}"], check=False)
+        p = sh([SNAKEMAKE, "-n", "--cores", "2", target, "--config", f"scale={scale}",
+                f"hardware={hardware}", f"gpus_present={gpus}"], cwd=wf, check=False)
         assert p.returncode == 0, f"{target} at {scale}: {p.stderr[-2000:]}"
         out = p.stdout + p.stderr
         assert f"results/{scale}/{hardware}" in out
@@ -56,26 +57,27 @@ def test_every_target_dry_runs(scale, hardware, gpus):
 
 
 @needs_snakemake
-def test_paper_grid_runs_present_gpus_and_predicts_the_rest():
-    p = sh([SNAKEMAKE, "-n", "--nolock", "figure10", "--config", "scale=paper", "hardware=hw", "gpus_present=1"])
+def test_paper_grid_runs_present_gpus_and_predicts_the_rest(tmp_path):
+    wf = workflow_copy(tmp_path)
+    p = sh([SNAKEMAKE, "-n", "figure10", "--config", "scale=paper", "hardware=hw", "gpus_present=1"], cwd=wf)
     out = p.stdout
     assert "runs/harmony-vPP/gpt2-xl/N1-D64-auto.jsonl" in out          # measured at the N present
     assert "schedules/gpt2-xl/vPP-N4-D64-auto.json" in out             # the figure's N=4: predicted
     assert "runs/harmony-vPP/gpt2-xl/N4-D64-auto.jsonl" not in out
-    assert "--gpu-memory 11GiB" in sh([SNAKEMAKE, "-n", "-p", "--nolock", "figure10", "--config", "scale=paper",
-                                       "hardware=hw", "gpus_present=1"]).stdout
+    assert "--gpu-memory 11GiB" in sh([SNAKEMAKE, "-n", "-p", "figure10", "--config", "scale=paper",
+                                       "hardware=hw", "gpus_present=1"], cwd=wf).stdout
 
 
 @needs_snakemake
-def test_config_schema_rejects_bad_scale():
-    p = sh([SNAKEMAKE, "-n", "--nolock", "figure10", "--config", "scale=huge"], check=False)
+def test_config_schema_rejects_bad_scale(tmp_path):
+    p = sh([SNAKEMAKE, "-n", "figure10", "--config", "scale=huge"], cwd=workflow_copy(tmp_path), check=False)
     assert p.returncode != 0
     assert "huge" in (p.stdout + p.stderr)
 
 
 @needs_snakemake
-def test_lint_clean():
-    p = sh([SNAKEMAKE, "--lint", "--config", "scale=smoke"], check=False)
+def test_lint_clean(tmp_path):
+    p = sh([SNAKEMAKE, "--lint", "--config", "scale=smoke"], cwd=workflow_copy(tmp_path), check=False)
     assert "Congratulations, your workflow is in a good condition" in p.stdout + p.stderr, p.stdout[-3000:]
 
 
@@ -90,9 +92,9 @@ def real_records(tmp_path_factory):
     R = base / "results" / "smoke" / "cpu"
     runs = {}
     for name in ("swap-dp", "swap-pp"):
-        out = R / "runs" / name / "gpt2-tiny" / "N1-D8-best.jsonl"
+        out = R / "runs" / name / "gpt2-tiny" / "N1-D16-best.jsonl"
         out.parent.mkdir(parents=True)
-        sh(["harmony", "baseline", name, "gpt2-tiny", "--minibatch", "8", "--gpus", "1", "--iters", "3",
+        sh(["harmony", "baseline", name, "gpt2-tiny", "--minibatch", "16", "--ubatch", "4", "--gpus", "1", "--iters", "3",
             "--device", "cpu", "-o", str(out)], cwd=base)
         runs[name] = out
     # an infeasible schedule (cap far below one layer) -> the guard leaves a stub; the run inherits it
@@ -100,18 +102,18 @@ def real_records(tmp_path_factory):
     sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)], cwd=base)
     prof = R / "profiles" / "gpt2-tiny.json"
     sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2", "--trials", "1", "--quiet"], cwd=base)
-    sched = R / "schedules" / "gpt2-tiny" / "vPP-N1-D8-auto.json"
+    sched = R / "schedules" / "gpt2-tiny" / "vPP-N1-D16-auto.json"
     sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(sched), "--", "harmony", "schedule",
-        str(prof), "--model", str(model), "--minibatch", "8", "--gpus", "1", "--mode", "vPP",
+        str(prof), "--model", str(model), "--minibatch", "16", "--gpus", "1", "--mode", "vPP",
         "--gpu-memory", "1KiB", "--calibration", "analytic:paper", "-o", str(sched)], cwd=base)
-    run = R / "runs" / "harmony-vPP" / "gpt2-tiny" / "N1-D8-auto.jsonl"
+    run = R / "runs" / "harmony-vPP" / "gpt2-tiny" / "N1-D16-auto.jsonl"
     sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(run), "--schedule", str(sched),
-        "--system", "harmony-vPP", "--model", "gpt2-tiny", "--mode", "vPP", "--gpus", "1", "--minibatch", "8",
+        "--system", "harmony-vPP", "--model", "gpt2-tiny", "--mode", "vPP", "--gpus", "1", "--minibatch", "16",
         "--", "harmony", "run", str(sched), "--iters", "2", "-o", str(run)], cwd=base)
     # a crashing command -> an error record
-    bad = R / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D8-best.jsonl"
+    bad = R / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D16-best.jsonl"
     sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(bad), "--system", "fsdp-offload",
-        "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "8", "--", sys.executable, "-c",
+        "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "16", "--", sys.executable, "-c",
         "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"], cwd=base)
     return base, R, runs, sched, run, bad
 
@@ -131,8 +133,8 @@ def test_figure_from_real_records(real_records):
     out = R / "figure10.csv"
     files = [str(p) for p in [*runs.values(), run, bad]]
     t0 = time.time()
-    sh(["harmony", "figure", "figure10", "--experiment", str(ROOT / "experiments/figure10.yaml"), "--scale", "smoke",
-        "--hardware", "cpu", "-o", str(out), *files], cwd=base)
+    sh(["harmony", "figure", "figure10", *files, "--experiment", str(ROOT / "experiments/figure10.yaml"),
+        "--scale", "smoke", "--hardware", "cpu", "-o", str(out)], cwd=base)
     assert time.time() - t0 < 30
     rows = list(csv.DictReader(open(out)))
     by = {r["system"]: r for r in rows}
@@ -247,8 +249,8 @@ def test_offline_fallback_corpus_for_both_tasks(tmp_path):
 # ------------------------------------------------------------------------------------------------
 @needs_snakemake
 def test_joblist_is_ordered_and_valid_bash(tmp_path):
-    p = sh([SNAKEMAKE, "-n", "-p", "--nolock", "figure13", "--config", "scale=paper", "hardware=1xH100-80GB-HBM3",
-            "gpus_present=1"])
+    p = sh([SNAKEMAKE, "-n", "-p", "figure13", "--config", "scale=paper", "hardware=1xH100-80GB-HBM3",
+            "gpus_present=1"], cwd=workflow_copy(tmp_path))
     dry = tmp_path / "dry.txt"
     dry.write_text(p.stdout)
     script = tmp_path / "jobs.sh"

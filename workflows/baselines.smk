@@ -1,6 +1,6 @@
 # The systems Harmony is measured against: same run-record schema, same GPU memory cap (except
 # `resident`, which is the no-cap ceiling), each at its own best setting (`-best`: the baseline searches
-# the microbatch sizes of experiments/scales.yaml `baseline_ubatch_search` and keeps the fastest that fits).
+# the microbatch sizes of experiments/scales.yaml `baseline_ubatch` and keeps the fastest that fits).
 
 
 rule baseline:

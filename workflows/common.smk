@@ -98,7 +98,7 @@ PROFILE_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 
 def baseline_ubatch(wildcards):
     """`--ubatch` list the baseline searches (its best setting): powers of two up to D/N at the paper and
-    large scales; the baseline's default (D/N, no accumulation) at smoke scale."""
+    large scales; u = 4 at smoke scale (experiments/scales.yaml `baseline_ubatch`)."""
     return PLAN.baseline_ubatch_args(int(wildcards.minibatch), int(wildcards.gpus))
 
 

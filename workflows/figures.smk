@@ -51,9 +51,8 @@ rule figure:
     conda:
         ENV
     shell:
-        "harmony figure {wildcards.figure} --experiment {params.experiment} --scale {params.scale}"
-        " --hardware {params.hardware} --gpus-present {params.gpus_present} -o {output.csv} {input}"
-        " > {log} 2>&1"
+        "harmony figure {wildcards.figure} {input} --experiment {params.experiment} --scale {params.scale}"
+        " --hardware {params.hardware} --gpus-present {params.gpus_present} -o {output.csv} > {log} 2>&1"
 
 
 rule figures_from_results:

@@ -61,6 +61,10 @@ def decompose_model(spec: ModelSpec, source: dict | None = None, with_flops: boo
             "outputs": [s.to_json() for s in outputs],
             "flops_fwd_per_sample": flops,
             "is_loss": i == len(layers) - 1,
+            # Output depends on how samples are grouped into microbatches: dropout masks are drawn per
+            # microbatch, BatchNorm normalises over it. Recompute at another size cannot replay them.
+            "stochastic": any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in layer.modules()),
+            "batch_dependent": any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in layer.modules()),
         }
         rec["signature"] = layer_signature(layer, rec)
         records.append(rec)
@@ -75,6 +79,7 @@ def decompose_model(spec: ModelSpec, source: dict | None = None, with_flops: boo
         "total_params": sum(r["params"] for r in records),
         "total_param_bytes": sum(r["param_bytes"] for r in records),
         "total_buffer_bytes": sum(r["buffer_bytes"] for r in records),
+        "microbatch_sensitive": any(r["stochastic"] or r["batch_dependent"] for r in records),
         "vlayers": records,
     }
 
@@ -130,6 +135,19 @@ def spec_from_model_json(model_json: dict) -> ModelSpec:
         from harmony.user_module import spec_from_source  # fx path: user nn.Modules
         return spec_from_source(src)
     raise ArtifactError(f"model.json has an unknown source {src!r}")
+
+
+def microbatch_sensitive(model_json: dict) -> bool:
+    """True when some vLayer's output depends on the microbatch grouping (dropout, BatchNorm): then a
+    backward pack's recompute must run at the forward's microbatch size (u_fwd == u_bwd). Read from
+    model.json; records written before the field existed are rebuilt on the meta device to find out."""
+    if "microbatch_sensitive" in model_json:
+        return bool(model_json["microbatch_sensitive"])
+    if model_json.get("source", {}).get("kind") not in ("zoo", "module"):
+        return False      # an analytic record (tests, Table 1 --analytic): no modules to inspect
+    layers = spec_from_model_json(model_json).build("meta")
+    return any(isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm))
+               and getattr(m, "p", 1) > 0 for layer in layers for m in layer.modules())
 
 
 def resolve_spec(name: str, overrides: dict | None = None) -> tuple[ModelSpec, dict]:

@@ -25,7 +25,9 @@ def train_reference(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]]
                     device: str = "cpu", layers: nn.ModuleList | None = None) -> tuple[list[float], nn.ModuleList]:
     """Train `spec` (initialised with `seed`) on `batches`; returns per-iteration losses and the trained chain."""
     if layers is None:
-        layers = spec.build(device, seed=seed)
+        # Initialise on the CPU generator and move: every system (the runtime's host arena, the baselines)
+        # starts from the CPU initialisation, and CUDA's generator would draw different weights.
+        layers = spec.build("cpu", seed=seed).to(device)
     layers.train()
     params = [p for p in layers.parameters() if p.requires_grad]
     opt = make_optimizer(params, spec.optimizer)

@@ -97,6 +97,7 @@ def write_candidates(path, cands) -> None:
 
 
 def main(args) -> int:
+    from harmony.decompose import microbatch_sensitive
     from harmony.schedule.io import make_schedule_record, save_schedule
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.search import search
@@ -116,7 +117,8 @@ def main(args) -> int:
                                         task_overhead_s=args.task_overhead)
     costs = LayerCosts(prof, sizes=model_sizes(model_json))
     res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=cap,
-                 ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size)
+                 ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size,
+                 equal_ubatch=microbatch_sensitive(model_json))
     from harmony.schedule.tasks import build_task_graph
     graph = build_task_graph(res.best.config, costs.L)
     precision = prof.raw.get("precision") or "fp32"

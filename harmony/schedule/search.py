@@ -70,8 +70,9 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
            cap: float | None = None, ubatch_fwd: int | None = None, ubatch_bwd: int | None = None,
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
-           progress=None) -> SearchResult:
-    """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too)."""
+           progress=None, equal_ubatch: bool = False) -> SearchResult:
+    """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too). equal_ubatch: only
+    u_fwd == u_bwd (models with dropout or BatchNorm, whose recompute must see the forward's microbatches)."""
     t0, c0 = time.perf_counter(), time.process_time()
     if minibatch < gpus:
         raise ScheduleError(f"minibatch D={minibatch} is smaller than the number of GPUs N={gpus}: "
@@ -80,6 +81,10 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         raise ScheduleError(f"mode {mode!r}: use vPP, vDP or auto")
     if ubatch_fwd is not None and ubatch_bwd is not None and ubatch_fwd < ubatch_bwd:
         raise ScheduleError(f"--ubatch-fwd {ubatch_fwd} < --ubatch-bwd {ubatch_bwd}: u_fwd must be >= u_bwd")
+    if equal_ubatch and ubatch_fwd and ubatch_bwd and ubatch_fwd != ubatch_bwd:
+        raise ScheduleError(f"--ubatch-fwd {ubatch_fwd} != --ubatch-bwd {ubatch_bwd}, but the model has dropout or "
+                            f"BatchNorm: recompute must replay the forward's microbatches; use equal sizes or "
+                            f"decompose with --set dropout=0")
     L = costs.L
     if mode == "auto":
         setups = [("vPP", n) for n in range(1, gpus + 1)] + [("vDP", n) for n in range(2, gpus + 1)]
@@ -111,7 +116,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                     else:
                         errors.append(f"no backward packing fits at u_bwd={ub}")
                     continue
-            uf_list = [ubatch_fwd] if ubatch_fwd else [u for u in us if u >= ub]
+            uf_list = [ubatch_fwd] if ubatch_fwd else [ub] if equal_ubatch else [u for u in us if u >= ub]
             for bname, bpacks in bwds.items():
                 jb = objective(costs, bctx, bpacks)
                 for uf in uf_list:

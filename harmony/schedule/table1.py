@@ -81,7 +81,10 @@ def main(args) -> int:
         opt = (model.get("optimizer") or {}).get("kind", "adamw")
         params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt)
         costs = LayerCosts(prof)
-        res = search(LayerCosts(prof, sizes=model_sizes(model)), params, minibatch=args.minibatch, gpus=args.gpus, mode="vPP", cap=cap)
+        from harmony.decompose import microbatch_sensitive
+        equal = bool(model.get("model")) and microbatch_sensitive(model)
+        res = search(LayerCosts(prof, sizes=model_sizes(model)), params, minibatch=args.minibatch, gpus=args.gpus,
+                     mode="vPP", cap=cap, equal_ubatch=equal)
         c, b = res.best.config, res.best
         dp, heur = dp_vs_heuristics(res.candidates)
         rows.append({"model": name, "profile_source": source, "calibration": cal_src, "minibatch": args.minibatch,

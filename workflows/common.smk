@@ -83,8 +83,17 @@ def convergence_schedule(wildcards):
     return PLAN.schedule_path(mode, wildcards.model, wildcards.gpus, D, cfg)
 
 
-def table_profiles(wildcards):
-    return [f"{R}/profiles/{m}.json" for m in PLAN.table_models()]
+def table1_profiles(wildcards):
+    """Measured profiles of the four Table 1 models (none when the scale searches analytic profiles)."""
+    if PLAN.grid("table1").get("profiles") == "analytic":
+        return []
+    return [f"{R}/table1/profiles/{m}.profile.json" for m in PLAN.table_models()]
+
+
+def table1_source(wildcards, input):
+    if not input.profiles:
+        return "--analytic"
+    return f"--profiles {parent_dir(input.profiles[0])}"
 
 
 def figure_caption(wildcards):

@@ -6,7 +6,7 @@ rule table1_profiles:
     input:
         f"{R}/profiles/{{model}}.json",
     output:
-        f"{R}/table1/profiles/{{model}}.json",
+        f"{R}/table1/profiles/{{model}}.profile.json",
     log:
         f"{R}/logs/table1/{{model}}.log",
     conda:
@@ -17,18 +17,21 @@ rule table1_profiles:
 
 rule table1_search:
     input:
-        profiles=expand(f"{R}/table1/profiles/{{model}}.json", model=PLAN.table_models()),
+        profiles=table1_profiles,
         calibration=f"{R}/calibration.json",
     output:
         f"{R}/table1-search.csv",
     log:
         f"{R}/logs/table1/search.log",
     params:
-        profiles=lambda wildcards, input: parent_dir(input.profiles[0]),
+        source=table1_source,
+        models=",".join(PLAN.table_models()),
+        candidates=f"{R}/table1/search",
     conda:
         ENV
     shell:
-        "harmony table1 --profiles {params.profiles} --calibration {input.calibration} -o {output} > {log} 2>&1"
+        "harmony table1 {params.source} --models {params.models} --calibration {input.calibration}"
+        " --candidates-dir {params.candidates} -o {output} > {log} 2>&1"
 
 
 rule figure:

@@ -25,10 +25,10 @@ import yaml
 
 from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path
 
-COLUMNS = ["figure", "scale", "hardware", "model", "minibatch", "system", "gpus", "cfg", "kind", "status",
+COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
            "samples_per_s", "iter_time_s", "predicted_iter_time_s", "bytes_h2d", "bytes_d2h", "bytes_p2p",
            "bytes_allreduce", "swap_bytes", "precision", "gpu_memory_cap", "data", "message", "source"]
-CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "minibatch", "system", "gpus", "status",
+CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "status",
                  "iteration", "loss", "data", "source"]
 SYSTEM_ORDER = [*HARMONY, *BASELINES, "pytorch"]
 
@@ -175,7 +175,9 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
     predicted: dict[tuple, str] = {}
     for f in files:
         ident = parse_path(f)
-        if not ident or ident["model"] not in models or ident["minibatch"] not in models[ident["model"]]:
+        if not ident or ident["kind"] not in ("run", "schedule"):
+            continue
+        if ident["model"] not in models or ident["minibatch"] not in models[ident["model"]]:
             continue
         if ident["system"] not in grid["systems"]:
             continue
@@ -253,6 +255,7 @@ def render(fig: str, exp: dict, scale: str, hardware: str, rows: list[dict], out
     from harmony import figures_plot
     out.parent.mkdir(parents=True, exist_ok=True)
     kind = exp["kind"]
+    _add_model_params(rows, out.parent / "models")
     cols = CURVE_COLUMNS if kind == "convergence" else (None if kind == "table" else COLUMNS)
     if cols is None:
         cols = list(dict.fromkeys(k for r in rows for k in r))
@@ -263,6 +266,21 @@ def render(fig: str, exp: dict, scale: str, hardware: str, rows: list[dict], out
     title = f"{exp.get('title', fig)}\n[{fig}; scale {scale}; {hardware}]"
     figures_plot.plot(kind, exp, rows, title, out.with_suffix(".png"), out.with_suffix(".pdf"))
     write_env(fig, scale, hardware, rows, out.with_suffix(".env.json"), gpus_present)
+
+
+def _add_model_params(rows: list[dict], models_dir: Path) -> None:
+    """Parameter count of each model (from its model.json next to the results), for labels and the CSV."""
+    cache: dict[str, int | None] = {}
+    for r in rows:
+        m = r.get("model")
+        if m and m not in cache:
+            p = models_dir / f"{m}.json"
+            try:
+                cache[m] = json.loads(p.read_text()).get("total_params") if p.exists() else None
+            except (OSError, json.JSONDecodeError):
+                cache[m] = None
+        if m and r.get("kind") != "table":
+            r["model_params"] = cache.get(m)
 
 
 def write_env(fig: str, scale: str, hardware: str, rows: list[dict], path: Path, gpus_present) -> None:

@@ -95,7 +95,7 @@ def _bars(exp, rows, metric="samples_per_s", ylabel="samples/s"):
                     _mark_failed(ax, x, r)
         ax.set_xticks(range(len(Ds)), [f"D={D}" for D in Ds])
         ax.set_ylim(bottom=0)
-        ax.set_title(model, fontsize=9)
+        ax.set_title(_model_name(model, mrows), fontsize=9)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
     _legend(fig, axes)
@@ -199,14 +199,15 @@ def _scaling(exp, rows):
             meas = [r for r in good if r["kind"] == "measured"]
             pred = [r for r in good if r["kind"] == "predicted"]
             color = plt.cm.viridis(mi / max(len(models) - 1, 1))
+            name = _model_name(model, rs)
             if meas:
                 a.plot([r["gpus"] for r in meas], [val(r) for r in meas], "-", marker=markers[mi % 6], color=color,
-                       label=f"{model} measured")
+                       label=f"{name} measured")
             if pred:
                 chain = meas[-1:] + pred
                 a.plot([r["gpus"] for r in chain], [val(r) for r in chain], "--", color=color)
                 a.plot([r["gpus"] for r in pred], [val(r) for r in pred], linestyle="none", marker=markers[mi % 6],
-                       mfc="none", color=color, label=f"{model} predicted")
+                       mfc="none", color=color, label=f"{name} predicted")
             for r in rs:
                 if r.get("status") != "ok":
                     _mark_failed(a, r["gpus"], r)
@@ -217,6 +218,14 @@ def _scaling(exp, rows):
         ax[si].set_xscale("log", base=2)
         ax[si].legend(fontsize=6)
     return fig
+
+
+def _model_name(model: str, rows) -> str:
+    n = next((r.get("model_params") for r in rows if r.get("model_params") not in (None, "")), None)
+    if n is None:
+        return model
+    n = float(n)
+    return f"{model} ({n / 1e9:.2f} B)" if n >= 1e8 else f"{model} ({n / 1e6:.2f} M)"
 
 
 def _convergence(exp, rows):
@@ -249,6 +258,8 @@ def _convergence(exp, rows):
 def _table(exp, rows):
     cols = [c for c in dict.fromkeys(k for r in rows for k in r)
             if c not in ("figure", "scale", "hardware", "kind", "status")]
+    if exp.get("columns"):
+        cols = [c for c in exp["columns"] if c in cols]
     fig, ax = plt.subplots(figsize=(min(2 + 1.3 * len(cols), 18), 1.2 + 0.35 * len(rows)))
     ax.axis("off")
     cells = [[_fmt(r.get(c)) for c in cols] for r in rows] or [["(no rows)"] + [""] * (len(cols) - 1)]

@@ -31,49 +31,49 @@ include: "workflows/checks.smk"
 
 rule all:
     input:
-        figure_outputs(FIGURES),
+        target_inputs(FIGURES),
         f"{R}/checks.csv",
     default_target: True
 
 
 rule figure8:
     input:
-        figure_outputs(["figure8"]),
+        target_inputs(["figure8"]),
 
 
 rule figure10:
     input:
-        figure_outputs(["figure10"]),
+        target_inputs(["figure10"]),
 
 
 rule figure12:
     input:
-        figure_outputs(["figure12"]),
+        target_inputs(["figure12"]),
 
 
 rule figure13:
     input:
-        figure_outputs(["figure13"]),
+        target_inputs(["figure13"]),
 
 
 rule figure17:
     input:
-        figure_outputs(["figure17"]),
+        target_inputs(["figure17"]),
 
 
 rule figure18:
     input:
-        figure_outputs(["figure18"]),
+        target_inputs(["figure18"]),
 
 
 rule figure21:
     input:
-        figure_outputs(["figure21"]),
+        target_inputs(["figure21"]),
 
 
 rule table1:
     input:
-        figure_outputs(["table1"]),
+        target_inputs(["table1"]),
 
 
 rule check:

@@ -40,6 +40,13 @@ def figure_outputs(figures):
     return [f"{R}/{f}.{ext}" for f in figures for ext in ("csv", "png", "pdf", "env.json")]
 
 
+def target_inputs(figures):
+    """What a target rule asks for: the figures and, explicitly, every record they plot, so that a
+    deleted run record is re-made (and then the figure, whose input is newer) even when the figure
+    files are still there."""
+    return figure_outputs(figures) + [f for fig in figures for f in PLAN.all_inputs(fig)]
+
+
 def figure_inputs(wildcards):
     """Every run record and prediction the figure plots (harmony.workflow.Plan.figure_inputs)."""
     return PLAN.all_inputs(wildcards.figure)

@@ -20,7 +20,7 @@ from typing import Any
 
 from baselines.common import Infeasible, RunWriter, Settings, load_model, status_only
 from harmony.schedule.io import make_schedule_record, save_schedule
-from harmony.schedule.tasks import Range, ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
+from harmony.schedule.tasks import _spec_bytes, Range, ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
 
 PACKINGS = ("layer", "fit")
 
@@ -74,8 +74,27 @@ class TaskMemory:
                                  f"{format_bytes(cap)}; a smaller microbatch or a larger cap may fit")
 
 
-def single_layer_packs(lo: int, hi: int) -> list[Range]:
-    return [(i, i + 1) for i in range(lo, hi)]
+def single_layer_packs(lo: int, hi: int, model_json: dict | None = None) -> list[Range]:
+    """One vLayer per pack, except that the loss pack also takes the trailing vLayers that expand the
+    activation (GPT-2's LM head: 6.4 KB of hidden state in, 201 KB of logits out per token). Otherwise the
+    logits of every in-flight microbatch would wait on the GPU for their backward (1.6 GB per microbatch
+    of 8 for GPT2-XL), which no real swapping system does: they compute the loss right after the head."""
+    start = loss_pack_start(model_json) if model_json and hi == model_json["num_vlayers"] else hi - 1
+    start = max(lo, min(start, hi - 1))
+    return [(i, i + 1) for i in range(lo, start)] + [(start, hi)]
+
+
+def loss_pack_start(model_json: dict) -> int:
+    """First vLayer of the loss pack: the loss, plus the vLayers right before it whose output is larger
+    than their input."""
+    vls = model_json["vlayers"]
+
+    def nbytes(specs):
+        return sum(_spec_bytes(x) for x in specs)
+    s = len(vls) - 1
+    while s - 1 >= 1 and nbytes(vls[s - 1]["outputs"]) > nbytes(vls[s - 1]["inputs"]):
+        s -= 1
+    return s
 
 
 def fit_packs(mem: TaskMemory, lo: int, hi: int, u: int, cap: int | None) -> list[Range]:
@@ -105,7 +124,7 @@ def swap_dp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
         raise ValueError(f"minibatch {minibatch} is not a multiple of gpus {gpus}")
     mem = TaskMemory(model_json, profile)
     mem.check_layers(0, L, ubatch, cap, "swap-dp")
-    packs = single_layer_packs(0, L) if packing == "layer" else fit_packs(mem, 0, L, ubatch, cap)
+    packs = single_layer_packs(0, L, model_json) if packing == "layer" else fit_packs(mem, 0, L, ubatch, cap)
     bwd = tuple(packs)
     fwd = tuple(p for p in packs[:-1])
     return ScheduleConfig(mode="vDP", gpus=gpus, minibatch=minibatch, ubatch_fwd=ubatch, ubatch_bwd=ubatch,

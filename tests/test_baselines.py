@@ -36,10 +36,11 @@ def test_swap_dp_schedule_shape_and_bytes():
     L = mj["num_vlayers"]
     cfg = swap_dp_config(mj, 8, 1, 2)
     assert cfg.mode == "vDP" and cfg.group_size == 1 and not cfg.pin_shared
-    assert cfg.bwd_packs == tuple((i, i + 1) for i in range(L))
+    # one vLayer per pack, except the LM head (which expands hidden state into logits) joins the loss pack
+    assert cfg.bwd_packs == tuple((i, i + 1) for i in range(L - 2)) + ((L - 2, L),)
     b = count_bytes(build_task_graph(cfg, L), layer_sizes_from_model(mj))
     W = mj["total_param_bytes"] + mj["total_buffer_bytes"]
-    loss_w = mj["vlayers"][-1]["param_bytes"]
+    loss_w = sum(v["param_bytes"] + v["buffer_bytes"] for v in mj["vlayers"][L - 2:])
     # every microbatch (4) brings every weight in twice (forward, backward) but the loss pack's once
     assert b["h2d_weights"] == 4 * (2 * W - loss_w)
     assert b["d2h_grads"] == 4 * sum(v["trainable_param_bytes"] for v in mj["vlayers"])

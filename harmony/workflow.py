@@ -338,7 +338,8 @@ def reference(args) -> int:
         torch.backends.cudnn.allow_tf32 = True
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
-    layers = spec.build(args.device, seed=args.init_seed)
+    # initialise on the CPU generator and move: every system starts from the CPU initialisation
+    layers = spec.build("cpu", seed=args.init_seed).to(args.device)
     layers.train()
     opt = make_optimizer([p for p in layers.parameters() if p.requires_grad], spec.optimizer)
     its = []

@@ -11,7 +11,11 @@ Settings (the FSDP2 documentation's recommended use; docs/baselines.md cites it)
     host-to-device before each unit's all-gather, gradients device-to-host after its reduce-scatter, and
     the optimizer steps on the CPU.
   - Optimizer: the model's optimizer from harmony.optim (fused CPU AdamW for GPT-2), created after
-    sharding, over the sharded (DTensor) parameters.
+    sharding, over the sharded (DTensor) parameters. DTensor has a sharding rule for fused Adam/AdamW
+    but none for fused SGD (`aten._fused_sgd_`, torch 2.11-2.13), so for SGD (the CNNs) the same fused
+    SGD steps the local shards of the DTensor parameters and gradients instead (`LocalShardOptimizer`):
+    elementwise, so identical to stepping the DTensors, and bit-for-bit harmony.optim's SGD (foreach or
+    single-tensor SGD differ from fused SGD in the last bit).
   - Activation checkpointing per vLayer (all but the loss), applied inside each FSDP unit
     (torch.utils.checkpoint, non-reentrant), as torchtitan does with its per-block wrapper.
   - Microbatches of `--ubatch` with gradient accumulation to reach D: each microbatch's backward
@@ -64,6 +68,56 @@ class Chain(nn.Module):
         return x
 
 
+class LocalShardOptimizer:
+    """harmony.optim's optimizer over the local shards of DTensor parameters (for optimizers whose fused
+    op DTensor cannot dispatch: SGD). Each step re-aliases a plain leaf tensor to every parameter's local
+    shard and its gradient's local shard (no copies), then steps the fused optimizer on those; the
+    optimizer state (momentum) is keyed by the leaf tensors, which live as long as this object."""
+
+    def __init__(self, params: list, cfg):
+        self.params = list(params)
+        self.shadows = [nn.Parameter(_local(p).detach(), requires_grad=p.requires_grad) for p in self.params]
+        self.inner = make_optimizer(self.shadows, cfg)
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+        for sh in self.shadows:
+            sh.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, sh in zip(self.params, self.shadows):
+            local = _local(p)
+            if sh.data_ptr() != local.data_ptr() or sh.shape != local.shape:
+                sh.data = local            # FSDP2 re-saved the shard (lazy init): alias the new storage
+            sh.grad = None if p.grad is None else _local(p.grad).detach()
+        self.inner.step()
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def fsdp_optimizer(params: list, cfg):
+    """The model's optimizer over FSDP2's DTensor parameters: as is where DTensor runs its fused kernel
+    (Adam, AdamW), on the local shards for SGD."""
+    if cfg.kind == "sgd":
+        return LocalShardOptimizer(params, cfg)
+    return make_optimizer(params, cfg)
+
+
 def build_fsdp(spec, s: Settings, dev: torch.device, mesh) -> Chain:
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -104,12 +158,13 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
     s.extra.update(precision_settings=apply_precision(s.precision), memory_cap=apply_cap(dev, s.gpu_memory_cap),
                    fsdp="fully_shard per vLayer + root, CPUOffloadPolicy(pin_memory=%s)" % (dev.type == "cuda"),
                    activation_checkpointing="per vLayer (all but the loss)",
-                   optimizer=f"{spec.optimizer.kind}, fused, CPU (sharded DTensor parameters)",
+                   optimizer=f"{spec.optimizer.kind}, fused, CPU (sharded DTensor parameters"
+                   + ("; SGD on their local shards)" if spec.optimizer.kind == "sgd" else ")"),
                    gradient_sync="every microbatch (FSDP2 default)")
     writer = RunWriter(s if rank == 0 else _silent(s), spec.name)
     try:
         model = build_fsdp(spec, s, dev, mesh)
-        opt = make_optimizer([p for p in model.parameters() if p.requires_grad], spec.optimizer)
+        opt = fsdp_optimizer([p for p in model.parameters() if p.requires_grad], spec.optimizer)
     except Exception as e:  # noqa: BLE001
         if is_oom(e):
             return status_only(s, spec.name, "oom", str(e).splitlines()[0]) if rank == 0 else None

@@ -162,3 +162,22 @@ def test_physical_roofline():
     r = physical_roofline(m, g, synthetic_calibration("paper"), "fp32")
     assert r["roofline_s"] == max(r["terms"]["flops_s"], r["terms"]["transfer_s"], r["terms"]["cpu_update_s"])
     assert r["terms"]["min_h2d_bytes"] == m["total_param_bytes"]
+
+
+def test_wave_factor_matches_the_pipeline_of_equal_packs():
+    """w(S): S equal packs round-robin on N GPUs, pack p starting one microbatch (c/m) after pack p-1 and
+    when its GPU is free; compare with the event recursion."""
+    from harmony.schedule.packing import wave_factor
+    for N in (2, 3, 4):
+        for m in (1, 2, 3, 4, 8):
+            prev = 0.0
+            for S in range(1, 14):
+                free, start = [0.0] * N, 0.0
+                for p in range(S):
+                    start = max(free[p % N], start + 1.0 / m if p else 0.0)
+                    free[p % N] = start + 1.0
+                ctx = PackContext(kind="BWD", u=4, n=4 * m, cap=None, mode="vPP", gpus=N)
+                w = wave_factor(ctx, S)
+                assert abs(w - max(free)) < 1e-9, (N, m, S)
+                assert w >= prev
+                prev = w

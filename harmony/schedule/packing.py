@@ -12,8 +12,9 @@ Objective (what `dp` minimises exactly, and what the property test compares): th
 one pass. Each pack has a cost, its own bottleneck,
 
     cost_p = max( C_p / P,  X_in,p / B_in,  X_out,p / B_out )
-    vPP, N > 1:   J = ceil(S / N) * max_p cost_p + tau * S     (S packs run in waves of N concurrent,
-                  microbatch-pipelined tasks; a wave goes at the pace of its slowest pack)
+    vPP, N > 1:   J = w(S) * max_p cost_p + tau * S            (S microbatch-pipelined packs round-robin
+                  on N GPUs at the pace of the slowest; w(S) = max(1 + (S-1)/m, ceil(S/N) + ((S-1) mod N)/m),
+                  m = ceil(n/u): see wave_factor)
     vDP or N = 1: J = sum_p cost_p + tau * S                   (every GPU runs the tasks one by one)
 
   C_p      compute of the task (all microbatches of the rank's samples at u; profiled, remainder included)
@@ -80,18 +81,28 @@ def pack_cost(costs: LayerCosts, ctx: PackContext, s: int, e: int) -> float:
 
 
 def objective(costs: LayerCosts, ctx: PackContext, packs) -> float:
-    """vPP: ceil(S/N) * max_p cost_p + tau*S (tasks run in waves of N, microbatch-pipelined, each wave as slow
-    as its slowest pack); vDP / N=1: sum_p cost_p (tasks run one after another on every GPU)."""
+    """vPP: wave_factor(S) * max_p cost_p + tau*S (S microbatch-pipelined tasks round-robin on N GPUs, at the
+    pace of the slowest pack); vDP / N=1: sum_p cost_p (tasks run one after another on every GPU)."""
     cs = [pack_cost(costs, ctx, s, e) - ctx.task_overhead_s for s, e in packs]
     if not cs:
         return 0.0
     if _waves(ctx):
-        return -(-len(cs) // ctx.gpus) * max(cs) + ctx.task_overhead_s * len(cs)
+        return wave_factor(ctx, len(cs)) * max(cs) + ctx.task_overhead_s * len(cs)
     return sum(cs) + ctx.task_overhead_s * len(cs)
 
 
 def _waves(ctx: PackContext) -> bool:
     return ctx.mode == "vPP" and ctx.gpus > 1
+
+
+def wave_factor(ctx: PackContext, S: int) -> float:
+    """vPP, N > 1: the pass time of S microbatch-pipelined packs of equal cost c, in units of c. Pack p runs
+    on GPU p mod N and starts when pack p-1 has finished its first of m = ceil(n/u) microbatches (c/m later)
+    and its GPU is free: latency-bound (m <= N) 1 + (S-1)/m; GPU-bound (m >= N) ceil(S/N) + ((S-1) mod N)/m
+    (the last wave's fill). Non-decreasing in S."""
+    N = ctx.gpus
+    m = max(1, -(-ctx.n // ctx.u))
+    return max(1 + (S - 1) / m, -(-S // N) + ((S - 1) % N) / m)
 
 
 def _ends(costs, ctx, s, hi):
@@ -214,12 +225,12 @@ def dp(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
 
 
 def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) -> list[Range]:
-    """Exact minimum of J = ceil(S/N) * max_p cost_p + tau*S over contiguous packings of [lo, hi) whose
+    """Exact minimum of J = wave_factor(S) * max_p cost_p + tau*S over contiguous packings of [lo, hi) whose
     packs fit (and, for the forward pass, do not cross `stops`, the backward-pack starts) and number at most
     S_cap = max(2 S_g + 4, N (ceil(S_g/N) + 2)) packs, S_g = the greedy packing's count (the balanced
     heuristics search the same range; with tau = 0, J is flat in S beyond it, and ties go to fewer packs).
     Layered DP over S: m_S[e] = min over s of max(m_{S-1}[s], cost(s, e)); edges costlier than the best J
-    so far divided by the waves they would need are pruned (exact: they cannot improve J)."""
+    so far divided by wave_factor(S) (non-decreasing) are pruned (exact: they cannot improve J)."""
     INF = float("inf")
     N, tau = ctx.gpus, ctx.task_overhead_s
     bounds = sorted(set(stops or ()) | {hi})
@@ -240,6 +251,8 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
         _fail(costs, ctx, lo, hi, "no contiguous packing fits (some layer does not fit alone)")
     es, ee, ec = np.concatenate(es), np.concatenate(ee), np.concatenate(ec)
     all_edges = (es, ee, ec)
+    o = np.argsort(ee, kind="stable")             # edges grouped by end: one reduceat per layer
+    es, ee, ec = es[o], ee[o], ec[o]
     # an upper bound to start pruning from: the greedy packing (fewest packs) if it exists
     best_j, best_layer = INF, None
     try:
@@ -257,7 +270,7 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     cur[0] = 0.0
     layers = [cur]
     for S in range(1, min(s_cap, hi - lo) + 1):
-        w = -(-S // N)
+        w = wave_factor(ctx, S)
         limit = (best_j - tau * S) / w if best_j < INF else INF
         if limit < INF:                         # drop edges that can no longer improve J (limit only falls)
             keep = ec <= limit * (1 + 1e-12)
@@ -265,10 +278,10 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
                 es, ee, ec = es[keep], ee[keep], ec[keep]
         if len(es) == 0:
             break
-        live = cur[es] < INF
-        v = np.maximum(cur[es[live]], ec[live])
+        v = np.maximum(cur[es], ec)
+        heads = np.flatnonzero(np.r_[True, ee[1:] != ee[:-1]])
         new = np.full(width, INF)
-        np.minimum.at(new, ee[live], v)
+        new[ee[heads]] = np.minimum.reduceat(v, heads)
         layers.append(new)
         cur = new
         if new[-1] < INF:

@@ -288,6 +288,12 @@ def _geometric(top: int) -> list[int]:
     return out
 
 
+def optimizer_call_overhead(cfg, trials: int) -> float:
+    """Fixed cost of one optimizer step call (a 1-element parameter): what a pack pays once however many
+    vLayers it has. The simulator subtracts it from each vLayer's step time and adds it once per pack."""
+    return optimizer_cost(torch.nn.Linear(1, 1, bias=False), cfg, trials)["opt_step_s"]
+
+
 def optimizer_cost(layer: nn.Module, cfg, trials: int) -> dict:
     """K bytes and step time of the runtime's CPU optimizer on this vLayer's trainable parameters."""
     from harmony.optim import make_optimizer
@@ -326,7 +332,9 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
     if opts.max_ubatch is None:
         opts.max_ubatch = 8 if dev.type == "cpu" else 1024
     if opts.warmup is None:
-        opts.warmup = 1 if dev.type == "cpu" else 2
+        # CPU: 3 untimed runs; with 1, the first vLayers of tiny models were timed at 45 ms instead of
+        # 0.05 ms (thread-pool wake-up and first-call primitive creation landing in the median).
+        opts.warmup = 3 if dev.type == "cpu" else 2
     if opts.max_trial_s is None:
         opts.max_trial_s = 0.25
     prec_rec = gpumem.set_precision(opts.precision)
@@ -397,6 +405,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "model": model_json["model"], "device": str(dev), "gpu": gpu, "precision": opts.precision,
         "precision_settings": prec_rec, "gpu_memory_cap": opts.gpu_memory, "memory_cap": cap_rec,
         "optimizer": spec.describe()["optimizer"], "threads": torch.get_num_threads(),
+        "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
         "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"

@@ -2,11 +2,12 @@
 
 profile.json (artifact "profile", schema_version 1):
   model, device, gpu (name), precision, gpu_memory_cap (bytes or null), optimizer (config), threads,
+  opt_call_overhead_s (the fixed cost of one optimizer step call: paid once per pack, not per vLayer),
   ubatch_sizes: [u...]  microbatch sizes every vLayer was measured at (ascending),
   vlayers: [{index, kind, signature, profiled_as (index of the vLayer actually measured),
              weight_bytes (W), buffer_bytes (B), grad_bytes (dW), optim_bytes (K),
              input_bytes_per_sample (X), output_bytes_per_sample (Y), flops_fwd_per_sample,
-             opt_step_s (CPU optimizer step for this vLayer),
+             opt_step_s (CPU optimizer step for this vLayer alone, including the fixed per-call cost),
              fwd_s [per u]: forward, no grad;  fwd_spread [[min, max] per u]
              bwd_s [per u]: recompute forward (with grad) + backward;  bwd_spread
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
@@ -116,11 +117,31 @@ class Profile:
     def opt_time(self, i: int) -> float:
         return self.raw["vlayers"][i]["opt_step_s"]
 
-    def layer_sizes(self):
-        from harmony.schedule.tasks import LayerSizes
+    def layer_sizes(self, model_json: dict | None = None):
+        """LayerSizes from the profile. grad_output_bytes_per_sample (the floating outputs only: what a
+        backward sends upstream) is taken, in this order, from the profile's vLayer records when they carry
+        `grad_output_bytes_per_sample`, from `model_json` (the model.json the profile was made from: its
+        output specs have dtypes; it must agree with the profile on the vLayers' output bytes), else it is
+        None. The profile schema 1 written by harmony.profile records only output_bytes_per_sample, not the
+        outputs' dtypes, so the float part cannot be recovered from it: with None, count_bytes and the
+        simulator count a gradient transfer as the output's full size, which over-counts by the integer
+        pass-through tensors (labels: 8 bytes per sample, attention masks) per backward P2P / host hop.
+        Callers that need exact bytes pass model_json, or use harmony.schedule.tasks.layer_sizes_from_model."""
+        from harmony.schedule.tasks import LayerSizes, layer_sizes_from_model
         n = range(self.num_layers)
+        grad_out = None
+        if all("grad_output_bytes_per_sample" in v for v in self.layers):
+            grad_out = tuple(int(v["grad_output_bytes_per_sample"]) for v in self.layers)
+        elif model_json is not None:
+            m = layer_sizes_from_model(model_json)
+            if len(m.output_bytes_per_sample) != self.num_layers or any(
+                    m.output_bytes_per_sample[i] != self.output_bytes(i) for i in n):
+                raise ValueError(f"model.json ({model_json.get('model')}) does not match the profile "
+                                 f"({self.raw.get('model')}): vLayer count or output sizes differ")
+            grad_out = m.grad_output_bytes_per_sample
         return LayerSizes(tuple(self.weight_bytes(i) for i in n), tuple(self.grad_bytes(i) for i in n),
-                          tuple(self.input_bytes(i) for i in n), tuple(self.output_bytes(i) for i in n))
+                          tuple(self.input_bytes(i) for i in n), tuple(self.output_bytes(i) for i in n),
+                          grad_output_bytes_per_sample=grad_out)
 
 
 @dataclass

@@ -70,7 +70,11 @@ class LayerCosts:
         self.g = [p.grad_bytes(i) for i in range(L)]
         self.xin = [p.input_bytes(i) for i in range(L)]
         self.xout = [p.output_bytes(i) for i in range(L)]
-        self.opt = [float(p.layers[i].get("opt_step_s") or 0.0) for i in range(L)]
+        # The runtime steps the optimizer once per pack, so a pack pays the fixed per-call cost once:
+        # per-layer time = measured step - per-call overhead (the profile's opt_call_overhead_s), and
+        # opt_time(pack) adds the overhead back once.
+        self.opt_call_s = float(p.raw.get("opt_call_overhead_s") or 0.0)
+        self.opt = [max(float(p.layers[i].get("opt_step_s") or 0.0) - self.opt_call_s, 0.0) for i in range(L)]
         self.params = [p.layers[i].get("params", p.layers[i]["weight_bytes"] // 4) for i in range(L)]
         self.w_prefix = _prefix(self.w)
         self.g_prefix = _prefix(self.g)
@@ -93,7 +97,8 @@ class LayerCosts:
         return self.g_prefix[e] - self.g_prefix[s]
 
     def opt_time(self, s: int, e: int) -> float:
-        return self.opt_prefix[e] - self.opt_prefix[s]
+        has_params = self.g_prefix[e] > self.g_prefix[s]
+        return self.opt_prefix[e] - self.opt_prefix[s] + (self.opt_call_s if has_params else 0.0)
 
     def at(self, u: int) -> UCosts:
         c = self._us.get(u)

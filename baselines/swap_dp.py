@@ -177,14 +177,16 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
     try:
         summary = run_schedule(record, graph, iters=s.iters, device=s.device, data=s.data,
                                precision=s.precision, gpu_memory_cap=s.gpu_memory_cap, warmup=s.warmup,
-                               output=s.output, system=s.system, seed=s.seed, data_seed=s.data_seed)
+                               output=s.output, system=s.system, seed=s.seed, data_seed=s.data_seed,
+                               memcpy_trace=s.memcpy_trace)
     except Exception as e:  # noqa: BLE001 - the runtime should write its own record; this is the backstop
         import traceback
         traceback.print_exc(file=sys.stderr)
         from baselines.common import is_oom
         return status_only(s, spec_name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}", mode=mode)
     extra = {"ubatch": s.ubatch_or_default(), "settings": dict(s.extra),
-             "memcpy_trace": summary.get("memcpy_trace"), "bytes_source": "counters (harmony runtime)"}
+             **{k: summary.get(k) for k in ("memcpy_trace", "memcpy_counted", "memcpy_agreement", "memcpy_agrees")},
+             "bytes_source": "counters (harmony runtime)"}
     summary.update(extra)
     if s.output:
         amend_last_line(s.output, summary)

@@ -72,8 +72,7 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
 
     if not torch.cuda.is_available():
         step_fn()
-        return {**{k: None for k in KINDS}, "h2d_pageable": None, "d2h_pageable": None, "count": 0,
-                "source": "unavailable: no CUDA device (memcpy activity is a CUDA profiler feature)"}
+        return unavailable("no CUDA device (memcpy activity is a CUDA profiler feature)")
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
@@ -94,6 +93,23 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
         os.unlink(path)
     out = memcpy_bytes_from_trace(trace)
     out["source"] = "torch.profiler CUDA memcpy activity, one iteration"
+    return out
+
+
+def unavailable(reason: str) -> dict:
+    """The record of a trace that was not taken: every kind null, and why."""
+    return {**{k: None for k in KINDS}, "h2d_pageable": None, "d2h_pageable": None, "count": 0,
+            "source": f"unavailable: {reason}"}
+
+
+def sum_traces(traces: list[dict]) -> dict:
+    """One record for several processes' traces of the same iteration (one per GPU): bytes per kind summed
+    (null if any is null), `ranks` = how many were summed; other fields from the first."""
+    out = dict(traces[0])
+    for k in (*KINDS, "h2d_pageable", "d2h_pageable", "count"):
+        vals = [t.get(k) for t in traces]
+        out[k] = None if any(v is None for v in vals) else sum(vals)
+    out["ranks"] = len(traces)
     return out
 
 

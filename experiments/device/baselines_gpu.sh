@@ -9,7 +9,20 @@
 # shared/reference/hardware.md: resident ~7 s/iter, fsdp-offload ~34 s/iter; swap runs start the runtime's
 # 26 GB pinned host arena per candidate); every command has its own timeout so one slow system cannot take
 # the others with it (limits add up to 580 s, inside one 600 s device call). Knobs (environment): PRECISION (tf32), CAP (11GiB), D (64), SWAP_UBATCH ("8,16"),
-# RESIDENT_UBATCH (16), FSDP_UBATCH (8), ZERO_UBATCH (8), ITERS (3: warm-up, traced, timed), SWAP_ITERS (2).
+# RESIDENT_UBATCH (16), FSDP_UBATCH (4,8), ZERO_UBATCH (4), ITERS (3: warm-up, traced, timed), SWAP_ITERS (3: the
+# same; the runtime traces iteration 1 of every swap run with torch.profiler and reports memcpy_trace next to
+# its counters, memcpy_agrees = within 1%; with SWAP_ITERS=2 the trace is recorded as unavailable).
+# The swap runs take about 2 minutes each with two microbatch candidates: with every system in one call
+# the limits exceed 600 s, so split the systems over calls (SYSTEMS="swap-dp" ...), as the lead does.
+# Best setting per system (microbatch search): SWAP_UBATCH (4,8,16), FSDP_UBATCH (4,8): every candidate runs as
+# its own command with its own limit (SWAP_LIMIT_S 180, FSDP_LIMIT_S 300 per candidate; swap start-up is ~75 s
+# of each candidate: workers, CUDA, the 26 GB /dev/shm arena filled and cudaHostRegister'ed), into
+# OUTDIR/<system>.u<u>.jsonl/.log; the fastest that ran becomes OUTDIR/<system>.jsonl with `ubatch_search`
+# (a candidate stopped by its limit is listed as status "timeout"). zero-offload: ZERO_UBATCH (4: u=8 OOMs
+# under 11 GiB), ZERO_LIMIT_S (300), its CPU Adam op built first as its own step (ZERO_BUILD_LIMIT_S 240,
+# into TORCH_EXTENSIONS_DIR=${DS_EXT_DIR:-/tmp/ds-ext}; stale build locks of a killed build are removed).
+# One system per device call: SYSTEMS=swap-dp (<= 9 min), swap-pp (<= 9), fsdp-offload (<= 9),
+# zero-offload (<= 9), resident (~1).
 #
 # zero-offload needs DeepSpeed, which the GPU image lacks and cannot download: carry the wheels in
 # .whl/deepspeed (see docs/baselines.md; `carry: [".whl"]`); without them the record says `unavailable`.
@@ -23,8 +36,8 @@ PRECISION=${PRECISION:-tf32}
 CAP=${CAP:-11GiB}
 D=${D:-64}
 ITERS=${ITERS:-3}
-SWAP_ITERS=${SWAP_ITERS:-2}
-SWAP_UBATCH=${SWAP_UBATCH:-8,16}
+SWAP_ITERS=${SWAP_ITERS:-3}
+SWAP_UBATCH=${SWAP_UBATCH:-4,8,16}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 H="python3 -m harmony.cli"
 if ! python3 -c "import harmony" 2>/dev/null; then export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
@@ -37,29 +50,69 @@ $H decompose $MODEL -o "$OUT/$MODEL.model.json" 2>&1 | tail -1
 M="$OUT/$MODEL.model.json"
 COMMON=(--minibatch "$D" --gpus 1 --device "$DEVICE" --precision "$PRECISION")
 
-run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal
-  local name=$1 limit=$2; shift 2
+run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal (STEM=name.u4: other file names)
+  local name=$1 limit=$2 stem=${STEM:-$1}; shift 2
   case " $SYSTEMS " in *" $name "*) ;; *) return 0 ;; esac
-  stamp "$name: harmony baseline $name $M ${COMMON[*]} $*"
-  timeout "$limit" $H baseline "$name" "$M" "${COMMON[@]}" "$@" -o "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
+  stamp "$name: harmony baseline $name $M ${COMMON[*]} $* (limit ${limit}s)"
+  timeout "$limit" $H baseline "$name" "$M" "${COMMON[@]}" "$@" -o "$OUT/$stem.jsonl" > "$OUT/$stem.log" 2>&1
   local rc=$?
   [ $rc -eq 124 ] && echo "  $name: stopped at its ${limit}s limit (no summary)"
-  grep -E "^(resident|swap-dp|swap-pp|fsdp-offload|zero-offload)" "$OUT/$name.log" | tail -4
+  grep -E "^(resident|swap-dp|swap-pp|fsdp-offload|zero-offload|\[zero-offload)" "$OUT/$stem.log" | tail -12
+}
+
+search() {   # search NAME LIMIT_PER_CANDIDATE U1,U2,... ARGS...: each microbatch its own command and limit
+  local name=$1 limit=$2 list=$3; shift 3
+  case " $SYSTEMS " in *" $name "*) ;; *) return 0 ;; esac
+  for u in ${list//,/ }; do STEM="$name.u$u" run "$name" "$limit" --ubatch "$u" "$@"; done
+  python3 - "$OUT" "$name" "$list" "$limit" <<'EOF'
+import json, shutil, sys, pathlib
+out, name, us, limit = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+found = []
+for u in us:
+    p = out / f"{name}.u{u}.jsonl"
+    lines = p.read_text().splitlines() if p.exists() else []
+    s = json.loads(lines[-1]) if lines and json.loads(lines[-1]).get("record") == "summary" else None
+    found.append((int(u), p, s))
+search = [{"ubatch": u, "status": s["status"] if s else "timeout", "iter_time_s": s and s.get("iter_time_s"),
+           "samples_per_s": s and s.get("samples_per_s"), "bytes_h2d": s and s.get("bytes_h2d"),
+           "bytes_d2h": s and s.get("bytes_d2h"),
+           "message": s.get("message") if s else f"stopped at its {limit} s limit before its summary",
+           "output": str(p)} for u, p, s in found]
+ok = [(u, p, s) for u, p, s in found if s and s["status"] == "ok" and s.get("samples_per_s")]
+pick = max(ok, key=lambda x: x[2]["samples_per_s"]) if ok else next(((u, p, s) for u, p, s in found if s), None)
+if pick:
+    lines = pick[1].read_text().splitlines()
+    summary = json.loads(lines[-1]); summary["ubatch_search"] = search
+    (out / f"{name}.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
+print(f"  {name}: microbatch search " + ", ".join(f"u={x['ubatch']}: {x['status']}" + (
+      f" {x['samples_per_s']:.3f}" if x["samples_per_s"] else "") for x in search)
+      + (f"; best u={pick[0]} -> {out / (name + '.jsonl')}" if ok else "; none ran"))
+EOF
 }
 
 # 1. resident: no cap, the ceiling (the anchor's setting: microbatch 16, activation checkpointing)
 run resident 100 --ubatch "${RESIDENT_UBATCH:-16}" --iters "$ITERS"
 # 2. fsdp-offload: FSDP2 + CPUOffloadPolicy, capped
-run fsdp-offload 150 --gpu-memory "$CAP" --ubatch "${FSDP_UBATCH:-8}" --iters "$ITERS"
+search fsdp-offload "${FSDP_LIMIT_S:-300}" "${FSDP_UBATCH:-4,8}" --gpu-memory "$CAP" --iters "$ITERS"
 # 3./4. the swap baselines on the Harmony runtime, microbatch search
-run swap-dp 120 --gpu-memory "$CAP" --ubatch "$SWAP_UBATCH" --iters "$SWAP_ITERS"
-run swap-pp 120 --gpu-memory "$CAP" --ubatch "$SWAP_UBATCH" --iters "$SWAP_ITERS"
+search swap-dp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
+search swap-pp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
 # 5. zero-offload: DeepSpeed ZeRO-3 offload, if its wheels were carried
 if ls .whl/deepspeed/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ds-site \
     .whl/deepspeed/*.whl && export PYTHONPATH="/tmp/ds-site:${PYTHONPATH:-}"
 fi
-run zero-offload 90 --gpu-memory "$CAP" --ubatch "${ZERO_UBATCH:-8}" --iters "$ITERS"
+case " $SYSTEMS " in *" zero-offload "*)
+  export TORCH_EXTENSIONS_DIR=${DS_EXT_DIR:-/tmp/ds-ext}
+  mkdir -p "$TORCH_EXTENSIONS_DIR" && find "$TORCH_EXTENSIONS_DIR" -name lock -delete   # a killed build's lock hangs the next
+  stamp "zero-offload: build DeepSpeed's CPU Adam op (ninja $(command -v ninja || echo missing), c++ $(command -v c++ || echo missing), MAX_JOBS=${MAX_JOBS:=16})"
+  export MAX_JOBS
+  timeout "${ZERO_BUILD_LIMIT_S:-240}" python3 -c "from baselines.zero_offload import build_cpu_adam; print(build_cpu_adam())" \
+    > "$OUT/zero-offload.build.log" 2>&1 || echo "  CPU Adam build failed or stopped (rc $?): tail of $OUT/zero-offload.build.log:"
+  tail -3 "$OUT/zero-offload.build.log"
+  stamp "zero-offload: CPU Adam op step done" ;;
+esac
+run zero-offload "${ZERO_LIMIT_S:-300}" --gpu-memory "$CAP" --ubatch "${ZERO_UBATCH:-4}" --iters "$ITERS"
 
 stamp "table"
 python3 - "$OUT" <<'EOF'
@@ -69,7 +122,7 @@ rows = []
 for name in ("resident", "fsdp-offload", "swap-dp", "swap-pp", "zero-offload"):
     p = out / f"{name}.jsonl"
     if not p.exists():
-        rows.append((name, "no record", "", "", "", "", "", "")); continue
+        rows.append((name, "no record", "", "", "", "", "", "", "")); continue
     s = json.loads(p.read_text().splitlines()[-1])
     gb = lambda x: f"{x / 1e9:.1f}" if isinstance(x, (int, float)) else "-"
     tr = s.get("memcpy_trace") or {}
@@ -80,7 +133,9 @@ for name in ("resident", "fsdp-offload", "swap-dp", "swap-pp", "zero-offload"):
                  f"{s['samples_per_s']:.3f}" if s.get("samples_per_s") else "-",
                  f"{gb(s.get('bytes_h2d'))}/{gb(s.get('bytes_d2h'))}", f"{gb(tr.get('h2d'))}/{gb(tr.get('d2h'))}",
                  f"{peak / 2**30:.1f}" if peak else "-", (s.get("message") or srch or "")[:90]))
-hdr = ("system", "status", "u", "samples/s", "h2d/d2h GB (counted)", "h2d/d2h GB (memcpy trace)", "peak GiB", "search / message")
+    rows[-1] = rows[-1][:6] + (str(s.get("memcpy_agrees", "-")),) + rows[-1][6:]
+hdr = ("system", "status", "u", "samples/s", "h2d/d2h GB (counted)", "h2d/d2h GB (memcpy trace)", "trace agrees",
+       "peak GiB", "search / message")
 w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
 for r in [hdr] + rows:
     print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))

@@ -3,7 +3,8 @@
 # family, vPP and vDP, N=1, and N=2 when two GPUs are present); (2) GPT2-XL, D=64, 11 GiB cap, N=1,
 # searched schedule: run it and compare bytes, time and bound with the simulator's prediction.
 #   usage: experiments/device/runtime_gpu.sh OUTDIR          (run from the repository root)
-#   env:   STEPS ("test gpt2xl"), CAP (11GiB), PREC (tf32), ITERS (4), WARMUP (1), MODEL (gpt2-xl), D (64),
+#   env:   STEPS ("test gpt2xl"), CAP (11GiB), PREC (tf32), ITERS (4: warm-up, memcpy-traced, 2 timed),
+#          WARMUP (1), MODEL (gpt2-xl), D (64),
 #          PROFILE (an existing profile.json of MODEL: skips profiling), CALIBRATION (calibration.json;
 #          default: measured here), BUDGET_S (540), PYTHON (python3)
 # A step that fails is reported and the next one runs; everything lands in OUTDIR.
@@ -46,7 +47,7 @@ if [[ " $STEPS " == *" gpt2xl "* ]]; then
     step "$MODEL decompose+calibrate+profile+schedule" "${PIPESTATUS[0]}" $((SECONDS - t))
     t=$SECONDS
     timeout "$(left 400)" "$PY" -m harmony.cli run "$OUT/$MODEL.schedule.json" --iters "$ITERS" --warmup "$WARMUP" \
-        --gpu-memory "$CAP" --precision "$PREC" --device cuda -o "$OUT/$MODEL.run.jsonl" 2>&1 | tee -a "$OUT/$MODEL.log"
+        --gpu-memory "$CAP" --precision "$PREC" --device cuda --memcpy-trace -o "$OUT/$MODEL.run.jsonl" 2>&1 | tee -a "$OUT/$MODEL.log"
     step "$MODEL run" "${PIPESTATUS[0]}" $((SECONDS - t))
     "$PY" - "$OUT/$MODEL.run.jsonl" <<'PYEOF' | tee "$OUT/$MODEL.acceptance.txt"
 import json, sys
@@ -70,6 +71,11 @@ for k in sorted(meas):
     ok = (abs(m - q) <= 0.01 * max(q, 1)) if q is not None else None
     print(f"  bytes {k:12s} measured {m:>16,}  simulator {q if q is None else f'{q:,}':>16}  "
           f"count_bytes {gb:>16,}  within 1%: {ok}")
+tr, cn = s.get("memcpy_trace") or {}, s.get("memcpy_counted") or {}
+print(f"memcpy trace (torch.profiler, iteration {tr.get('iteration')}): {tr.get('source')}")
+for k in ("h2d", "d2h", "p2p"):
+    print(f"  {k}: traced {tr.get(k)}  counted {cn.get(k)}  rel diff {(s.get('memcpy_agreement') or {}).get(k)}")
+print(f"  memcpy_agrees (every visible kind within 1%): {s.get('memcpy_agrees')}")
 PYEOF
 fi
 echo; echo "=== steps ($SECONDS s in all) ==="; cat "$OUT/steps.txt"

@@ -127,7 +127,11 @@ def paper_facts(name: str) -> dict:
     return _PAPER.get(name, {})
 
 
-def get_model(name: str, **overrides) -> ModelSpec:
+def get_model(name: str, optimizer: dict | None = None, **overrides) -> ModelSpec:
+    """The named model; `overrides` replace fields of its config, `optimizer` replaces fields of its
+    OptimizerConfig (e.g. get_model('resnet-tiny', optimizer={"lr": 0.01})). Both are plain JSON, so a
+    model.json's source {"kind": "zoo", "name": ..., "overrides": {..., "optimizer": {...}}} rebuilds the
+    same spec (harmony.decompose.spec_from_model_json)."""
     _load_families()
     if name not in _REGISTRY:
         import difflib
@@ -135,7 +139,19 @@ def get_model(name: str, **overrides) -> ModelSpec:
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise KeyError(f"unknown model {name!r}.{hint} Known models: {', '.join(sorted(_REGISTRY))}. "
                        f"A user module is named as 'package.module:callable'.")
-    return _REGISTRY[name](**overrides)
+    spec = _REGISTRY[name](**overrides)
+    if optimizer:
+        spec.optimizer = replace_optimizer_fields(spec.optimizer, optimizer)
+    return spec
+
+
+def replace_optimizer_fields(cfg: OptimizerConfig, fields: dict) -> OptimizerConfig:
+    """A copy of `cfg` with `fields` replaced (JSON lists become tuples); unknown fields are an error."""
+    known = {f.name for f in dataclasses.fields(cfg)}
+    bad = sorted(set(fields) - known)
+    if bad:
+        raise KeyError(f"unknown optimizer field(s) {bad}: OptimizerConfig has {sorted(known)}")
+    return dataclasses.replace(cfg, **{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
 
 
 def _load_families() -> None:

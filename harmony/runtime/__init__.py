@@ -77,7 +77,7 @@ class Prepared:
     def __init__(self, record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
-                 update_threads: int = 2):
+                 update_threads: int = 2, memcpy_trace_iteration: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
         spec, self.meta_layers = validate_against_model(record, graph, device)
@@ -91,7 +91,8 @@ class Prepared:
         self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
                     "arena_path": self.arena.path, "device": device, "precision": precision,
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
-                    "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads}
+                    "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
+                    "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
 
     def on_iteration(self, writer=None):
@@ -145,9 +146,14 @@ def _rss() -> int:
 def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
-                 timeout_s: float = 300.0, fault: dict | None = None) -> dict:
+                 timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
+    memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
+    iteration is then excluded from the medians too (the profiler slows it), so it needs
+    iters >= warmup + 2. The summary gets `memcpy_trace` (bytes per kind summed over the workers, or null
+    kinds and the reason), `memcpy_counted` (our counters for the same iteration), `memcpy_agreement`
+    (relative difference per kind) and `memcpy_agrees` (every visible kind within 1%); see docs/runtime.md.
     Failures inside the run give a summary with status oom/error/interrupted; a schedule that does not fit
     the model, or a host too small for the arena, raise before anything starts."""
     from harmony.jsonio import JsonlWriter
@@ -159,11 +165,14 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     writer = JsonlWriter(output) if output else None
     env = env_record(device, precision, gpu_memory_cap)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
+    trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
+    if trace_it is not None:
+        warmup += 1                    # the traced iteration is not timed
     try:
         try:
             out = _execute(record, graph, iters=iters, device=device, data=data, precision=precision,
                            gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
-                           timeout_s=timeout_s, fault=fault)
+                           timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
         except HostMemoryError as e:
@@ -182,13 +191,43 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             host_arena_bytes=layout.total_bytes if layout else None,
             host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,
             failure={k: v for k, v in (failure or {}).items() if k != "traceback"} or None,
-            losses=[r.loss for r in records])
+            losses=[r.loss for r in records],
+            **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus) if memcpy_trace else {}))
         if writer is not None:
             writer.write(summary)
         return summary
     finally:
         if writer is not None:
             writer.close()
+
+
+def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters: int, warmup: int,
+                   gpus: int) -> dict:
+    """The summary's memcpy_* fields: the traced iteration's memcpy bytes next to our counters for it.
+    Visible in the trace: the H2D and D2H copies (weights, activations, stashes, gradients: pinned arena
+    <-> GPU on our copy streams, "Memcpy HtoD/DtoH (Pinned ...)"). Not visible: NCCL traffic (all-reduce,
+    and our p2p, which is NCCL send/recv: kernels, not memcpy), so p2p is compared only when we counted
+    none (then the trace must show none either); CPU-side work (the optimizer on the arena)."""
+    from harmony.memcpy_trace import agreement, unavailable
+    if device != "cuda":
+        return {"memcpy_trace": unavailable(f"--device {device}: memcpy activity is a CUDA profiler feature"),
+                "memcpy_counted": None, "memcpy_agreement": None, "memcpy_agrees": None}
+    rec = next((m for m in merged if m["iteration"] == trace_it and "memcpy_trace" in m), None)
+    if rec is None:
+        why = (f"needs iters >= warmup + 2 (got iters={iters}, warmup={warmup}): the traced iteration is "
+               f"excluded from timing" if trace_it is None else f"iteration {trace_it} did not complete")
+        return {"memcpy_trace": unavailable(why), "memcpy_counted": None, "memcpy_agreement": None,
+                "memcpy_agrees": None}
+    b = rec["bytes"]
+    counted = {"h2d": b["h2d_weights"] + b["h2d_act"], "d2h": b["d2h_grads"] + b["d2h_act"], "p2p": b["p2p"]}
+    traced = dict(rec["memcpy_trace"])
+    traced["not_visible"] = "NCCL all-reduce and NCCL send/recv (our p2p kind): kernels, not memcpy"
+    agree = agreement(counted, traced)
+    if counted["p2p"] and gpus > 1:
+        agree["p2p"] = None            # sent over NCCL: not in the trace (recorded traced p2p stays 0)
+    vals = [v for v in agree.values() if v is not None]
+    return {"memcpy_trace": traced, "memcpy_counted": counted, "memcpy_agreement": agree,
+            "memcpy_agrees": bool(vals) and all(v <= 0.01 for v in vals)}
 
 
 def _median_by_kind(iterations: list[dict], warmup: int) -> dict | None:

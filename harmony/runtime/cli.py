@@ -1,5 +1,5 @@
 """`harmony run schedule.json --iters K [--data synthetic|PATH] [--gpu-memory 11GiB] [--precision fp32|tf32|bf16]
-[--device cpu|cuda] [--warmup W] -o run.jsonl`"""
+[--device cpu|cuda] [--warmup W] [--memcpy-trace] -o run.jsonl`"""
 from __future__ import annotations
 
 import sys
@@ -19,6 +19,10 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds any wait on another worker may take before the run is ended (default 600)")
+    p.add_argument("--memcpy-trace", action="store_true",
+                   help="trace iteration WARMUP in every worker with torch.profiler (CUDA memcpy activity) and "
+                        "report its bytes next to our counters (memcpy_trace, memcpy_agrees); that iteration is "
+                        "not timed, so use --iters >= WARMUP + 2")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -40,10 +44,13 @@ def main(args) -> int:
     summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data, precision=precision,
                            gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
                            system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
-                           fault=fault)
+                           fault=fault, memcpy_trace=args.memcpy_trace)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
+    if args.memcpy_trace:
+        print(f"memcpy trace {summary.get('memcpy_trace')}; counted {summary.get('memcpy_counted')}; "
+              f"agrees within 1%: {summary.get('memcpy_agrees')}", file=sys.stderr)
     return {"ok": 0, "interrupted": 130}.get(summary["status"], 1)

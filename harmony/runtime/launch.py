@@ -50,7 +50,14 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "peak_reserved": [parts[r]["peak_reserved"] for r in ranks],
         "rss": sum(parts[r]["rss"] for r in ranks),
         "pinned": max(parts[r]["pinned"] for r in ranks),
+        **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}
+           if all("memcpy_trace" in parts[r] for r in ranks) else {}),
     }
+
+
+def _sum_traces(traces: list[dict]) -> dict:
+    from harmony.memcpy_trace import sum_traces
+    return sum_traces(traces)
 
 
 def _end_all(procs, grace_s: float = 5.0) -> None:

@@ -51,6 +51,20 @@ def is_batch_dependent(layer: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in layer.modules())
 
 
+def set_deterministic() -> dict:
+    """Deterministic CUDA kernels, chosen without timing: cuDNN deterministic, no autotuning (benchmark
+    picks algorithms by measured speed, which may differ between two processes), deterministic
+    implementations where torch has them (warn_only: an op without one warns instead of failing), and
+    cuBLAS's deterministic workspace (CUBLAS_WORKSPACE_CONFIG; read when the first cuBLAS handle is made,
+    so call this before the first matmul). The GPU correctness test sets HARMONY_DETERMINISTIC=1, which
+    spawned workers inherit, and calls this in the test process too. TF32 is governed by set_precision."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return {"cudnn_deterministic": True, "cudnn_benchmark": False, "deterministic_algorithms": "warn_only",
+            "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
+
+
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -89,7 +103,7 @@ class Worker:
         self.precision = job["precision"]
         set_precision(self.precision)
         if os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False   # GPU tests
+            set_deterministic()       # GPU tests: the same kernels as the reference in the test process
         self.cap_record = apply_memory_cap(self.device, job.get("gpu_memory_cap"))
         self.ctrl = _CTRL.get("group")
         self.spec = spec_from_model_json(job["model"])
@@ -402,37 +416,53 @@ class Worker:
         self.current = None
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned}))
         self._barrier()
+        trace_it = self.job.get("memcpy_trace_iteration")
         for it in range(self.job["iters"]):
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
+            traced = None
             t0 = time.perf_counter()
-            self.loss_acc = torch.zeros((), device=self.device)
-            fetched = self.prefetch(self.compute_tasks[0], it) if self.compute_tasks else {}
-            k = 0
-            for t in self.tasks:
-                if t.kind == "UPD":
-                    self.run_upd(t, it)
-                    continue
-                self.install(t, fetched)
-                (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
-                k += 1
-                nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
-                fetched = self.prefetch(nxt, it) if nxt is not None else {}
-                self.release(t)
-            self.current = None
-            for w, _ in self.sends:
-                w.wait()
-            self.copier.synchronize()
-            self.sends = []
-            self.updater.wait_all()
+            if it == trace_it and self.device.type == "cuda":
+                # one steady-state iteration under torch.profiler (CUDA activity): the copies the GPU saw.
+                # Every copy of an iteration is issued and completed inside it (no prefetch crosses the
+                # iteration boundary; synchronize at its end); the loss is read after the trace.
+                from harmony.memcpy_trace import measure_memcpy_bytes
+                traced = measure_memcpy_bytes(lambda: self._iteration(it))
+                traced["iteration"] = it
+            else:
+                self._iteration(it)
             loss = float(self.loss_acc)
             dt = time.perf_counter() - t0
             alloc, reserved = self._memory()
-            self.results.put(("iteration", self.rank, {
-                "iteration": it, "time_s": dt, "loss_part": loss, "bytes": self.counters.take(),
-                "peak_allocated": alloc, "peak_reserved": reserved, "rss": proc.memory_info().rss,
-                "pinned": self.pinned}))
+            payload = {"iteration": it, "time_s": dt, "loss_part": loss, "bytes": self.counters.take(),
+                       "peak_allocated": alloc, "peak_reserved": reserved, "rss": proc.memory_info().rss,
+                       "pinned": self.pinned}
+            if traced is not None:
+                payload["memcpy_trace"] = traced
+            self.results.put(("iteration", self.rank, payload))
             self._barrier()
+
+    def _iteration(self, it: int) -> None:
+        """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
+        self.loss_acc = torch.zeros((), device=self.device)
+        fetched = self.prefetch(self.compute_tasks[0], it) if self.compute_tasks else {}
+        k = 0
+        for t in self.tasks:
+            if t.kind == "UPD":
+                self.run_upd(t, it)
+                continue
+            self.install(t, fetched)
+            (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
+            k += 1
+            nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
+            fetched = self.prefetch(nxt, it) if nxt is not None else {}
+            self.release(t)
+        self.current = None
+        for w, _ in self.sends:
+            w.wait()
+        self.copier.synchronize()
+        self.sends = []
+        self.updater.wait_all()
 
     def failure_info(self, e: BaseException) -> dict:
         from harmony.gpumem import is_oom

@@ -24,6 +24,16 @@ import torch
 from harmony.jsonio import JsonlWriter
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
+_T0 = time.time()      # about process start (this module is imported first by every baseline)
+
+
+def log_phase(system: str, what: str) -> None:
+    """One timestamped start-up/progress line on stderr ("[zero-offload +12.3 s 17:41:05] what"): the
+    GPU logs then show where a run's time went, also when its limit kills it."""
+    print(f"[{system} +{time.time() - _T0:.1f} s {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr,
+          flush=True)
+
+
 SYSTEMS = ("swap-dp", "swap-pp", "fsdp-offload", "zero-offload", "resident")
 PRECISIONS = ("fp32", "tf32", "bf16")
 
@@ -257,6 +267,8 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                 traceback.print_exc(file=sys.stderr)
             free_memory()
             break
+        log_phase(s.system, f"iteration {i}: {dt:.2f} s, loss {float(loss):.4f}"
+                  + (" (memcpy traced)" if i == trace_at else ""))
         b = dict(counted_bytes(i)) if counted_bytes else {}
         if trace_bytes_as_counters and traced is not None:
             b = {"h2d": traced["h2d"] or 0, "d2h": traced["d2h"] or 0, "p2p": traced["p2p"] or 0,

@@ -12,7 +12,12 @@ cites it):
              Adam likewise; SGD as a client torch optimizer with zero_force_ds_cpu_optimizer off);
   train_batch_size D, train_micro_batch_size_per_gpu u, gradient_accumulation_steps D / (u N);
   bf16 {enabled} for --precision bf16; no gradient clipping (none of our systems clips);
-  activation checkpointing per vLayer (torch.utils.checkpoint around every vLayer but the loss).
+  activation checkpointing per vLayer (torch.utils.checkpoint around every vLayer but the loss), not
+  DeepSpeed's own `activation_checkpointing` config (which only acts on models that call
+  deepspeed.checkpointing.checkpoint), so the recompute is the same as fsdp-offload's and resident's.
+Start-up: the CPU Adam op is built (torch.utils.cpp_extension JIT, ninja + g++, into
+$TORCH_EXTENSIONS_DIR, cached there) before deepspeed.initialize, so its time shows as its own phase; every
+phase logs a timestamped line on stderr (baselines.common.log_phase).
 Bytes per iteration come from the torch.profiler memcpy trace (harmony.memcpy_trace).
 """
 from __future__ import annotations
@@ -24,7 +29,7 @@ import traceback
 import torch
 
 from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
-                              load_model, microbatch_ranges, pin_batches, resolve_device, status_only,
+                              load_model, log_phase, microbatch_ranges, pin_batches, resolve_device, status_only,
                               train_loop)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
@@ -74,8 +79,21 @@ def ds_config(spec, s: Settings, u: int) -> dict:
     return cfg
 
 
+def build_cpu_adam() -> str:
+    """Build (or load from $TORCH_EXTENSIONS_DIR) DeepSpeed's CPU Adam op; what was loaded, for the log."""
+    from deepspeed.accelerator import get_accelerator
+    builder = get_accelerator().create_op_builder("CPUAdamBuilder")
+    if builder is None:
+        return "no CPUAdamBuilder for this accelerator"
+    builder.load(verbose=False)
+    return (f"{builder.absolute_name()} (TORCH_EXTENSIONS_DIR="
+            f"{os.environ.get('TORCH_EXTENSIONS_DIR', 'default: ~/.cache/torch_extensions')})")
+
+
 def _train(rank: int, s: Settings, port: int):
+    log_phase("zero-offload", "importing deepspeed")
     import deepspeed
+    log_phase("zero-offload", f"deepspeed {deepspeed.__version__} imported")
 
     N = s.gpus
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(N), MASTER_ADDR="127.0.0.1",
@@ -85,24 +103,31 @@ def _train(rank: int, s: Settings, port: int):
         torch.cuda.set_device(dev)
     deepspeed.init_distributed(dist_backend="nccl" if dev.type == "cuda" else "gloo")
     import torch.distributed as dist
+    log_phase("zero-offload", "distributed initialised")
     spec, mj = load_model(s.model, s.overrides)
     u = s.ubatch_or_default()
     cfg = ds_config(spec, s, u)
+    if "optimizer" in cfg:
+        log_phase("zero-offload", "building/loading DeepSpeed's CPU Adam op")
+        log_phase("zero-offload", f"CPU Adam op ready: {build_cpu_adam()}")
     s.extra.update(precision_settings=apply_precision(s.precision), memory_cap=apply_cap(dev, s.gpu_memory_cap),
                    deepspeed_config=cfg, deepspeed=deepspeed.__version__,
                    activation_checkpointing="per vLayer (all but the loss)")
     layers = list(spec.build("cpu", seed=s.seed))
     chain = Chain([Checkpointed(m) for m in layers[:-1]] + [layers[-1]])
+    log_phase("zero-offload", f"model built on the CPU ({sum(p.numel() for p in chain.parameters()):,} parameters)")
     client_opt = None
     if "optimizer" not in cfg:
         from harmony.optim import make_optimizer
         client_opt = make_optimizer(list(chain.parameters()), spec.optimizer)
     engine, opt, _, _ = deepspeed.initialize(model=chain, model_parameters=list(chain.parameters()),
                                              optimizer=client_opt, config=cfg)
+    log_phase("zero-offload", f"deepspeed.initialize done (ZeRO-3, offload to CPU, u={u})")
     share = s.minibatch // N
     lo = rank * share
     batches = pin_batches([tuple(t[lo:lo + share] for t in b)
                            for b in load_batches(spec, s.data, s.minibatch, s.iters, s.data_seed)], dev)
+    log_phase("zero-offload", f"{len(batches)} minibatches ready; training")
 
     def step(i: int, batch: tuple) -> float:
         set_lr(engine.optimizer, spec.optimizer, i)

@@ -5,6 +5,7 @@
 #   snakemake figures_from_results --cores 1 --config scale=paper hardware=1xH100-80GB-HBM3
 #                                                        re-draw every figure from committed run records
 #   snakemake check --cores 1                            the claims table (pass/fail with tolerances)
+#   snakemake results_page --cores 1                     docs/results.md: every figure, claims, hardware
 #
 # Rules are thin calls of the `harmony` CLI (one .smk per stage under workflows/); the grids are in
 # experiments/*.yaml, the scales in experiments/scales.yaml, helpers in workflows/common.smk and

@@ -189,16 +189,39 @@ def loss_curves_agree(res: Results, scale: str):
 
 
 def vpp_swap_flat_in_n(res: Results, scale: str):
-    rows = res.ok("figure18", kind=None)
-    per = defaultdict(dict)
+    """vPP's swap volume at every N is at most the same schedule's volume on one GPU (+10%).
+
+    Like with like: rows are grouped by (model, cfg); figure 18 fixes u_fwd, u_bwd and the pack size
+    (cfg u1-1-p2), so every N runs the same packs. The reference is that schedule on one GPU (vPP N=1,
+    else vDP N=1: on one GPU the two modes are the same task graph). vPP's volume may fall below the
+    reference at some N: with round-robin placement a GPU whose forward and backward tasks of the same
+    pack are consecutive keeps those weights (no second fetch), which happens for some N and not others
+    (docs/artifact-evaluation.md, C7). So the claim is tested as "does not grow", not as "is constant":
+    max over N of vPP / one-GPU volume <= 1.10. vDP's growth is reported beside it for contrast."""
+    rows = [r for r in res.ok("figure18", kind=None) if _f(r.get("swap_bytes"))]
+    per = defaultdict(lambda: defaultdict(dict))    # (model, cfg) -> system -> N -> bytes
     for r in rows:
-        if r["system"] == "harmony-vPP" and _f(r.get("swap_bytes")):
-            per[r["model"]][int(r["gpus"])] = _f(r["swap_bytes"])
-    growth = [(max(v.values()) / min(v.values()), m) for m, v in per.items() if len(v) >= 2]
+        per[(r["model"], r.get("cfg", ""))][r["system"]][int(r["gpus"])] = _f(r["swap_bytes"])
+    growth, notes = [], []
+    for (model, cfg), sy in per.items():
+        vpp = {n: b for n, b in sy.get("harmony-vPP", {}).items() if n > 1}
+        ref = sy.get("harmony-vPP", {}).get(1) or sy.get("harmony-vDP", {}).get(1)
+        if not vpp:
+            continue
+        basis = "one-GPU volume of the same schedule"
+        if not ref:
+            ref, basis = min(vpp.values()), "min over N (no one-GPU point)"
+        worst_n = max(vpp, key=vpp.get)
+        g = vpp[worst_n] / ref
+        vdp = sy.get("harmony-vDP", {})
+        vdp_txt = (f", vDP N={max(vdp)}: {vdp[max(vdp)] / ref:.2f}x" if vdp and ref and max(vdp) > 1 else "")
+        growth.append((g, model, cfg, worst_n, basis))
+        notes.append(f"{model} [{cfg}]: vPP {min(vpp.values()) / ref:.2f}x-{g:.2f}x of {basis}{vdp_txt}")
     if not growth:
-        return None, "figure 18 has fewer than two GPU counts for vPP", None
+        return None, "figure 18 has no vPP point at N > 1", None
     worst = max(growth)
-    return worst[0], f"vPP swap bytes max/min over N: worst {worst[0]:.3f} ({worst[1]}); measured and predicted points", worst[0] <= 1.10
+    return worst[0], (f"vPP swap bytes / same schedule on one GPU: worst {worst[0]:.3f} ({worst[1]} N={worst[3]}); "
+                      + "; ".join(notes)), worst[0] <= 1.10
 
 
 def nothing_dropped(res: Results, scale: str):
@@ -211,7 +234,7 @@ def nothing_dropped(res: Results, scale: str):
         n_missing += sum(1 for r in rows if r.get("status") == "missing" and r.get("kind") != "curve")
     if not figs:
         return None, "no figure CSV", None
-    bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok",))
+    bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok", "missing"))
     return n_missing, f"{figs} figures, {n_rows} rows, {n_missing} grid points without a record, {bad} failed points shown as such", n_missing == 0
 
 
@@ -228,8 +251,8 @@ CLAIMS = [
           "within 1%", ("smoke", "paper", "large"), predicted_bytes),
     Claim("C6", "loss curves of every mode agree with plain PyTorch (same synchronous SGD)", ("figure13", "figure21"),
           "max relative difference <= 1e-4 (fp32 CPU) / 2e-2 (TF32 GPU)", ("smoke", "paper", "large"), loss_curves_agree),
-    Claim("C7", "vPP swap volume does not grow with the number of GPUs", ("figure18",),
-          "max/min over N <= 1.10", ("smoke", "paper", "large"), vpp_swap_flat_in_n),
+    Claim("C7", "vPP swap volume does not grow with the number of GPUs (same schedule)", ("figure18",),
+          "max over N of vPP / one-GPU volume <= 1.10", ("smoke", "paper", "large"), vpp_swap_flat_in_n),
     Claim("C8", "every grid point is shown: run, predicted, or marked OOM/infeasible/unavailable/error", ("all",),
           "0 grid points without a record", ("smoke", "paper", "large"), nothing_dropped),
 ]

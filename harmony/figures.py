@@ -5,11 +5,16 @@
       input files come right after the figure name)
   harmony figure --all --from results/paper/1xH100-80GB-HBM3                 (re-draw every figure
       from the records already there: no stage runs, no GPU, seconds)
+  harmony figure --import-device results/paper/1xH100-80GB-HBM3     (file the records that the device
+      scripts wrote, e.g. gpt2-xl-D64-N1/harmony.jsonl, into the layout above: runs/<system>/<model>/
+      N<n>-D<d>-<cfg>.jsonl, named from each summary's own system/mode/model/gpus/minibatch; byte copies)
+  harmony figure --results-page -o docs/results.md   (every figure of every results/<scale>/<hardware>/,
+      its claims table and the hardware of its numbers, as one Markdown page)
 
 Rows come from run summaries (measured) and, for GPU counts this machine does not have, from the
 simulator's prediction stored in schedule.json (kind "predicted"). A configuration that did not run
-(status oom / infeasible / unavailable / error, or no record at all: "missing") stays in the CSV and is
-marked on the plot, never dropped. Reads JSON only: no torch import, so re-drawing is fast anywhere.
+(status oom / infeasible / unavailable / error, or no record at all: "missing", drawn as "not run") stays
+in the CSV and is marked on the plot, never dropped. Reads JSON only: no torch import, so re-drawing is fast anywhere.
 """
 from __future__ import annotations
 
@@ -23,11 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path
+from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path, run_gpus
 
 COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
            "samples_per_s", "iter_time_s", "predicted_iter_time_s", "bytes_h2d", "bytes_d2h", "bytes_p2p",
-           "bytes_allreduce", "swap_bytes", "precision", "gpu_memory_cap", "data", "message", "source"]
+           "bytes_allreduce", "swap_bytes", "ubatch", "precision", "gpu_memory_cap", "data", "message", "source"]
 CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "status",
                  "iteration", "loss", "data", "source"]
 SYSTEM_ORDER = [*HARMONY, *BASELINES, "pytorch"]
@@ -44,9 +49,24 @@ def add_arguments(p):
     p.add_argument("-o", "--out", help="output CSV; PNG, PDF and .env.json are written beside it")
     p.add_argument("--all", action="store_true", help="every figure whose records exist under --from")
     p.add_argument("--from", dest="from_dir", help="results/<scale>/<hardware>: read the records found there")
+    p.add_argument("--import-device", metavar="DIR",
+                   help="file the records written by the device scripts under DIR into the workflow layout "
+                        "(runs/<system>/<model>/N<n>-D<d>-<cfg>.jsonl, schedules/, profiles/, models/, "
+                        "calibration.json, table1-search.csv) of --into (default DIR); with --all, draw after")
+    p.add_argument("--into", help="results/<scale>/<hardware> to file the imported records into (default: DIR)")
+    p.add_argument("--results-page", action="store_true",
+                   help="write the results page (every figure, claims table, hardware) of --results-root")
+    p.add_argument("--results-root", default="results", help="folder holding <scale>/<hardware>/ (default results)")
 
 
 def main(args) -> int:
+    if getattr(args, "import_device", None):
+        import_device(Path(args.import_device), Path(args.into or args.import_device))
+        if not args.all:
+            return 0
+        args.from_dir = args.from_dir or (args.into or args.import_device)
+    if getattr(args, "results_page", False):
+        return write_results_page(Path(args.results_root), Path(args.out or "docs/results.md"))
     if args.all or args.from_dir:
         if not args.from_dir:
             raise ValueError("--all needs --from results/<scale>/<hardware>")
@@ -54,6 +74,7 @@ def main(args) -> int:
         if not root.is_dir():
             raise FileNotFoundError(f"{root}: no such results folder")
         scale, hardware = args.scale or root.parent.name, args.hardware or root.name
+        gpus_present = args.gpus_present if args.gpus_present is not None else gpus_of_hardware(hardware)
         files = _glob_results(root)
         figures = FIGURES if args.all else [args.figure]
         made = 0
@@ -64,12 +85,12 @@ def main(args) -> int:
             if fig == "table1" and not (root / "table1-search.csv").exists():
                 print(f"{fig}: skipped (no {root / 'table1-search.csv'})")
                 continue
-            rows = collect(fig, exp, scale, hardware, files, complete=True)
+            rows = collect(fig, exp, scale, hardware, files, complete=True, gpus_present=gpus_present)
             if not any(r.get("kind") in ("measured", "predicted", "curve", "table") and r.get("status") != "missing" for r in rows):
                 print(f"{fig}: skipped (no records under {root})")
                 continue
             out = root / f"{fig}.csv"
-            render(fig, exp, scale, hardware, rows, out, args.gpus_present)
+            render(fig, exp, scale, hardware, rows, out, gpus_present)
             made += 1
             print(f"{fig}: {out.with_suffix('.png')}")
         print(f"{made} figure(s) re-drawn from {root}")
@@ -88,6 +109,13 @@ def main(args) -> int:
 
 def _load_experiment(fig: str, path: str | None, exp_dir: str) -> dict:
     return yaml.safe_load(Path(path or f"{exp_dir}/{fig}.yaml").read_text())
+
+
+def gpus_of_hardware(hardware: str) -> int | None:
+    """GPUs of a hardware tag: '1xH100-80GB-HBM3' -> 1, '2xH200' -> 2; 'cpu' or unknown -> None."""
+    import re
+    m = re.match(r"(\d+)x", hardware or "")
+    return int(m[1]) if m else None
 
 
 def _glob_results(root: Path) -> list[str]:
@@ -133,8 +161,16 @@ def measured_row(ident: dict, summ: dict | None, path: str) -> dict:
             "bytes_h2d": h2d, "bytes_d2h": d2h, "bytes_p2p": summ.get("bytes_p2p"),
             "bytes_allreduce": summ.get("bytes_allreduce"),
             "swap_bytes": (h2d or 0) + (d2h or 0) if (h2d is not None or d2h is not None) else None,
-            "precision": env.get("precision"), "gpu_memory_cap": env.get("gpu_memory_cap"),
+            "ubatch": _ubatch(summ), "precision": env.get("precision"), "gpu_memory_cap": env.get("gpu_memory_cap"),
             "data": summ.get("data"), "message": summ.get("message"), "source": path}
+
+
+def _ubatch(summ: dict) -> str | None:
+    """Microbatch size(s) the run used: 'u' (baselines) or 'fwd/bwd' (Harmony)."""
+    if summ.get("ubatch_fwd") is not None and summ.get("system", "").startswith("harmony"):
+        return f"{summ['ubatch_fwd']}/{summ.get('ubatch_bwd')}"
+    u = summ.get("ubatch", summ.get("ubatch_fwd"))
+    return None if u is None else str(u)
 
 
 def predicted_row(ident: dict, path: str) -> dict:
@@ -155,9 +191,13 @@ def predicted_row(ident: dict, path: str) -> dict:
             "message": None if t else "schedule has no prediction", "source": path}
 
 
-def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], complete: bool) -> list[dict]:
+def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], complete: bool,
+            gpus_present: int | None = None) -> list[dict]:
     """The rows of a figure from the given files, restricted to the figure's grid at this scale.
-    Every grid point appears: measured, predicted, or a status saying why not (missing included)."""
+    Every grid point appears: measured, predicted, or a status saying why not (missing included).
+    With `complete` and `gpus_present`, the grid points are those the workflow would produce on that
+    machine (measured at the N present, Harmony predicted at larger N: harmony.workflow.Plan.run_gpus),
+    and each one without a record is a row with status "missing" (drawn "not run")."""
     grid = exp["grid"][scale]
     base = {"figure": fig, "scale": scale, "hardware": hardware}
     if exp["kind"] == "table":
@@ -194,7 +234,23 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
         if key not in measured and key[3] in grid["systems"][key[2]]:
             ident = dict(zip(("model", "minibatch", "system", "gpus", "cfg"), key))
             rows.append(predicted_row({**base, **ident}, f))
-    if complete:   # grid points with neither a run nor a prediction are shown as missing
+    if complete and gpus_present:   # every point the workflow would make on this machine, per N
+        have = {(r["model"], r["minibatch"], r["system"], r["cfg"], r["gpus"]) for r in rows}
+        for model, Ds in models.items():
+            for D in Ds:
+                for system, Ns in grid["systems"].items():
+                    run_n, pred_n = run_gpus(Ns, gpus_present)
+                    points = [(n, "measured") for n in run_n]
+                    if system in HARMONY:
+                        points += [(n, "predicted") for n in pred_n]
+                    for cfg in (cfgs if system in HARMONY else ["best"]):
+                        for n, kind in points:
+                            if (model, D, system, cfg, n) not in have:
+                                rows.append({**base, "model": model, "minibatch": D, "system": system,
+                                             "gpus": n, "cfg": cfg, "kind": kind, "status": "missing",
+                                             "message": "not run: no record" if kind == "measured"
+                                             else "not run: no schedule searched for this N (no prediction)"})
+    elif complete:   # grid points with neither a run nor a prediction are shown as missing
         have = {(r["model"], r["minibatch"], r["system"], r["cfg"]) for r in rows}
         for model, Ds in models.items():
             for D in Ds:
@@ -203,7 +259,7 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
                         if (model, D, system, cfg) not in have:
                             rows.append({**base, "model": model, "minibatch": D, "system": system,
                                          "gpus": max(Ns), "cfg": cfg, "kind": "measured", "status": "missing",
-                                         "message": "no run record"})
+                                         "message": "not run: no record"})
     order = {s: i for i, s in enumerate(SYSTEM_ORDER)}
     mlist = list(models)
     rows.sort(key=lambda r: (mlist.index(r["model"]), r["minibatch"], order.get(r["system"], 99), r["gpus"],
@@ -312,3 +368,205 @@ if __name__ == "__main__":   # pragma: no cover
     p = argparse.ArgumentParser()
     add_arguments(p)
     sys.exit(main(p.parse_args()))
+
+
+# ------------------------------------------------------------------------------------------------
+# Records written by the device scripts -> the workflow's layout
+# ------------------------------------------------------------------------------------------------
+IMPORT_SKIP_DIRS = {"superseded", "runs", "convergence", "logs", "schedules", "models", "profiles", "table1"}
+
+
+def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
+    """File the records the device scripts wrote under `src` (e.g. gpt2-xl-D64-N1/harmony.jsonl,
+    profiles/gpt2-xl.profile.json, table1.csv) into the workflow's layout under `root`. A run record goes
+    to runs/<system>/<model>/N<gpus>-D<minibatch>-<cfg>.jsonl, named from its own summary (system, mode,
+    model, gpus, minibatch): Harmony's cfg is `auto` when the schedule it ran was searched, baselines'
+    is `best`. Files are copied byte for byte (numbers are never touched); anything under a
+    `superseded/` folder is left out; two records claiming the same grid point are an error. Returns
+    [(source, destination, what happened)]."""
+    import filecmp
+    import shutil
+    src, root = Path(src), Path(root)
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src}: no such folder")
+    plan: dict[Path, Path] = {}
+    notes: list[tuple[str, str, str]] = []
+
+    def want(s: Path, d: Path):
+        if d in plan and plan[d] != s:
+            raise ValueError(f"{plan[d]} and {s} both file to {d}: move the superseded one into a superseded/ folder")
+        plan[d] = s
+
+    for f in sorted(src.rglob("*.jsonl")):
+        rel = f.relative_to(src)
+        if set(rel.parts[:-1]) & IMPORT_SKIP_DIRS:
+            continue
+        summ, _ = read_run(str(f))
+        if not summ:
+            notes.append((str(f), "", "skipped: no summary record"))
+            continue
+        system = summ.get("system")
+        if system == "harmony":
+            system = f"harmony-{summ.get('mode')}"
+        if system not in SYSTEM_ORDER or system == "pytorch":
+            notes.append((str(f), "", f"skipped: system {summ.get('system')!r} is not a throughput system"))
+            continue
+        model, gpus, D = summ.get("model"), summ.get("gpus"), summ.get("minibatch")
+        if not (model and isinstance(gpus, int) and isinstance(D, int)):
+            notes.append((str(f), "", "skipped: summary lacks model/gpus/minibatch"))
+            continue
+        cfg = "best"
+        if system in HARMONY:
+            sched = _device_schedule(f, src, model, gpus, D)
+            if sched is None:
+                notes.append((str(f), "", "skipped: Harmony run without its schedule.json (cfg unknown)"))
+                continue
+            rec = json.loads(sched.read_text())
+            gcfg = (rec.get("graph") or {}).get("config") or {}
+            if rec.get("search"):
+                cfg = "auto"
+            elif gcfg.get("pack_size"):
+                cfg = cfg_name(gcfg)
+            else:
+                notes.append((str(f), "", "skipped: fixed schedule without pack_size (cfg unknown)"))
+                continue
+            want(sched, root / "schedules" / model / f"{system.split('-')[1]}-N{gpus}-D{D}-{cfg}.json")
+        want(f, root / "runs" / system / model / f"N{gpus}-D{D}-{cfg}.jsonl")
+    prof = src / "profiles"
+    if prof.is_dir():
+        for f in sorted(prof.glob("*.profile.json")):
+            want(f, root / "profiles" / f"{f.name[:-len('.profile.json')]}.json")
+        for f in sorted(prof.glob("*.model.json")):
+            want(f, root / "models" / f"{f.name[:-len('.model.json')]}.json")
+        for name, dest in (("calibration.json", "calibration.json"), ("env.json", "env.json")):
+            if (prof / name).exists():
+                want(prof / name, root / dest)
+    t1 = src / "table1.csv"
+    if t1.exists():
+        with open(t1, newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if "figure" not in header:   # the search's own output (a drawn table1.csv has a `figure` column)
+            want(t1, root / "table1-search.csv")
+    for d, s in plan.items():
+        if d.resolve() == s.resolve():
+            continue
+        if d.exists() and filecmp.cmp(s, d, shallow=False):
+            notes.append((str(s), str(d), "unchanged"))
+            continue
+        what = "replaced" if d.exists() else "filed"
+        d.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(s, d)
+        notes.append((str(s), str(d), what))
+    for s, d, what in notes:
+        print(f"{what:9} {s}" + (f" -> {d}" if d else ""))
+    print(f"import {src} -> {root}: " + ", ".join(
+        f"{sum(1 for n in notes if n[2].split(':')[0] == k)} {k}" for k in ("filed", "replaced", "unchanged", "skipped")))
+    return notes
+
+
+def _device_schedule(run: Path, src: Path, model: str, gpus: int, D: int) -> Path | None:
+    """The schedule a device-script Harmony run executed: <stem>.schedule.json beside the run record,
+    else schedules/<model>.D<d>.N<n>.schedule.json of the device layout."""
+    for cand in (run.with_name(f"{run.stem}.schedule.json"), src / "schedules" / f"{model}.D{D}.N{gpus}.schedule.json"):
+        if cand.exists():
+            return cand
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# The results page (docs/results.md)
+# ------------------------------------------------------------------------------------------------
+ENV_KEYS = ("gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_count", "host_memory_bytes",
+            "precision", "gpu_memory_cap")
+
+
+def write_results_page(results_root: Path, out: Path) -> int:
+    """One Markdown page: for each results/<scale>/<hardware>/ folder, every figure present (PNG linked,
+    row statuses counted), the claims table (harmony check, evaluated now from the figure CSVs) and the
+    environment records of the runs behind the numbers. Generated; never edited by hand."""
+    from harmony.checks import evaluate
+    from harmony.metrics import git_commit
+    out = Path(out)
+    folders = sorted(p for p in Path(results_root).glob("*/*") if p.is_dir() and p.parent.name in
+                     ("smoke", "paper", "large") and any(p.glob("*.env.json")))
+    rel = lambda p: os.path.relpath(p, out.parent).replace(os.sep, "/")   # noqa: E731
+    L = ["# Results", "",
+         "Generated by `harmony figure --results-page` (`snakemake results_page --cores 1`) from the figure CSVs,",
+         "their `.env.json` environment records and `harmony check`; do not edit by hand. Every number here comes",
+         "from a run record under `results/<scale>/<hardware>/` (docs/artifact-evaluation.md §4); a grid point",
+         "without one is counted as *not run*, never filled in. `results/smoke/` is not committed (its links",
+         "work after `snakemake all` on your machine); GPU results under `results/paper/`, `results/large/` are.",
+         "", f"Drawn at git commit `{git_commit() or 'unknown'}`.", ""]
+    if not folders:
+        L.append("(no results folder with figures yet)")
+    for root in folders:
+        scale, hw = root.parent.name, root.name
+        L += [f"## {scale} / {hw}", ""]
+        envs = _folder_envs(root)
+        L += ["Hardware of the numbers below (distinct environment records of the runs each figure plots; "
+              "`env.json` of the folder first when present):", "",
+              "| source | " + " | ".join(ENV_KEYS) + " |", "|---" * (len(ENV_KEYS) + 1) + "|"]
+        for src, env in envs:
+            L.append(f"| {src} | " + " | ".join(_env_cell(k, env.get(k)) for k in ENV_KEYS) + " |")
+        L += ["", "### Figures", "", "| figure | rows | measured ok | predicted ok | failed (oom/infeasible/n/a/error) "
+              "| not run | runs on |", "|---|---|---|---|---|---|---|"]
+        figs = []
+        for fig in FIGURES:
+            envp = root / f"{fig}.env.json"
+            if not envp.exists():
+                continue
+            rec = json.loads(envp.read_text())
+            st = rec.get("row_statuses") or {}
+            cnt = lambda pred: sum(v for k, v in st.items() if pred(*k.split(":", 1)))   # noqa: E731
+            ok_m = cnt(lambda k, s: s == "ok" and k in ("measured", "curve", "table"))
+            ok_p = cnt(lambda k, s: s == "ok" and k == "predicted")
+            miss = cnt(lambda k, s: s == "missing")
+            bad = cnt(lambda k, s: s not in ("ok", "missing"))
+            gpus = sorted({f"{e.get('gpu_count') or ''}x{e.get('gpu')}" if e.get("gpu") else f"CPU ({e.get('cpu_count')} cores)"
+                           for e in rec.get("run_environments") or []})
+            L.append(f"| [{fig}]({rel(root / f'{fig}.png')}) | {rec.get('rows')} | {ok_m} | {ok_p} | {bad} | {miss} "
+                     f"| {', '.join(gpus) or '—'} |")
+            figs.append(fig)
+        L.append("")
+        for fig in figs:
+            L += [f"#### {fig}", "", f"![{fig} ({scale}, {hw})]({rel(root / f'{fig}.png')})", "",
+                  f"Numbers: [`{fig}.csv`]({rel(root / f'{fig}.csv')}); environment: "
+                  f"[`{fig}.env.json`]({rel(root / f'{fig}.env.json')}).", ""]
+        L += ["### Claims (`harmony check`)", "", "| claim | verdict | expected | measured | detail |",
+              "|---|---|---|---|---|"]
+        for r in evaluate(root, scale):
+            L.append(f"| {r['claim']} {r['text']} | **{r['verdict']}** | {r['expected']} | {r['measured']} | "
+                     f"{r['detail'].replace('|', '/')} |")
+        L.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(L) + "\n")
+    print(f"results page: {len(folders)} results folder(s) -> {out}")
+    return 0
+
+
+def _folder_envs(root: Path) -> list[tuple[str, dict]]:
+    out, seen = [], set()
+    cands = []
+    if (root / "env.json").exists():
+        try:
+            cands.append(("env.json", json.loads((root / "env.json").read_text())))
+        except json.JSONDecodeError:
+            pass
+    for envp in sorted(root.glob("*.env.json")):
+        for env in json.loads(envp.read_text()).get("run_environments") or []:
+            cands.append((envp.name.replace(".env.json", " runs"), env))
+    for src, env in cands:
+        key = json.dumps({k: env.get(k) for k in ENV_KEYS}, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((src, env))
+    return out
+
+
+def _env_cell(k, v) -> str:
+    if v is None:
+        return "—" if k != "gpu_memory_cap" else "none"
+    if k in ("host_memory_bytes", "gpu_memory_cap") and isinstance(v, (int, float)):
+        return f"{v / 1024 ** 3:.1f} GiB"
+    return str(v).replace("|", "/")

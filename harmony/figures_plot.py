@@ -2,8 +2,9 @@
 
 Conventions on every plot: Harmony in blues (vPP dark, vDP light), baselines in warm/grey colours;
 measured = solid, simulated prediction = hatched bar / hollow marker with a dashed line; a configuration
-that did not run is drawn as a red marker at the axis with its status (OOM, infeasible, n/a, error,
-missing) so that nothing disappears silently.
+that ran and failed is drawn as a red × at the axis with its status (OOM, infeasible, n/a, error); a grid
+point with no record at all (status "missing") as a grey ○ "not run": nothing disappears silently, and
+"not run" is never confused with a failure.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000"}
-SHORT = {"oom": "OOM", "infeasible": "infeas.", "unavailable": "n/a", "error": "error", "missing": "missing",
+SHORT = {"oom": "OOM", "infeasible": "infeas.", "unavailable": "n/a", "error": "error", "missing": "not run",
          "interrupted": "interr."}
 GiB = 1024 ** 3
 
@@ -44,10 +45,13 @@ def _label(r) -> str:
 
 
 def _mark_failed(ax, x, r, y=0.0, with_system=True):
-    ax.plot([x], [y], marker="x", color="red", ms=7, zorder=5)
+    not_run = r.get("status") == "missing"
+    color = "#888888" if not_run else "red"
+    ax.plot([x], [y], marker="o" if not_run else "x", mfc="none", color=color, ms=5 if not_run else 7, zorder=5)
     status = SHORT.get(r.get("status"), r.get("status"))
-    text = f"{r['system']} N={r['gpus']}: {status}" if with_system else status
-    ax.annotate(text, (x, y), rotation=90, fontsize=6, color="red",
+    pred = " pred." if r.get("kind") == "predicted" else ""
+    text = f"{r['system']} N={r['gpus']}{pred}: {status}" if with_system else status
+    ax.annotate(text, (x, y), rotation=90, fontsize=5 if not_run else 6, color=color,
                 xytext=(0, 6), textcoords="offset points", ha="center", va="bottom")
 
 

@@ -77,6 +77,15 @@ def parse_path(path: str) -> dict | None:
     return None
 
 
+def run_gpus(wanted: list[int], present: int) -> tuple[list[int], list[int]]:
+    """(N to run, N to predict) of a figure's GPU counts on a machine with `present` GPUs."""
+    run = [n for n in wanted if n <= present]
+    predict = [n for n in wanted if n > present]
+    if predict and present >= 1 and not run:
+        run = [present]
+    return run, predict
+
+
 # ------------------------------------------------------------------------------------------------
 # The plan
 # ------------------------------------------------------------------------------------------------
@@ -152,11 +161,7 @@ class Plan:
     def run_gpus(self, wanted: list[int]) -> tuple[list[int], list[int]]:
         """(N to run, N to predict): run every N <= GPUs present; for larger N, run at the largest N
         present (the figure's N capped) and let the simulator predict the figure's N."""
-        run = [n for n in wanted if n <= self.gpus_present]
-        predict = [n for n in wanted if n > self.gpus_present]
-        if predict and self.gpus_present >= 1 and not run:
-            run = [self.gpus_present]
-        return run, predict
+        return run_gpus(wanted, self.gpus_present)
 
     def figure_inputs(self, figure: str) -> dict[str, list[str]]:
         """{'runs': run records, 'predictions': schedules simulated for N not present, 'tables': ...}."""
@@ -185,6 +190,16 @@ class Plan:
     def all_inputs(self, figure: str) -> list[str]:
         d = self.figure_inputs(figure)
         return d["runs"] + d["predictions"] + d["tables"]
+
+    def figure_outputs(self, figures) -> list[str]:
+        """The CSV, PNG, PDF and environment record of each figure."""
+        return [f"{self.root}/{f}.{ext}" for f in figures for ext in ("csv", "png", "pdf", "env.json")]
+
+    def target_inputs(self, figures) -> list[str]:
+        """What a target rule asks for: the figures and, explicitly, every record they plot, so that a
+        deleted run record is re-made (and then the figure, whose input is newer) even when the figure
+        files are still there."""
+        return self.figure_outputs(figures) + [f for fig in figures for f in self.all_inputs(fig)]
 
     def table_models(self) -> list[str]:
         return list(self.grid("table1")["models"])

@@ -206,6 +206,60 @@ def test_checks_claims_on_handmade_rows(tmp_path):
     assert res["C6"]["verdict"] == "pass" and float(res["C6"]["measured"]) == 0.0
 
 
+def test_c7_compares_vpp_with_the_same_schedule_on_one_gpu(tmp_path):
+    """C7: vPP at every N against the same fixed schedule on one GPU; a saving at some N (weights kept
+    between a GPU's consecutive forward and backward task of a pack) is not 'growth'."""
+    from harmony.checks import evaluate
+    from harmony.figures import COLUMNS
+    R = tmp_path / "results" / "smoke" / "cpu"
+    R.mkdir(parents=True)
+
+    def write(vpp8):
+        pts = [("harmony-vDP", 1, 100), ("harmony-vDP", 8, 800), ("harmony-vPP", 2, 94), ("harmony-vPP", 4, 88),
+               ("harmony-vPP", 8, vpp8)]
+        with open(R / "figure18.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({"figure": "figure18", "model": "m", "minibatch": 8, "system": s, "gpus": n, "cfg": "u1-1-p2",
+                         "kind": "predicted", "status": "ok", "swap_bytes": b} for s, n, b in pts)
+        return {r["claim"]: r for r in evaluate(R)}["C7"]
+    c7 = write(100)            # max/min over N would be 100/88 = 1.14; against one GPU: 1.00
+    assert c7["verdict"] == "pass" and float(c7["measured"]) == pytest.approx(1.0)
+    c7 = write(120)
+    assert c7["verdict"] == "fail" and float(c7["measured"]) == pytest.approx(1.2)
+
+
+def test_import_device_records_and_results_page(real_records, tmp_path):
+    """Device-script records (their own layout) are filed by their summaries' fields, byte for byte;
+    superseded ones are left out; then drawn with 'not run' points and listed on the results page."""
+    base, R, runs, *_ = real_records
+    dev = tmp_path / "results" / "smoke" / "1xTEST"
+    (dev / "gpt2-tiny-D16-N1" / "superseded").mkdir(parents=True)
+    shutil.copy(runs["swap-dp"], dev / "gpt2-tiny-D16-N1" / "swap-dp.jsonl")
+    shutil.copy(runs["swap-pp"], dev / "gpt2-tiny-D16-N1" / "superseded" / "swap-dp.u8.jsonl")
+    summ = {"record": "summary", "system": "harmony", "mode": "vPP", "model": "gpt2-tiny", "gpus": 1, "minibatch": 16,
+            "status": "ok", "samples_per_s": 1.0, "iter_time_s": 16.0, "bytes_h2d": 1, "bytes_d2h": 1}
+    (dev / "gpt2-tiny-D16-N1" / "harmony.jsonl").write_text(json.dumps(summ) + "\n")
+    (dev / "gpt2-tiny-D16-N1" / "harmony.schedule.json").write_text(json.dumps(
+        {"artifact": "schedule", "graph": {"config": {"mode": "vPP"}}, "search": {"candidates": 3}}))
+    p = sh(["harmony", "figure", "--import-device", str(dev), "--all", "--experiments-dir", str(ROOT / "experiments")],
+           cwd=base)
+    assert "superseded" not in p.stdout
+    filed = dev / "runs" / "swap-dp" / "gpt2-tiny" / "N1-D16-best.jsonl"
+    assert filed.read_bytes() == runs["swap-dp"].read_bytes()
+    assert (dev / "runs" / "harmony-vPP" / "gpt2-tiny" / "N1-D16-auto.jsonl").exists()
+    assert (dev / "schedules" / "gpt2-tiny" / "vPP-N1-D16-auto.json").exists()
+    rows = list(csv.DictReader(open(dev / "figure10.csv")))
+    pt = {(r["model"], r["system"], r["gpus"], r["kind"]): r["status"] for r in rows}
+    assert pt[("gpt2-tiny", "swap-dp", "1", "measured")] == "ok"
+    assert pt[("gpt2-tiny", "harmony-vPP", "4", "predicted")] == "missing"   # N=4 on a 1-GPU machine: not run
+    assert pt[("bert-tiny", "swap-dp", "1", "measured")] == "missing"
+    page = tmp_path / "results.md"
+    sh(["harmony", "figure", "--results-page", "--results-root", str(tmp_path / "results"), "-o", str(page)], cwd=base)
+    text = page.read_text()
+    assert "## smoke / 1xTEST" in text and "figure10.png" in text and "| C7 " in text
+
+
 # ------------------------------------------------------------------------------------------------
 # Data loaders
 # ------------------------------------------------------------------------------------------------

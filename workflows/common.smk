@@ -35,16 +35,11 @@ wildcard_constraints:
     figure=r"figure\d+|table1",
 
 
-def figure_outputs(figures):
-    """The PNG, PDF, CSV and environment record of each figure (a table: CSV, PNG, PDF)."""
-    return [f"{R}/{f}.{ext}" for f in figures for ext in ("csv", "png", "pdf", "env.json")]
-
-
-def target_inputs(figures):
-    """What a target rule asks for: the figures and, explicitly, every record they plot, so that a
-    deleted run record is re-made (and then the figure, whose input is newer) even when the figure
-    files are still there."""
-    return figure_outputs(figures) + [f for fig in figures for f in PLAN.all_inputs(fig)]
+# The PNG, PDF, CSV and environment record of each figure, and what a target asks for: the figures
+# and, explicitly, every record they plot (harmony.workflow.Plan.target_inputs), so that a deleted run
+# record is re-made, and then the figure, even when the figure files are still there.
+figure_outputs = PLAN.figure_outputs
+target_inputs = PLAN.target_inputs
 
 
 def figure_inputs(wildcards):

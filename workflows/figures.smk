@@ -60,7 +60,9 @@ rule figure:
 
 rule figures_from_results:
     # Re-draw every figure from the run records already under results/<scale>/<hardware>/ (committed
-    # GPU results included): no stage re-runs, no GPU needed, well under a minute.
+    # GPU results included): no stage re-runs, no GPU needed, well under a minute. Records that the
+    # device scripts wrote in their own layout (<model>-D<d>-N<n>/<system>.jsonl, profiles/, table1.csv)
+    # are first filed into the workflow's layout (byte copies named from each record's own summary).
     localrule: True
     log:
         f"{R}/logs/figure/from_results.log",
@@ -69,4 +71,19 @@ rule figures_from_results:
     conda:
         ENV
     shell:
-        "harmony figure --all --from {params.results} 2>&1 | tee {log}"
+        "harmony figure --import-device {params.results} --all 2>&1 | tee {log}"
+
+
+rule results_page:
+    # docs/results.md: every figure of every results/<scale>/<hardware>/ present, the claims table of
+    # each (harmony check) and the hardware every number came from (the figures' environment records).
+    localrule: True
+    log:
+        f"{R}/logs/results_page.log",
+    params:
+        root="results",
+        page="docs/results.md",
+    conda:
+        ENV
+    shell:
+        "harmony figure --results-page --results-root {params.root} -o {params.page} 2>&1 | tee {log}"

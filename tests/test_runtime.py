@@ -122,7 +122,8 @@ def microbatched_reference(spec, batches, shares, seed=0, dropout=False, device=
         set_lr(opt, spec.optimizer, it)
         total, summed = 0.0, None
         for ranges in shares:
-            opt.zero_grad(set_to_none=True)
+            for p in params:          # the device parameters: with host_optimizer, opt holds the host copies
+                p.grad = None
             for lo, hi in ranges:
                 x = tuple(t[lo:hi].to(device) for t in batch)
                 for li, layer in enumerate(layers):
@@ -284,3 +285,15 @@ def test_profile_layer_sizes_grad_output():
     del prof.layers[0]["grad_output_bytes_per_sample"]
     with pytest.raises(ValueError, match="does not match"):
         prof.layer_sizes(other)
+
+
+def test_host_optimizer_reference_equals_plain_reference_on_cpu():
+    """The GPU test's reference steps the optimizer on host copies; on the CPU that must change nothing.
+    (It once zeroed only the host copies' gradients, so device gradients piled up across iterations.)"""
+    spec = get_model("mlp-tiny")
+    batches = minibatches(spec, D, ITERS, 1234)
+    shares = [[(0, 3), (3, 6)], [(6, D)]]
+    a_losses, a = microbatched_reference(spec, batches, shares)
+    b_losses, b = microbatched_reference(spec, batches, shares, host_optimizer=True)
+    assert a_losses == b_losses
+    assert max_relative_difference(a, b) == 0.0

@@ -4,7 +4,7 @@
 #   usage: experiments/device/figure10_n1.sh OUTDIR      (from the repository root, on the GPU machine)
 #   env:   MODELS ("bert96 vgg416 resnet1026"), D (64), SYSTEMS ("harmony swap-dp fsdp-offload"),
 #          REPROFILE (models to profile again here, e.g. "vgg416"), PROFILES (committed profile folder),
-#          ITERS (4), SWAP_UBATCH (model-specific default below), FSDP_UBATCH, BUDGET_S (560), CAP, PREC
+#          HEADROOM (0.03, see harmony schedule --headroom), ITERS (4), SWAP_UBATCH (model-specific default below), FSDP_UBATCH, BUDGET_S (560), CAP, PREC
 # Every step has its own timeout inside the overall budget; a step that fails leaves its log and the
 # next one runs. Writes OUTDIR/<model>-D<D>-N1/<system>.jsonl (+ .log) and prints a table last.
 set -uo pipefail
@@ -44,7 +44,8 @@ for m in $MODELS; do
         case $sys in
         harmony)
             H schedule "$prof" --model "$model" --calibration "$cal" --minibatch "$D" --gpus 1 --mode vPP \
-                --gpu-memory "$CAP" -o "$dir/harmony.schedule.json" --candidates "$dir/harmony.search.csv" \
+                --gpu-memory "$CAP" --headroom "${HEADROOM:-0.03}" -o "$dir/harmony.schedule.json" \
+                --candidates "$dir/harmony.search.csv" \
                 > "$dir/harmony.log" 2>&1
             timeout "$t" "$PY" -m harmony.cli run "$dir/harmony.schedule.json" --device cuda --iters "$ITERS" \
                 --warmup 1 --gpu-memory "$CAP" --precision "$PREC" -o "$dir/harmony.jsonl" >> "$dir/harmony.log" 2>&1 ;;

@@ -9,7 +9,6 @@ summary that `harmony.metrics.validate_summary` accepts.
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import sys
@@ -146,6 +145,20 @@ def batch_bytes(batch) -> int:
 
 def microbatch_ranges(n: int, u: int) -> list[tuple[int, int]]:
     return [(s, min(s + u, n)) for s in range(0, n, u)]
+
+
+def accumulate_microbatches(forward, batch: tuple, n: int, u: int, dev, precision: str):
+    """Backward of every microbatch of `batch` (n samples, microbatches of u), each loss weighted by its
+    share of n, so the accumulated gradients are those of the whole batch. Returns the batch's mean loss
+    as a device tensor (no synchronisation)."""
+    total = torch.zeros((), device=dev)
+    for a, b in microbatch_ranges(n, u):
+        x = tuple(t[a:b].to(dev, non_blocking=True) for t in batch)
+        with autocast(dev, precision):
+            (loss,) = forward(x)
+        (loss * ((b - a) / n)).backward()
+        total += loss.detach().float() * ((b - a) / n)
+    return total
 
 
 def roofline_s(model_json: dict, settings: Settings, offload: bool = True) -> dict | None:

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
-                              load_model, microbatch_ranges, pin_batches, resolve_device, status_only,
+from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, free_port, is_oom,
+                              load_model, pin_batches, resolve_device, status_only,
                               train_loop)
 from harmony.data import load_batches
 from harmony.optim import make_optimizer, set_lr
@@ -179,13 +179,7 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
     def step(i: int, batch: tuple) -> float:
         set_lr(opt, spec.optimizer, i)
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=dev)
-        for a, b in microbatch_ranges(share, u):
-            x = tuple(t[a:b].to(dev, non_blocking=True) for t in batch)
-            with autocast(dev, s.precision):
-                (loss,) = model(*x)
-            (loss * ((b - a) / share)).backward()
-            total += loss.detach().float() * ((b - a) / share)
+        total = accumulate_microbatches(lambda x: model(*x), batch, share, u, dev, s.precision)
         opt.step()
         if N > 1:
             dist.all_reduce(total)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, batch_bytes,
-                              is_oom, load_model, microbatch_ranges, pin_batches, resolve_device,
+from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, batch_bytes,
+                              is_oom, load_model, pin_batches, resolve_device,
                               status_only, train_loop)
 from harmony.data import load_batches
 from harmony.optim import make_optimizer, set_lr
@@ -42,13 +42,7 @@ def make_step(s: Settings, spec, dev: torch.device):
     def step(i: int, batch: tuple) -> float:
         set_lr(opt, spec.optimizer, i)
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=dev)
-        for a, b in microbatch_ranges(D, u):
-            x = tuple(t[a:b].to(dev, non_blocking=True) for t in batch)
-            with autocast(dev, s.precision):
-                (loss,) = forward_checkpointed(layers, x)
-            (loss * ((b - a) / D)).backward()
-            total += loss.detach().float() * ((b - a) / D)
+        total = accumulate_microbatches(lambda x: forward_checkpointed(layers, x), batch, D, u, dev, s.precision)
         opt.step()
         return float(total)
 

@@ -92,6 +92,20 @@ class ModelSpec:
                 "optimizer": dataclasses.asdict(self.optimizer)}
 
 
+class ImageClassifierSpec(ModelSpec):
+    """Data contract of the image families (VGG, ResNet): an image batch and integer class labels.
+    The config must have in_channels, image_size and n_classes."""
+
+    def input_specs(self) -> list[TensorSpec]:
+        c = self.config
+        return [TensorSpec((c.in_channels, c.image_size, c.image_size), "float32"), TensorSpec((), "int64")]
+
+    def synthetic_batch(self, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        c = self.config
+        x = torch.randn(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
+        return x, torch.randint(0, c.n_classes, (batch,), generator=generator)
+
+
 def run_chain(layers: Sequence[nn.Module], inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """Apply vLayers in order; returns the last vLayer's outputs (for the full chain: (loss,))."""
     x = tuple(inputs)

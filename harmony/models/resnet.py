@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register
+from harmony.models.base import ImageClassifierSpec, register
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.models.vgg import CNN_OPTIMIZER
 
@@ -98,7 +98,7 @@ class ResNetHead(nn.Module):
         return self.fc(self.drop(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))), labels
 
 
-class ResNetModel(ModelSpec):
+class ResNetModel(ImageClassifierSpec):
     family = "resnet"
 
     def build_vlayers(self):
@@ -111,14 +111,6 @@ class ResNetModel(ModelSpec):
                 c_in = width
         return [*layers, ResNetHead(c), CrossEntropyLoss()]
 
-    def input_specs(self):
-        c = self.config
-        return [TensorSpec((c.in_channels, c.image_size, c.image_size), "float32"), TensorSpec((), "int64")]
-
-    def synthetic_batch(self, batch, generator):
-        c = self.config
-        x = torch.randn(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
-        return x, torch.randint(0, c.n_classes, (batch,), generator=generator)
 
 
 NAMED = {

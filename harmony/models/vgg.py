@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register
+from harmony.models.base import ImageClassifierSpec, register
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -89,7 +89,7 @@ class VGGFC(nn.Module):
         return x, labels
 
 
-class VGGModel(ModelSpec):
+class VGGModel(ImageClassifierSpec):
     family = "vgg"
 
     def build_vlayers(self):
@@ -106,14 +106,6 @@ class VGGModel(ModelSpec):
                    CrossEntropyLoss()]
         return layers
 
-    def input_specs(self):
-        c = self.config
-        return [TensorSpec((c.in_channels, c.image_size, c.image_size), "float32"), TensorSpec((), "int64")]
-
-    def synthetic_batch(self, batch, generator):
-        c = self.config
-        x = torch.randn(batch, c.in_channels, c.image_size, c.image_size, generator=generator)
-        return x, torch.randint(0, c.n_classes, (batch,), generator=generator)
 
 
 # The paper's CNN optimizer: SGD, lr 0.1, momentum 0.9, weight decay 1e-4.

@@ -122,14 +122,15 @@ def test_cli_run_record_and_counters(tmp_path):
     assert summary["env"]["precision"] == "fp32" and summary["ubatch_fwd"] == 4
 
 
-def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig):
     _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
     p, out = _cli(tmp_path, rec, {"HARMONY_FAULT": json.dumps({"kind": "slow", "seconds": 0.05})}, iters=200)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
         time.sleep(0.1)
     workers = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     summary = read_jsonl(out)[-1]

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -109,6 +111,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
     last_progress = time.monotonic()
     dead_since: dict[int, float] = {}
     current = 0
+    # SIGTERM (`timeout`, a scheduler, snakemake) ends a run like Ctrl-C: workers stopped, record marked
+    # `interrupted`, instead of the process dying with a record that has no summary.
+    old_term = (signal.signal(signal.SIGTERM, _raise_interrupt)
+                if threading.current_thread() is threading.main_thread() else None)
 
     def fail_rest(j: int) -> None:
         for k in range(j + 1, len(jobs)):
@@ -173,11 +179,17 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
         return outs
     except KeyboardInterrupt:
         outs[current].status = "interrupted"
-        outs[current].message = "interrupted (Ctrl-C): all workers ended"
+        outs[current].message = "interrupted (Ctrl-C or SIGTERM): all workers ended"
         for k in range(current + 1, len(jobs)):
             outs[k].status, outs[k].message = "interrupted", "not run: interrupted"
         return outs
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         ok = all(o.status == "ok" for o in outs)
         _end_all(procs, grace_s=10.0 if ok else 0.5)
         results.close()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

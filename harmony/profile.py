@@ -28,8 +28,7 @@ from torch import nn
 
 from harmony import gpumem
 from harmony.jsonio import ArtifactError, write_json
-from harmony.profile_data import (PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp, pack_bwd_memory,
-                                  pack_fwd_memory)
+from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp
 from harmony.progress import Progress
 from harmony.units import format_bytes
 
@@ -427,94 +426,6 @@ def _static_record(r: dict) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-# Packs: measured vs predicted
-# ------------------------------------------------------------------------------------------------
-def measure_pack_memory(model_json, layers_range, u: int, device, precision: str = "fp32", seed: int = 0,
-                        materialize: str = "auto") -> dict:
-    """Run vLayers [start, end) as a pack on `device` at microbatch u (their real inputs, from a walk of
-    the chain) and measure, relative to the memory in use before the pack's weights and input arrive:
-    the peak of a no-grad forward (`fwd_peak_bytes`) and of recompute forward + backward with dW
-    already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger."""
-    from harmony.decompose import load_model_json, spec_from_model_json
-    if not isinstance(model_json, dict):
-        model_json = load_model_json(model_json)
-    start, end = layers_range
-    if not 0 <= start < end <= model_json["num_vlayers"]:
-        raise ValueError(f"pack range {start}:{end} is outside 0:{model_json['num_vlayers']}")
-    dev = torch.device(device)
-    gpumem.set_precision(precision)
-    spec = spec_from_model_json(model_json)
-    src = LayerSource(spec, model_json, dev, seed=seed, mode=materialize)
-    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, torch.Generator().manual_seed(seed)))
-    for i in range(start):
-        with torch.no_grad(), gpumem.autocast(dev, precision):
-            x = src.get(i)(*x)
-    x_cpu = tuple(t.cpu() for t in x)
-    del x
-    if dev.type == "cuda":     # cuBLAS workspaces come from the caching allocator: allocate them first
-        with gpumem.autocast(dev, precision):
-            torch.ones(64, 64, device=dev) @ torch.ones(64, 64, device=dev)
-    gpumem.free_cached(dev)
-    with gpumem.MemoryMeter(dev) as m:
-        base0 = m.current()
-        x = tuple(t.to(dev) for t in x_cpu)
-        layers = [src.get(i) for i in range(start, end)]
-        r = Runner(layers, make_inputs(x, u, needs_grad=start > 0), dev, precision)
-        del x
-        r.fwd()
-        m.reset_peak()
-        y = r.fwd()
-        fwd_peak = m.peak() - base0
-        del y
-        r.bwd()
-        r.bwd()
-        m.reset_peak()
-        r.bwd()
-        bwd_peak = m.peak() - base0
-    del r, layers
-    gpumem.free_cached(dev)
-    return {"range": [start, end], "u": u, "fwd_peak_bytes": int(fwd_peak), "bwd_peak_bytes": int(bwd_peak),
-            "peak_bytes": int(max(fwd_peak, bwd_peak))}
-
-
-def measure_pack_peak(model_json, layers_range, u: int, device, precision: str = "fp32") -> int:
-    """Measured peak bytes of a pack's forward and backward (see measure_pack_memory)."""
-    return measure_pack_memory(model_json, layers_range, u, device, precision)["peak_bytes"]
-
-
-def predict_pack_peak(profile, layers_range, u: float) -> float:
-    """Peak bytes of a pack predicted from per-vLayer profiles (profile_data.pack_*_memory)."""
-    if not isinstance(profile, Profile):
-        profile = Profile(profile)
-    s, e = layers_range
-    return max(pack_fwd_memory(profile, s, e, u), pack_bwd_memory(profile, s, e, u))
-
-
-def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device, precision: str) -> dict:
-    p = Profile(prof)
-    s, e = layers_range
-    if u is None:
-        fits = [v for v in p.ubatch_sizes if all(p.layers[i]["measured"][p.ubatch_sizes.index(v)]
-                                                 for i in range(s, e))]
-        cap = prof.get("gpu_memory_cap")
-        if cap:
-            fits = [v for v in fits if predict_pack_peak(p, layers_range, v) <= 0.8 * cap] or fits[:1]
-        u = max(fits) if fits else 1
-    meas = measure_pack_memory(model_json, layers_range, u, device, precision)
-    pred_f, pred_b = pack_fwd_memory(p, s, e, u), pack_bwd_memory(p, s, e, u)
-    resident = sum(p.weight_bytes(i) + p.grad_bytes(i) for i in range(s, e))
-    pred = max(pred_f, pred_b)
-    out = {"range": [s, e], "u": u, "predicted_bytes": pred, "measured_bytes": meas["peak_bytes"],
-           "rel_error": (pred - meas["peak_bytes"]) / meas["peak_bytes"],
-           "predicted_fwd_bytes": pred_f, "measured_fwd_bytes": meas["fwd_peak_bytes"],
-           "predicted_bwd_bytes": pred_b, "measured_bwd_bytes": meas["bwd_peak_bytes"],
-           "weights_and_grads_bytes": resident,
-           "rel_error_activations": ((pred_b - resident) - (meas["bwd_peak_bytes"] - resident))
-           / max(meas["bwd_peak_bytes"] - resident, 1)}
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------
 def parse_ubatch(text: str | None) -> list[int] | None:
@@ -572,6 +483,7 @@ def main(args) -> int:
     mj = load_model_json(args.model_json)
     prof = profile_model(mj, opts)
     if rng:
+        from harmony.pack_check import check_pack
         prof["pack_check"] = check_pack(mj, prof, rng, args.check_ubatch, opts.device, opts.precision)
     write_json(args.output, prof)
     if not args.quiet:

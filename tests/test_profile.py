@@ -8,6 +8,7 @@ import torch
 
 from harmony import gpumem
 from harmony import profile as hp
+from harmony import pack_check as pc
 from harmony.cli import main as cli
 from harmony.decompose import decompose_model
 from harmony.jsonio import write_json
@@ -158,11 +159,11 @@ def test_pack_memory_rule_matches_a_measured_pack(tmp_path):
     """CPU analogue of the GPU acceptance check: profiled pack peak vs the peak of the pack run."""
     mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
     prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4], trials=5, progress=False))
-    meas = hp.measure_pack_memory(mj, (1, 5), 4, "cpu")
+    meas = pc.measure_pack_memory(mj, (1, 5), 4, "cpu")
     p = Profile(prof)
     assert pack_bwd_memory(p, 1, 5, 4) == pytest.approx(meas["bwd_peak_bytes"], rel=0.10)
     assert pack_fwd_memory(p, 1, 5, 4) == pytest.approx(meas["fwd_peak_bytes"], rel=0.10)
-    assert hp.predict_pack_peak(prof, (1, 5), 4) == pytest.approx(hp.measure_pack_peak(mj, (1, 5), 4, "cpu"), rel=0.10)
+    assert pc.predict_pack_peak(prof, (1, 5), 4) == pytest.approx(pc.measure_pack_peak(mj, (1, 5), 4, "cpu"), rel=0.10)
     # the pack holds more than any one of its layers alone
     assert meas["bwd_peak_bytes"] > max(p.bwd_peak(i, 4) for i in range(1, 5))
 
@@ -217,5 +218,5 @@ def test_cap_helpers():
 def test_cuda_pack_check(tmp_path):
     mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
     prof = hp.profile_model(mj, hp.ProfileOptions(device="cuda", ubatch=[4, 8], progress=False))
-    pc = hp.check_pack(mj, prof, (1, 5), 8, "cuda", "fp32")
-    assert abs(pc["rel_error"]) < 0.10, pc
+    res = pc.check_pack(mj, prof, (1, 5), 8, "cuda", "fp32")
+    assert abs(res["rel_error"]) < 0.10, res

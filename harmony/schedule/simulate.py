@@ -127,7 +127,6 @@ def _sim_order(g: TaskGraph) -> list[int]:
 
 def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[_Info]:
     cfg = g.config
-    bwd_starts = [p[0] for p in cfg.bwd_packs]
     infos = []
     for t in g.tasks:
         x = _Info()
@@ -287,24 +286,18 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
                 last_in = max(last_in, a1)
                 if record:
                     ev.append((r, "swap-in", f"X {t.pack}", a0, a1, {"bytes": x.act_h2d}))
-            if t.act_in[0] == "task":
-                p = t.act_in[1]
-                if x.p2p_act is None:                  # same GPU: local
-                    first_in = max(first_in, c_first[p] if pipe else c_end[p])
-                    last_in = max(last_in, c_end[p])
+            # inputs produced by another compute task: the activation (Y) and the output gradient (dY);
+            # on the same GPU they are local, else they arrive over P2P
+            for p, nbytes, label in ((t.act_in[1] if t.act_in[0] == "task" else None, x.p2p_act, "Y"),
+                                     (t.grad_in, x.p2p_grad, "dY")):
+                if p is None:
+                    continue
+                if nbytes is None:
+                    f, l = (c_first[p] if pipe else c_end[p]), c_end[p]
                 else:
-                    f, l = _p2p(x.p2p_act, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
-                                ev, t.pack, "Y")
-                    first_in, last_in = max(first_in, f), max(last_in, l)
-            if t.grad_in is not None:
-                p = t.grad_in
-                if x.p2p_grad is None:
-                    first_in = max(first_in, c_first[p] if pipe else c_end[p])
-                    last_in = max(last_in, c_end[p])
-                else:
-                    f, l = _p2p(x.p2p_grad, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
-                                ev, t.pack, "dY")
-                    first_in, last_in = max(first_in, f), max(last_in, l)
+                    f, l = _p2p(nbytes, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
+                                ev, t.pack, label)
+                first_in, last_in = max(first_in, f), max(last_in, l)
             # --- compute
             s0 = max(comp_free[r], first_in)
             s1 = max(s0 + x.dur, last_in + x.last)

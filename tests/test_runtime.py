@@ -182,6 +182,21 @@ def batch2():
     return _run_batch(2)
 
 
+CASES4 = [("gpt2-tiny", "vPP", 3, 3, "P2"), ("gpt2-tiny", "vPP", 4, 3, "P1"), ("mlp-tiny", "vDP", 2, 1, "P2")]
+
+
+@pytest.fixture(scope="module")
+def batch4():
+    """N = 4 gloo workers: vPP streams activations and gradients microbatch by microbatch over four
+    directional channels (harmony.runtime.p2p), with remainder microbatches and u_fwd != u_bwd."""
+    runs, meta = [], []
+    for case in CASES4:
+        spec, rec, g = schedule(case[0], case[1], 4, case[2], case[3], case[4])
+        runs.append((rec, g, {"iters": ITERS}))
+        meta.append((case, spec, rec, g, False))
+    return list(zip(meta, train_many(runs)))
+
+
 def _check(entry, N: int):
     (case, spec, rec, g, dropout), (losses, params, kinds) = entry
     batches = minibatches(spec, D, ITERS, 1234)
@@ -221,6 +236,11 @@ def test_n1_matches_pytorch(batch1, i):
 @pytest.mark.parametrize("i", range(len(cases(2)) + 1))
 def test_n2_matches_pytorch(batch2, i):
     _check(batch2[i], 2)
+
+
+@pytest.mark.parametrize("i", range(len(CASES4)))
+def test_n4_matches_pytorch(batch4, i):
+    _check(batch4[i], 4)
 
 
 def test_cases_cover_the_grid():

@@ -121,3 +121,24 @@ def test_bad_configs_are_named(bad, msg):
 def test_sample_groups():
     assert sample_groups((0, 10), 3, None) == [(0, 10)]
     assert sample_groups((0, 10), 3, 1) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_gpipe_resident_stage_sends_gradients_once():
+    """swap-pp with whole stages resident: the BWDs of a stage accumulate dW on the GPU (grad_keep) and
+    only the stage's last BWD of the iteration sends it: one gradient copy per pack, as in GPipe."""
+    g = build_task_graph(cfg(gpus=2, ubatch_fwd=2, ubatch_bwd=2, group_size=1, placement="stages",
+                             stages=((0, 6), (6, 10)), bwd_packs=((0, 6), (6, 10)), fwd_packs=((0, 6),)))
+    bwds = [t for t in g.tasks if t.kind == "BWD"]
+    assert len(bwds) == 8
+    for pack in ((0, 6), (6, 10)):
+        mine = [t for t in bwds if t.pack == pack]
+        assert [t.grad_keep for t in mine] == [True, True, True, False]
+        assert [t.grad_to_host for t in mine] == [False, False, False, True]
+        assert not any(t.grad_accumulate for t in mine)
+    assert count_bytes(g, SIZES)["d2h_grads"] == sum(SIZES.grad_bytes)
+    # swapped stages (one vLayer per pack) and swap-dp keep sending per microbatch
+    packs = tuple((i, i + 1) for i in range(L))
+    g2 = build_task_graph(cfg(gpus=2, ubatch_fwd=2, ubatch_bwd=2, group_size=1, placement="stages",
+                              stages=((0, 5), (5, 10)), bwd_packs=packs, fwd_packs=packs[:-1]))
+    assert not any(t.grad_keep for t in g2.tasks)
+    assert count_bytes(g2, SIZES)["d2h_grads"] == 4 * sum(SIZES.grad_bytes)

@@ -47,6 +47,8 @@ def validate_against_model(record: dict, graph: TaskGraph, device: str = "cpu"):
                 f"u_fwd={cfg.ubatch_fwd} != u_bwd={cfg.ubatch_bwd} but vLayers {bad[:5]} have dropout or "
                 f"BatchNorm: a recompute at another microbatch size cannot reproduce the forward (dropout masks "
                 f"and batch statistics are drawn per microbatch); use u_fwd == u_bwd, or turn dropout off")
+    from harmony.runtime.p2p import check_channel_order
+    check_channel_order(graph)      # both ends of every GPU pair must post P2P messages in one order
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ScheduleError("--device cuda but CUDA is not available here; use --device cpu")

@@ -132,6 +132,8 @@ class Worker:
             if t.kind == "BWD" and t.grad_in is not None:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
+        from harmony.runtime.p2p import Channels
+        self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
 
     # ------------------------------------------------------------------------------------------
     # weights
@@ -177,9 +179,11 @@ class Worker:
                 self.resident[layer] = tensors
             elif layer not in self.resident:
                 raise RuntimeError(f"task {t.id}: layer {layer} is neither loaded nor kept (schedule bug)")
-            for (mod, name, is_param, meta), tensor in zip(self.slots[layer], self.resident[layer]):
+            kept = self.kept_grads.pop(layer, {})
+            for k, ((mod, name, is_param, meta), tensor) in enumerate(zip(self.slots[layer], self.resident[layer])):
                 if is_param:
-                    mod._parameters[name] = nn.Parameter(tensor, requires_grad=meta.requires_grad)
+                    p = mod._parameters[name] = nn.Parameter(tensor, requires_grad=meta.requires_grad)
+                    p.grad = kept.get(k)      # the previous BWD's dW (grad_keep): backward adds to it
                 else:
                     mod._buffers[name] = tensor
 
@@ -199,45 +203,42 @@ class Worker:
         out = [(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in specs]
         return [s for s in out if s[1] in _FLOAT] if floating_only else out
 
-    def _recv(self, specs, n: int, src: int, tag: int) -> list[torch.Tensor]:
-        bufs = [torch.empty((n, *shape), dtype=dt, device=self.device) for shape, dt in specs]
-        for b in bufs:
-            w = dist.irecv(b, src=src, tag=tag) if self.device.type == "cpu" else dist.irecv(b, src=src)
-            w.wait()
-        return bufs
-
-    def _send(self, tensors, dst: int, tag: int) -> None:
+    def _send(self, tensors, dst: int, producer, kind: str, chunk: int) -> None:
+        """Send one microbatch's tensors to `dst` (asynchronously; kept alive until the send completes)."""
+        from harmony.runtime.p2p import tag
         # drop finished sends, so a sent activation's memory is not held until the end of the iteration
         self.sends = [(w, x) for w, x in self.sends if not w.is_completed()]
-        for x in tensors:
+        for j, x in enumerate(tensors):
             x = x.contiguous()
             self.counters.add("p2p", x.numel() * x.element_size())
-            w = dist.isend(x, dst=dst, tag=tag) if self.device.type == "cpu" else dist.isend(x, dst=dst)
-            self.sends.append((w, x))
+            self.sends.append((self.channels.isend(x, dst, tag(producer.id, kind, chunk, j)), x))
 
-    def get_input(self, t, it: int, fetched: dict) -> list[torch.Tensor]:
+    def get_input(self, t, it: int, fetched: dict):
+        """The task's activation input: a LocalInput (data, stash, same-rank producer) or a StreamedInput
+        that receives a remote producer's output microbatch by microbatch (`upto`)."""
+        from harmony.runtime.p2p import LocalInput, StreamedInput
         kind, src = t.act_in
-        n = t.num_samples
         if kind == "data":
             lo, hi = t.samples
             xs, ev = self.copier.h2d([x[lo:hi] for x in self.batches[it]], "h2d_act")
             self.copier.ready(xs, ev)
-            return xs
+            return LocalInput(xs)
         if kind == "stash":
             xs, ev = fetched["stash"]
             self.copier.ready(xs, ev)
-            return xs
+            return LocalInput(xs)
         producer = self.graph.tasks[src]
         if producer.rank == self.rank:
-            return self.acts.pop(src)
-        return self._recv(self._specs(t.pack[0] - 1), n, producer.rank, tag=2 * src)
+            return LocalInput(self.acts.pop(src))
+        return StreamedInput(self.channels, producer, "act", self._specs(t.pack[0] - 1), self.device)
 
-    def get_grad(self, t) -> list[torch.Tensor]:
+    def get_grad(self, t):
+        from harmony.runtime.p2p import LocalInput, StreamedInput
         producer = self.graph.tasks[t.grad_in]
         if producer.rank == self.rank:
-            return self.grads_out.pop(t.grad_in)
-        return self._recv(self._specs(t.pack[1] - 1, floating_only=True), t.num_samples, producer.rank,
-                          tag=2 * t.grad_in + 1)
+            return LocalInput(self.grads_out.pop(t.grad_in))
+        return StreamedInput(self.channels, producer, "grad", self._specs(t.pack[1] - 1, floating_only=True),
+                             self.device)
 
     def _run_layers(self, t, xs, it: int, first_sample: int):
         for layer in range(*t.pack):
@@ -251,18 +252,26 @@ class Worker:
     # ------------------------------------------------------------------------------------------
     def run_fwd(self, t, it: int, fetched: dict) -> None:
         from harmony.gpumem import autocast
-        xs_full = self.get_input(t, it, fetched)
+        inp = self.get_input(t, it, fetched)
         s0, n = t.samples[0], t.num_samples
         specs = self._specs(t.pack[1] - 1)
+        consumer = self.act_consumer.get(t.id)
+        remote = consumer is not None and consumer.rank != self.rank
+        keep_outs = t.stash_out or (consumer is not None and not remote)
         outs = None
         mbs = t.microbatches()
-        for lo, hi in mbs:
+        for i, (lo, hi) in enumerate(mbs):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
-            xs = tuple(x[lo - s0:hi - s0] for x in xs_full)
+            inp.upto(hi)
+            xs = tuple(x[lo - s0:hi - s0] for x in inp.tensors)
             with torch.no_grad(), autocast(self.device, self.precision):
                 ys = self._run_layers(t, xs, it, lo)
             ys = [y.to(dt) for y, (_, dt) in zip(ys, specs)]
+            if remote:         # stream: the consumer's GPU starts on this microbatch now
+                self._send(ys, consumer.rank, t, "act", i)
+            if not keep_outs:
+                continue
             if len(mbs) == 1:
                 outs = ys
             else:
@@ -270,7 +279,7 @@ class Worker:
                     outs = [torch.empty((n, *y.shape[1:]), dtype=y.dtype, device=self.device) for y in ys]
                 for o, y in zip(outs, ys):
                     o[lo - s0:hi - s0].copy_(y)
-        del xs_full
+        del inp
         if t.stash_out:
             ev = self.copier.d2h(self.arena.stash(t.id), outs, "d2h_act")
             consumer_remote = any(c.act_in == ("stash", t.id) and c.rank != self.rank for c in self.graph.tasks)
@@ -285,28 +294,29 @@ class Worker:
                     ev.synchronize()
                     flags[tid] = val
                 self.updater.run_in_signal_thread(publish)
-        consumer = self.act_consumer.get(t.id)
-        if consumer is not None:
-            if consumer.rank == self.rank:
-                self.acts[t.id] = outs
-            else:
-                self._send(outs, consumer.rank, tag=2 * t.id)
+        if consumer is not None and not remote:
+            self.acts[t.id] = outs
 
     def run_bwd(self, t, it: int, fetched: dict) -> None:
         from harmony.gpumem import autocast
-        xs_full = self.get_input(t, it, fetched)
-        gs_full = self.get_grad(t) if t.grad_in is not None else None
+        inp = self.get_input(t, it, fetched)
+        gin_src = self.get_grad(t) if t.grad_in is not None else None
+        xs_full = inp.tensors
         is_loss = t.pack[1] == self.cfg.num_layers
         s0, n, D = t.samples[0], t.num_samples, self.cfg.minibatch
         grad_consumer = self.grad_consumer.get(t.id)
         need_in_grad = grad_consumer is not None
+        remote = need_in_grad and grad_consumer.rank != self.rank
         in_float = [x.dtype in _FLOAT for x in xs_full]
         out_float = [dt in _FLOAT for _, dt in self._specs(t.pack[1] - 1)]
         gin = ([torch.zeros_like(x) for x, f in zip(xs_full, in_float) if f] if need_in_grad else None)
-        for lo, hi in t.microbatches():
+        for i, (lo, hi) in enumerate(t.microbatches()):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
             sl = slice(lo - s0, hi - s0)
+            inp.upto(hi)
+            if gin_src is not None:
+                gin_src.upto(hi)
             xs = tuple(x[sl].detach().requires_grad_(need_in_grad and f) for x, f in zip(xs_full, in_float))
             with torch.enable_grad():
                 with autocast(self.device, self.precision):
@@ -317,24 +327,30 @@ class Worker:
                     self.loss_acc = self.loss_acc + loss.detach() * ((hi - lo) / D)
                 else:
                     yf = [y for y, f in zip(ys, out_float) if f]
-                    pairs = [(y, g[sl]) for y, g in zip(yf, gs_full) if y.requires_grad]
+                    pairs = [(y, g[sl]) for y, g in zip(yf, gin_src.tensors) if y.requires_grad]
                     if pairs:
                         torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
             if need_in_grad:
                 for buf, x in zip(gin, [x for x, f in zip(xs, in_float) if f]):
                     if x.grad is not None:
                         buf[sl].copy_(x.grad)
+                if remote:     # stream: the previous pack's GPU starts its backward on this microbatch
+                    self._send([buf[sl] for buf in gin], grad_consumer.rank, t, "grad", i)
             del xs, ys
-        del xs_full, gs_full
+        del inp, gin_src, xs_full
         self._finish_grads(t, it)
-        if need_in_grad:
-            if grad_consumer.rank == self.rank:
-                self.grads_out[t.id] = gin
-            else:
-                self._send(gin, grad_consumer.rank, tag=2 * t.id + 1)
+        if need_in_grad and not remote:
+            self.grads_out[t.id] = gin
 
     def _finish_grads(self, t, it: int) -> None:
-        """All-reduce (vDP) and send the task's accumulated weight gradients to the arena, once."""
+        """All-reduce (vDP) and send the task's accumulated weight gradients to the arena, once; or, with
+        grad_keep, hold them for the next BWD of the same pack (installed with the kept weights)."""
+        if t.grad_keep:
+            for layer in range(*t.pack):
+                self.kept_grads[layer] = {k: mod._parameters[name].grad
+                                          for k, (mod, name, is_param, _) in enumerate(self.slots[layer])
+                                          if is_param and mod._parameters[name].grad is not None}
+            return
         params, dsts, missing, idx = [], [], set(), 0
         for layer in range(*t.pack):
             for (mod, name, is_param, meta), dw in zip(self.slots[layer], self.arena.grads(layer)):
@@ -411,7 +427,7 @@ class Worker:
         import psutil
         proc = psutil.Process()
         self.resident: dict[int, list[torch.Tensor]] = {}
-        self.acts, self.grads_out, self.stash_events = {}, {}, {}
+        self.acts, self.grads_out, self.stash_events, self.kept_grads = {}, {}, {}, {}
         self.sends = []
         self.current = None
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned}))
@@ -543,4 +559,10 @@ def worker_main(rank: int, jobs: list[dict], results) -> None:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass
-    os._exit(code) if code else None
+    if code:
+        try:      # os._exit skips the queue's feeder thread: flush the error report first
+            results.close()
+            results.join_thread()
+        except Exception:  # noqa: BLE001
+            pass
+        os._exit(code)

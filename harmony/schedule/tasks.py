@@ -100,6 +100,7 @@ class Task:
     allreduce: bool = False                # BWD (vDP): all-reduce the pack's gradients after this task
     grad_to_host: bool = False             # BWD: send (accumulated) dW to host after this task
     grad_accumulate: bool = False          # BWD: host adds dW to what earlier groups sent (swap-dp)
+    grad_keep: bool = False                # BWD: dW stays on the GPU for the next BWD of the pack (swap-pp)
     deps: list[int] = field(default_factory=list)   # UPD: BWD tasks whose gradients it needs
 
     def microbatches(self) -> list[Range]:
@@ -258,12 +259,15 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
         return r
 
     # Order. Harmony (one group): all FWD, then BWD from the last pack to the first. Pipelines (stages):
-    # FWD of every group, then BWD of every group in reverse (GPipe flush). swap-dp (groups on every GPU):
-    # microbatch by microbatch, FWD then BWD, so no stash outlives its microbatch.
+    # FWD of every group, then BWD of every group (GPipe flush), groups in the same order as the forward:
+    # every GPU pair then sees its messages in one order both ways (NCCL matches P2P messages by order, see
+    # harmony/runtime/p2p.py), also when the loss pack's stage consumes the previous stage's outputs.
+    # swap-dp (groups on every GPU): microbatch by microbatch, FWD then BWD, so no stash outlives its
+    # microbatch.
     if cfg.group_size is not None and cfg.placement == "every-gpu":
         phases = [(ph, gi) for gi in range(n_groups) for ph in ("F", "B")]
     else:
-        phases = [("F", gi) for gi in range(n_groups)] + [("B", gi) for gi in reversed(range(n_groups))]
+        phases = [("F", gi) for gi in range(n_groups)] + [("B", gi) for gi in range(n_groups)]
 
     fwd_by_end: dict[tuple[int, int | None, int], Task] = {}   # (group, chain, end layer) -> FWD task
     bwd_of_pack: dict[Range, list[Task]] = {p: [] for p in cfg.bwd_packs}
@@ -304,7 +308,7 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
     for pi, pack in enumerate(cfg.bwd_packs):
         bwds = bwd_of_pack[pack]
         upd_rank[pack] = pi % N if cfg.mode == "vDP" else bwds[-1].rank
-        sent = False                 # bwds are in execution order (GPipe runs groups in reverse)
+        sent = False                 # bwds are in execution order
         for t in bwds:
             t.allreduce = cfg.mode == "vDP" and N > 1
             t.grad_to_host = cfg.mode != "vDP" or t.rank == upd_rank[pack]
@@ -312,6 +316,7 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
             sent = sent or t.grad_to_host
     tasks = _insert_updates(tasks, {p: [t.id for t in b] for p, b in bwd_of_pack.items()}, upd_rank)
     _assign_weight_residency(tasks, cfg)
+    _keep_gradients_on_gpu(tasks, cfg)
     graph = TaskGraph(cfg, tasks)
     validate_graph(graph)
     return graph
@@ -376,6 +381,29 @@ def _assign_weight_residency(tasks: list[Task], cfg: ScheduleConfig) -> None:
         else:
             t.load_layers = t.pack
         last_on_rank[t.rank] = t
+
+
+def _keep_gradients_on_gpu(tasks: list[Task], cfg: ScheduleConfig) -> None:
+    """A BWD whose next compute task on its rank is a BWD of the same pack, with the pack's weights kept
+    resident in between, leaves its dW on the GPU for that task to accumulate into instead of sending it to
+    host memory: a pipeline stage that fits sends its gradients once per iteration, as GPipe does, not once
+    per microbatch. (vDP all-reduces per task and Harmony has one BWD per pack: neither is affected.)"""
+    if cfg.mode == "vDP" or cfg.group_size is None:
+        return
+    nxt: dict[int, Task] = {}
+    for t in reversed(tasks):
+        if t.kind == "UPD":
+            continue
+        n = nxt.get(t.rank)
+        if t.kind == "BWD" and n is not None and n.kind == "BWD" and n.pack == t.pack and t.keep_layers == t.pack:
+            t.grad_keep = True
+        nxt[t.rank] = t
+    sent: dict[Range, bool] = {}
+    for t in tasks:
+        if t.kind == "BWD":
+            t.grad_to_host = not t.grad_keep
+            t.grad_accumulate = t.grad_to_host and sent.get(t.pack, False)
+            sent[t.pack] = sent.get(t.pack, False) or t.grad_to_host
 
 
 def _intersect(a: Range, b: Range) -> Range:

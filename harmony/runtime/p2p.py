@@ -1,0 +1,149 @@
+"""GPU-to-GPU activations and gradients, streamed microbatch by microbatch.
+
+A compute task whose consumer runs on another GPU sends its output (FWD: the pack's output; BWD: the
+gradient of its input) one microbatch at a time, as soon as that microbatch is computed; the consumer
+receives lazily, just before the microbatch that needs the data. So in vPP the next GPU starts on the first
+microbatch while this one computes the rest: the pipelining the simulator assumes (its `mb_pipeline`
+arrival rule). Sending a task's whole output at its end instead serialises the GPUs of a pass.
+
+Channels: one process group per direction (src -> dst) that the task graph uses. NCCL runs the P2P ops
+of one group in posting order on one stream per rank (and, with an eagerly initialised communicator,
+serialises unbatched P2P with every other op of that group). With both directions on one stream, rank A's
+send of its 2nd chunk can queue behind its receive of a chunk that B sends only after receiving A's 2nd
+chunk: a deadlock. One group per direction makes each channel a FIFO with one sender and one receiver.
+
+Order: NCCL matches messages by order, not by tag, so both ends of a channel must post in the same order.
+Senders post in (producer task, microbatch) order, receivers in (consumer task, microbatch) order; these
+agree when producer order and consumer order agree on every channel, which `check_channel_order`
+verifies before anything runs. (Gloo, used on CPU, also gets a tag per message.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from harmony.schedule.tasks import Range, ScheduleError, Task, TaskGraph
+
+MAX_CHUNKS = 1 << 12          # microbatches per task } gloo tags: one per message,
+MAX_TENSORS = 1 << 3          # tensors per message  } ((2 * producer + kind) * MAX_CHUNKS + i) * MAX_TENSORS + j
+
+
+@dataclass(frozen=True)
+class Edge:
+    producer: Task
+    consumer: Task
+    kind: str                 # "act" (FWD output -> next task) | "grad" (BWD input gradient -> previous BWD)
+
+    @property
+    def channel(self) -> tuple[int, int]:
+        return self.producer.rank, self.consumer.rank
+
+
+def remote_edges(graph: TaskGraph) -> list[Edge]:
+    """Every producer -> consumer edge between two different ranks."""
+    out = []
+    for t in graph.tasks:
+        if t.kind in ("FWD", "BWD") and t.act_in[0] == "task":
+            p = graph.tasks[t.act_in[1]]
+            if p.rank != t.rank:
+                out.append(Edge(p, t, "act"))
+        if t.kind == "BWD" and t.grad_in is not None:
+            p = graph.tasks[t.grad_in]
+            if p.rank != t.rank:
+                out.append(Edge(p, t, "grad"))
+    return out
+
+
+def check_channel_order(graph: TaskGraph) -> list[tuple[int, int]]:
+    """The channels (src, dst) the graph uses, sorted; raises ScheduleError when a channel's sender and
+    receiver would post its messages in different orders."""
+    by_channel: dict[tuple[int, int], list[Edge]] = {}
+    for e in remote_edges(graph):
+        by_channel.setdefault(e.channel, []).append(e)
+    for ch, edges in by_channel.items():
+        sent = sorted(edges, key=lambda e: e.producer.id)
+        received = sorted(edges, key=lambda e: e.consumer.id)
+        if [(e.producer.id, e.kind) for e in sent] != [(e.producer.id, e.kind) for e in received]:
+            bad = next(i for i, (a, b) in enumerate(zip(sent, received)) if a is not b)
+            raise ScheduleError(
+                f"GPU {ch[0]} -> GPU {ch[1]}: task {sent[bad].producer.id} sends before task "
+                f"{received[bad].producer.id}, but the receiving tasks run the other way round "
+                f"({received[bad].consumer.id} before {sent[bad].consumer.id}); NCCL matches messages by "
+                f"order, so this placement cannot run: choose stages so that the loss pack shares a GPU "
+                f"with the pack before it")
+    return sorted(by_channel)
+
+
+def chunks(t: Task) -> list[Range]:
+    """The global sample ranges a task sends, one per microbatch, in order."""
+    mbs = t.microbatches()
+    if len(mbs) > MAX_CHUNKS:
+        raise ScheduleError(f"task {t.id} has {len(mbs)} microbatches; at most {MAX_CHUNKS} are supported")
+    return mbs
+
+
+class Channels:
+    """The directional process groups of a graph (created collectively: every rank calls in the same
+    order; cached across the jobs of one worker process) and the send/receive ops on them."""
+
+    _groups: dict[tuple[int, int], object] = {}
+
+    def __init__(self, graph: TaskGraph, rank: int, cpu: bool):
+        self.rank, self.cpu = rank, cpu
+        self.channels = check_channel_order(graph)
+        if graph.config.gpus > 1:
+            for ch in self.channels:
+                if ch not in Channels._groups:
+                    Channels._groups[ch] = dist.new_group(ranks=sorted(ch))
+
+    def isend(self, x: torch.Tensor, dst: int, tag: int):
+        g = Channels._groups[(self.rank, dst)]
+        return dist.isend(x, dst=dst, group=g, tag=tag) if self.cpu else dist.isend(x, dst=dst, group=g)
+
+    def recv_into(self, x: torch.Tensor, src: int, tag: int) -> None:
+        g = Channels._groups[(src, self.rank)]
+        w = dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
+        w.wait()          # CUDA: the current stream waits for the receive; the host goes on
+
+
+def tag(producer_id: int, kind: str, i: int, j: int) -> int:
+    return ((2 * producer_id + (kind == "grad")) * MAX_CHUNKS + i) * MAX_TENSORS + j
+
+
+class StreamedInput:
+    """A remote producer's output, received chunk by chunk into one buffer per tensor. `upto(hi)` makes
+    sure every chunk that starts before global sample `hi` has been received (posted, and on CUDA ordered
+    before the current stream's next kernels)."""
+
+    def __init__(self, channels: Channels, producer: Task, kind: str, specs, device):
+        self.channels, self.producer, self.kind = channels, producer, kind
+        n = producer.num_samples
+        self.s0 = producer.samples[0]
+        self.tensors = [torch.empty((n, *shape), dtype=dt, device=device) for shape, dt in specs]
+        self.pending = list(enumerate(chunks(producer)))
+
+    def upto(self, hi: int) -> None:
+        while self.pending and self.pending[0][1][0] < hi:
+            i, (lo_c, hi_c) = self.pending.pop(0)
+            for j, x in enumerate(self.tensors):
+                self.channels.recv_into(x[lo_c - self.s0:hi_c - self.s0], self.producer.rank,
+                                        tag(self.producer.id, self.kind, i, j))
+
+    def all(self) -> list[torch.Tensor]:
+        self.upto(self.producer.samples[1])
+        return self.tensors
+
+
+class LocalInput:
+    """An input already here (same rank, stash or data): nothing to wait for."""
+
+    def __init__(self, tensors):
+        self.tensors = list(tensors)
+
+    def upto(self, hi: int) -> None:
+        pass
+
+    def all(self) -> list[torch.Tensor]:
+        return self.tensors

@@ -31,7 +31,7 @@ OUT=${1:?usage: baselines_gpu.sh OUTDIR}
 mkdir -p "$OUT"
 MODEL=${MODEL:-gpt2-xl}
 DEVICE=${DEVICE:-cuda}          # DEVICE=cpu MODEL=gpt2-tiny D=8 SWAP_UBATCH=2,4 ...: a CPU smoke run of this script
-SYSTEMS=${SYSTEMS:-"resident fsdp-offload swap-dp swap-pp zero-offload"}   # a subset, to split it over calls
+SYSTEMS=${SYSTEMS:-"harmony resident fsdp-offload swap-dp swap-pp zero-offload"}   # a subset, to split it over calls
 PRECISION=${PRECISION:-tf32}
 CAP=${CAP:-11GiB}
 D=${D:-64}
@@ -90,6 +90,17 @@ print(f"  {name}: microbatch search " + ", ".join(f"u={x['ubatch']}: {x['status'
 EOF
 }
 
+# 0. Harmony itself (searched vPP schedule from the committed H100 profile), for the ratios
+case " $SYSTEMS " in *" harmony "*)
+  P=${PROFILES:-results/paper/1xH100-80GB-HBM3/profiles}
+  stamp "harmony: schedule from $P, then harmony run (limit ${HARMONY_LIMIT_S:-200}s)"
+  $H schedule "$P/$MODEL.profile.json" --model "$P/$MODEL.model.json" --calibration "$P/calibration.json" \
+    --minibatch "$D" --gpus 1 --mode vPP --gpu-memory "$CAP" --headroom "${HEADROOM:-0.03}" \
+    -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" > "$OUT/harmony.log" 2>&1
+  timeout "${HARMONY_LIMIT_S:-200}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${HARMONY_ITERS:-5}" \
+    --warmup 1 --gpu-memory "$CAP" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
+  tail -2 "$OUT/harmony.log" ;;
+esac
 # 1. resident: no cap, the ceiling (the anchor's setting: microbatch 16, activation checkpointing)
 run resident 100 --ubatch "${RESIDENT_UBATCH:-16}" --iters "$ITERS"
 # 2. fsdp-offload: FSDP2 + CPUOffloadPolicy, capped
@@ -98,7 +109,7 @@ search fsdp-offload "${FSDP_LIMIT_S:-300}" "${FSDP_UBATCH:-4,8}" --gpu-memory "$
 search swap-dp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
 search swap-pp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
 # 5. zero-offload: DeepSpeed ZeRO-3 offload, if its wheels were carried
-if ls .whl/deepspeed/*.whl >/dev/null 2>&1; then
+if [[ " $SYSTEMS " == *" zero-offload "* ]] && ls .whl/deepspeed/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ds-site \
     .whl/deepspeed/*.whl && export PYTHONPATH="/tmp/ds-site:${PYTHONPATH:-}"
 fi
@@ -112,17 +123,19 @@ case " $SYSTEMS " in *" zero-offload "*)
   tail -3 "$OUT/zero-offload.build.log"
   stamp "zero-offload: CPU Adam op step done" ;;
 esac
-run zero-offload "${ZERO_LIMIT_S:-300}" --gpu-memory "$CAP" --ubatch "${ZERO_UBATCH:-4}" --iters "$ITERS"
+search zero-offload "${ZERO_LIMIT_S:-300}" "${ZERO_UBATCH:-4,8}" --gpu-memory "$CAP" --iters "$ITERS"
 
 stamp "table"
 python3 - "$OUT" <<'EOF'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
 rows = []
-for name in ("resident", "fsdp-offload", "swap-dp", "swap-pp", "zero-offload"):
+h = out / "harmony.jsonl"
+h_sps = json.loads(h.read_text().splitlines()[-1]).get("samples_per_s") if h.exists() else None
+for name in ("harmony", "resident", "fsdp-offload", "swap-dp", "swap-pp", "zero-offload"):
     p = out / f"{name}.jsonl"
     if not p.exists():
-        rows.append((name, "no record", "", "", "", "", "", "", "")); continue
+        rows.append((name, "no record", "", "", "", "", "", "", "", "")); continue
     s = json.loads(p.read_text().splitlines()[-1])
     gb = lambda x: f"{x / 1e9:.1f}" if isinstance(x, (int, float)) else "-"
     tr = s.get("memcpy_trace") or {}
@@ -133,9 +146,10 @@ for name in ("resident", "fsdp-offload", "swap-dp", "swap-pp", "zero-offload"):
                  f"{s['samples_per_s']:.3f}" if s.get("samples_per_s") else "-",
                  f"{gb(s.get('bytes_h2d'))}/{gb(s.get('bytes_d2h'))}", f"{gb(tr.get('h2d'))}/{gb(tr.get('d2h'))}",
                  f"{peak / 2**30:.1f}" if peak else "-", (s.get("message") or srch or "")[:90]))
-    rows[-1] = rows[-1][:6] + (str(s.get("memcpy_agrees", "-")),) + rows[-1][6:]
-hdr = ("system", "status", "u", "samples/s", "h2d/d2h GB (counted)", "h2d/d2h GB (memcpy trace)", "trace agrees",
-       "peak GiB", "search / message")
+    ratio = f"{h_sps / s['samples_per_s']:.2f}" if h_sps and s.get("samples_per_s") else "-"
+    rows[-1] = rows[-1][:4] + (ratio,) + rows[-1][4:6] + (str(s.get("memcpy_agrees", "-")),) + rows[-1][6:]
+hdr = ("system", "status", "u", "samples/s", "harmony/x", "h2d/d2h GB (counted)", "h2d/d2h GB (memcpy trace)",
+       "trace agrees", "peak GiB", "search / message")
 w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
 for r in [hdr] + rows:
     print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))

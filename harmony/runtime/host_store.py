@@ -13,7 +13,8 @@ Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
   W       per vLayer, per parameter and buffer (model order)
   dW      per vLayer, per trainable parameter
   K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD: momentum)
-  X       per FWD task with stash_out, per output tensor: [samples, *per-sample shape]
+  X       stash regions; each FWD task with stash_out views one, per output tensor: [samples, *per-sample
+          shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `_plan_stash`).
 """
 from __future__ import annotations
 
@@ -101,14 +102,63 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
             ks = [alloc(t.shape, _dtype_name(t.dtype), "K") for _ in range(state_per_param)] if trainable else []
             slots.append((w, dw, ks))
         lay.weights.append(slots)
-    vls = model_json["vlayers"]
-    for t in graph.tasks:
-        if t.kind == "FWD" and t.stash_out:
-            outs = vls[t.pack[1] - 1]["outputs"]
-            lay.stash[t.id] = [alloc((t.num_samples, *o["shape"]), o["dtype"], "X") for o in outs]
+    region_of, region_bytes, local = _plan_stash(graph, model_json)
+    bases = []
+    for size in region_bytes:
+        bases.append(pos[0])
+        pos[0] += size
+        parts["X"] += size
+    for tid, entries in local.items():
+        base = bases[region_of[tid]]
+        lay.stash[tid] = [Entry(base + e.offset, e.shape, e.dtype) for e in entries]
     lay.total_bytes = pos[0]
     lay.bytes_by_part = parts
     return lay
+
+
+def _plan_stash(graph, model_json: dict) -> tuple[dict[int, int], list[int], dict[int, list[Entry]]]:
+    """Stash regions: (FWD task id -> region, bytes of each region, FWD task id -> its entries relative to
+    the region's start). A stash lives from its FWD (D2H write) to the BWD that consumes it (H2D read).
+
+    A later stash B reuses the region of an earlier stash A only when both are rank-local (producer and
+    consumer on the same rank), on the same rank, and A's consumer comes before B's producer in task
+    order. That is safe because a rank runs its tasks in that order every iteration and its streams order
+    them: A's H2D read completes before its BWD computes (compute waits on the copy's event), B's FWD
+    computes after that BWD, and B's D2H write waits for B's FWD; B's read waits on B's write (the stash
+    event). Nothing orders accesses across ranks, so a stash read or written by another rank keeps its own
+    region. swap-dp (microbatch by microbatch) thus holds one microbatch's stashes per rank, not the
+    minibatch's; Harmony's stashes all overlap (every FWD precedes every BWD), so nothing is shared."""
+    vls = model_json["vlayers"]
+    consumer = {t.act_in[1]: t for t in graph.tasks if t.kind == "BWD" and t.act_in[0] == "stash"}
+    local: dict[int, list[Entry]] = {}
+    extent: dict[int, int] = {}
+    for t in graph.tasks:                      # each stash's outputs laid out from its region's start
+        if t.kind == "FWD" and t.stash_out:
+            local[t.id], off = [], 0
+            for o in vls[t.pack[1] - 1]["outputs"]:
+                e = Entry(off, (t.num_samples, *(int(s) for s in o["shape"])), o["dtype"])
+                local[t.id].append(e)
+                off += (e.nbytes + ALIGN - 1) // ALIGN * ALIGN
+            extent[t.id] = off
+    region_of: dict[int, int] = {}
+    region_bytes: list[int] = []
+    free: dict[int, list[int]] = {}            # rank -> regions whose occupant's consumer has run
+    for t in graph.tasks:                      # greedy in task order
+        if t.id in local:
+            c = consumer.get(t.id)
+            pool = free.setdefault(t.rank, []) if c is not None and c.rank == t.rank else []
+            if pool:   # best fit: the smallest free region that holds it, else the largest (grown)
+                fits = [r for r in pool if region_bytes[r] >= extent[t.id]]
+                r = min(fits, key=region_bytes.__getitem__) if fits else max(pool, key=region_bytes.__getitem__)
+                pool.remove(r)
+                region_bytes[r] = max(region_bytes[r], extent[t.id])
+            else:
+                r = len(region_bytes)
+                region_bytes.append(extent[t.id])
+            region_of[t.id] = r
+        if t.kind == "BWD" and t.act_in[0] == "stash" and graph.tasks[t.act_in[1]].rank == t.rank:
+            free[t.rank].append(region_of[t.act_in[1]])     # free for stashes produced after its consumer
+    return region_of, region_bytes, local
 
 
 def host_available_bytes() -> int:

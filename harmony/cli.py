@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     ("table1", "harmony.schedule.table1", "the paper's Table 1: search cost and chosen configurations"),
     ("run", "harmony.runtime.cli", "execute a schedule.json on GPUs (or CPU workers) -> run.jsonl"),
     ("baseline", "baselines.cli", "run a baseline system (swap-dp, swap-pp, fsdp-offload, zero-offload, resident)"),
+    ("timeline", "harmony.timeline", "where a traced iteration's GPU time went, per rank, from a run.jsonl"),
     ("figure", "harmony.figures", "run records -> a figure's CSV, PNG and PDF"),
     ("check", "harmony.checks", "compare results against the paper's claims with tolerances"),
     ("env", "harmony.envcli", "print this machine's environment record (JSON)"),

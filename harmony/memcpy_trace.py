@@ -14,8 +14,10 @@ thread makes without CUDA are absent too. Pageable copies are reported separatel
 (`h2d_pageable`, `d2h_pageable`), since they are 5-7x slower than pinned ones on the lent machines.
 
 `measure_memcpy_bytes(step_fn)` returns {"h2d", "d2h", "p2p", "d2d", "h2d_pageable", "d2h_pageable",
-"count", "source"} for one call of step_fn; without CUDA it runs step_fn un-profiled and returns None
-for every kind with source "unavailable: ...".
+"count", "source", "timeline"} for one call of step_fn; without CUDA it runs step_fn un-profiled and returns
+None for every kind with source "unavailable: ..." (and no timeline). `timeline` is where the iteration's
+time went on this process's GPU, from the same trace (harmony.timeline: wall, compute busy/idle, copy busy
+per direction, copy/compute overlap, NCCL, top kernels); `sum_traces` keeps one per rank as `timelines`.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import gzip
 import json
 import os
 import tempfile
+import time
 from typing import Any, Callable
 
 KINDS = ("h2d", "d2h", "p2p", "d2d")
@@ -77,8 +80,10 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA], record_shapes=False, with_stack=False) as prof:
+        t0 = time.perf_counter()
         step_fn()
         torch.cuda.synchronize()
+        wall_s = time.perf_counter() - t0
     fd, path = tempfile.mkstemp(prefix="memcpy_trace.", suffix=".json")
     os.close(fd)
     try:
@@ -93,6 +98,11 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
         os.unlink(path)
     out = memcpy_bytes_from_trace(trace)
     out["source"] = "torch.profiler CUDA memcpy activity, one iteration"
+    try:
+        from harmony.timeline import timeline_from_trace
+        out["timeline"] = timeline_from_trace(trace, wall_s=wall_s)
+    except Exception as e:  # noqa: BLE001 - a diagnostic must not lose the bytes or the run
+        out["timeline"] = {"error": f"{type(e).__name__}: {e}", "wall_s": wall_s}
     return out
 
 
@@ -104,12 +114,20 @@ def unavailable(reason: str) -> dict:
 
 def sum_traces(traces: list[dict]) -> dict:
     """One record for several processes' traces of the same iteration (one per GPU): bytes per kind summed
-    (null if any is null), `ranks` = how many were summed; other fields from the first."""
+    (null if any is null), `ranks` = how many were summed, `timelines` = each one's `timeline` in the given
+    (rank) order, null where a trace has none (present only if one has); other fields from the first."""
     out = dict(traces[0])
     for k in (*KINDS, "h2d_pageable", "d2h_pageable", "count"):
         vals = [t.get(k) for t in traces]
         out[k] = None if any(v is None for v in vals) else sum(vals)
     out["ranks"] = len(traces)
+    timelines: list = []
+    for t in traces:
+        timelines += t["timelines"] if "timelines" in t else [t.get("timeline")]
+    out.pop("timeline", None)
+    out.pop("timelines", None)
+    if any(tl is not None for tl in timelines):
+        out["timelines"] = timelines
     return out
 
 

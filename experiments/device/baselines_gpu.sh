@@ -98,7 +98,7 @@ case " $SYSTEMS " in *" harmony "*)
     --minibatch "$D" --gpus 1 --mode vPP --gpu-memory "$CAP" --headroom "${HEADROOM:-0.03}" \
     -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" > "$OUT/harmony.log" 2>&1
   timeout "${HARMONY_LIMIT_S:-200}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${HARMONY_ITERS:-5}" \
-    --warmup 1 --gpu-memory "$CAP" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
+    --warmup 1 --memcpy-trace --gpu-memory "$CAP" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
   tail -2 "$OUT/harmony.log" ;;
 esac
 # 1. resident: no cap, the ceiling (the anchor's setting: microbatch 16, activation checkpointing)

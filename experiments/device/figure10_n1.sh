@@ -48,7 +48,7 @@ for m in $MODELS; do
                 --candidates "$dir/harmony.search.csv" \
                 > "$dir/harmony.log" 2>&1
             timeout "$t" "$PY" -m harmony.cli run "$dir/harmony.schedule.json" --device cuda --iters "$ITERS" \
-                --warmup 1 --gpu-memory "$CAP" --precision "$PREC" -o "$dir/harmony.jsonl" >> "$dir/harmony.log" 2>&1 ;;
+                --warmup 1 --memcpy-trace --gpu-memory "$CAP" --precision "$PREC" -o "$dir/harmony.jsonl" >> "$dir/harmony.log" 2>&1 ;;
         swap-dp|swap-pp)
             timeout "$t" "$PY" -m harmony.cli baseline "$sys" "$model" --minibatch "$D" --gpus 1 --device cuda \
                 --precision "$PREC" --gpu-memory "$CAP" --ubatch "${SWAP_UBATCH:-$(swap_u "$m")}" --iters 3 \

@@ -51,6 +51,7 @@ def main(args) -> int:
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
     if args.memcpy_trace:
-        print(f"memcpy trace {summary.get('memcpy_trace')}; counted {summary.get('memcpy_counted')}; "
+        tr = {k: v for k, v in (summary.get("memcpy_trace") or {}).items() if k not in ("timeline", "timelines")}
+        print(f"memcpy trace {tr}; counted {summary.get('memcpy_counted')}; "
               f"agrees within 1%: {summary.get('memcpy_agrees')}", file=sys.stderr)
     return {"ok": 0, "interrupted": 130}.get(summary["status"], 1)

@@ -373,7 +373,9 @@ if __name__ == "__main__":   # pragma: no cover
 # ------------------------------------------------------------------------------------------------
 # Records written by the device scripts -> the workflow's layout
 # ------------------------------------------------------------------------------------------------
-IMPORT_SKIP_DIRS = {"superseded", "runs", "convergence", "logs", "schedules", "models", "profiles", "table1"}
+# search/: the candidates of a microbatch search (the best one is the record beside it, listing them all)
+IMPORT_SKIP_DIRS = {"superseded", "search", "runs", "convergence", "logs", "schedules", "models", "profiles",
+                    "table1"}
 
 
 def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
@@ -382,7 +384,7 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
     to runs/<system>/<model>/N<gpus>-D<minibatch>-<cfg>.jsonl, named from its own summary (system, mode,
     model, gpus, minibatch): Harmony's cfg is `auto` when the schedule it ran was searched, baselines'
     is `best`. Files are copied byte for byte (numbers are never touched); anything under a
-    `superseded/` folder is left out; two records claiming the same grid point are an error. Returns
+    `superseded/` or `search/` folder is left out; two records claiming the same grid point are an error. Returns
     [(source, destination, what happened)]."""
     import filecmp
     import shutil

@@ -4,18 +4,21 @@
   forward+backward time at u with a profile.json, else the forward FLOPs in model.json); the stage
   mapping is explicit in ScheduleConfig.stages,
   group_size = 1 (a task is one microbatch), GPipe order: the forward of every microbatch, then the
-  backward of every microbatch in reverse, then the flush (each pack's update after its last backward),
+  backward of every microbatch in the same (forward) group order, then the flush (each pack's update after
+  its last backward),
   packs = the whole stage when its tasks fit the cap at u (plain pipeline parallelism: consecutive tasks
   on a GPU share the pack, so its weights stay resident, pin_shared=True), else single vLayers within
   that stage (the stage swaps per layer, as in swap-dp).
 
-Stage boundaries: activations and their gradients go GPU->GPU (P2P; through host memory when N = 1);
-the input of each non-last stage is stashed in host memory between its forward and its backward (the task
-language stashes every backward pack's input; GPipe keeps it on the GPU: an extra D2H+H2D of one
-activation per stage per microbatch, small next to the weights).
-Known difference from GPipe (reported to the lead): a BWD task sends its pack's gradient to host memory
-after every microbatch, also when the weights stay resident (GPipe would accumulate on the GPU and send
-once).
+Stage boundaries (N > 1): activations and their gradients go GPU->GPU (P2P, streamed microbatch by
+microbatch, harmony/runtime/p2p.py). A resident stage accumulates dW on the GPU across its microbatches and
+sends it to host memory once, after its last backward (`grad_keep`, harmony.schedule.tasks), as GPipe
+does; a stage that swaps per layer sends each vLayer's dW after every microbatch, summed in host memory.
+Known difference from GPipe: the input of every backward pack but the first (the data, read again) and
+the loss pack (fed by the last forward task) is stashed in host memory between its forward and its
+backward (the task language stashes each backward pack's input; GPipe keeps stage inputs on the GPU): an
+extra D2H+H2D of one activation per resident stage per microbatch, small next to the weights (a stage that
+swaps per layer stashes every vLayer's input, as swap-dp does).
 """
 from __future__ import annotations
 

@@ -3,22 +3,22 @@
 #
 #   bash experiments/device/baselines_gpu.sh OUTDIR
 #
-# Writes OUTDIR/<system>.jsonl (the best setting; swap-dp/swap-pp also OUTDIR/<system>.u<u>.jsonl per
+# Writes OUTDIR/<system>.jsonl (the best setting; searched systems also OUTDIR/search/<system>.u<u>.jsonl per
 # searched microbatch size, listed under `ubatch_search` in the summary), OUTDIR/*.log, and prints a table
 # last. Planned for about 8 minutes on an H100 (estimates from the user's anchor numbers in
 # shared/reference/hardware.md: resident ~7 s/iter, fsdp-offload ~34 s/iter; swap runs start the runtime's
 # 26 GB pinned host arena per candidate); every command has its own timeout so one slow system cannot take
-# the others with it (limits add up to 580 s, inside one 600 s device call). Knobs (environment): PRECISION (tf32), CAP (11GiB), D (64), SWAP_UBATCH ("8,16"),
-# RESIDENT_UBATCH (16), FSDP_UBATCH (4,8), ZERO_UBATCH (4), ITERS (3: warm-up, traced, timed), SWAP_ITERS (3: the
+# the others with it (limits add up to 580 s, inside one 600 s device call). Knobs (environment): PRECISION (tf32), CAP (11GiB), D (64), SWAP_UBATCH (4,8,16),
+# RESIDENT_UBATCH (16), FSDP_UBATCH (4,8), ZERO_UBATCH (4,8), ITERS (3: warm-up, traced, timed), SWAP_ITERS (3: the
 # same; the runtime traces iteration 1 of every swap run with torch.profiler and reports memcpy_trace next to
 # its counters, memcpy_agrees = within 1%; with SWAP_ITERS=2 the trace is recorded as unavailable).
 # The swap runs take about 2 minutes each with two microbatch candidates: with every system in one call
 # the limits exceed 600 s, so split the systems over calls (SYSTEMS="swap-dp" ...), as the lead does.
 # Best setting per system (microbatch search): SWAP_UBATCH (4,8,16), FSDP_UBATCH (4,8): every candidate runs as
 # its own command with its own limit (SWAP_LIMIT_S 180, FSDP_LIMIT_S 300 per candidate; swap start-up is ~75 s
-# of each candidate: workers, CUDA, the 26 GB /dev/shm arena filled and cudaHostRegister'ed), into
-# OUTDIR/<system>.u<u>.jsonl/.log; the fastest that ran becomes OUTDIR/<system>.jsonl with `ubatch_search`
-# (a candidate stopped by its limit is listed as status "timeout"). zero-offload: ZERO_UBATCH (4: u=8 OOMs
+# of each candidate: workers, CUDA, the host arena (memfd) filled and cudaHostRegister'ed), into
+# OUTDIR/search/<system>.u<u>.jsonl/.log; the fastest that ran becomes OUTDIR/<system>.jsonl with `ubatch_search`
+# (a candidate stopped by its limit is listed as status "timeout"). zero-offload: ZERO_UBATCH (4,8: u=8 OOMs
 # under 11 GiB), ZERO_LIMIT_S (300), its CPU Adam op built first as its own step (ZERO_BUILD_LIMIT_S 240,
 # into TORCH_EXTENSIONS_DIR=${DS_EXT_DIR:-/tmp/ds-ext}; stale build locks of a killed build are removed).
 # One system per device call: SYSTEMS=swap-dp (<= 9 min), swap-pp (<= 9), fsdp-offload (<= 9),
@@ -63,13 +63,14 @@ run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal (STEM
 search() {   # search NAME LIMIT_PER_CANDIDATE U1,U2,... ARGS...: each microbatch its own command and limit
   local name=$1 limit=$2 list=$3; shift 3
   case " $SYSTEMS " in *" $name "*) ;; *) return 0 ;; esac
-  for u in ${list//,/ }; do STEM="$name.u$u" run "$name" "$limit" --ubatch "$u" "$@"; done
+  mkdir -p "$OUT/search"    # candidates beside the best record would claim its grid point on import
+  for u in ${list//,/ }; do STEM="search/$name.u$u" run "$name" "$limit" --ubatch "$u" "$@"; done
   python3 - "$OUT" "$name" "$list" "$limit" <<'EOF'
 import json, shutil, sys, pathlib
 out, name, us, limit = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4]
 found = []
 for u in us:
-    p = out / f"{name}.u{u}.jsonl"
+    p = out / "search" / f"{name}.u{u}.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
     s = json.loads(lines[-1]) if lines and json.loads(lines[-1]).get("record") == "summary" else None
     found.append((int(u), p, s))

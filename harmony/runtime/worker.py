@@ -31,8 +31,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from harmony.gpumem import autocast
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
+from harmony.runtime.p2p import LocalInput, StreamedInput, tag
 from harmony.runtime.transfer import Copier, Counters
 
 
@@ -134,6 +136,42 @@ class Worker:
         self.fault = job.get("fault") or {}
         from harmony.runtime.p2p import Channels
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
+        self._precompute()
+
+    def _precompute(self) -> None:
+        """Everything the per-task hot path would otherwise rebuild every task of every iteration: arena
+        views (a view costs a slice + two reshapes + an Entry.nbytes each), per-layer parameter/buffer
+        slots, output specs, and per-task facts of the (fixed) task graph."""
+        arena, L = self.arena, len(self.layers)
+        self.upd_flags, self.stash_flags = arena.upd_done, arena.stash_done
+        self.w_views = [arena.weights(l) for l in range(L)]
+        self.w_bytes = [sum(w.numel() * w.element_size() for w in ws) for ws in self.w_views]
+        # per layer: [(module._parameters, name, requires_grad, slot index)], [(module._buffers, name, slot index)]
+        self.param_slots = [[(mod._parameters, name, meta.requires_grad, k)
+                             for k, (mod, name, is_param, meta) in enumerate(sl) if is_param] for sl in self.slots]
+        self.buffer_slots = [[(mod._buffers, name, k) for k, (mod, name, is_param, _) in enumerate(sl) if not is_param]
+                             for sl in self.slots]
+        # per layer: [(module._parameters, name, dW view)] for the parameters with a dW entry, in slot order
+        self.grad_slots = [[(mod._parameters, name, dw)
+                            for (mod, name, _, _), dw in zip(sl, arena.grads(l)) if dw is not None]
+                           for l, sl in enumerate(self.slots)]
+        self.out_specs = [[(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in vl["outputs"]] for vl in self.vls]
+        self.out_specs_float = [[s for s in sp if s[1] in _FLOAT] for sp in self.out_specs]
+        self.stash_views = {tid: arena.stash(tid) for tid in arena.layout.stash}
+        self.stash_remote = {}          # FWD task id -> a consumer of its stash runs on another rank
+        for c in self.graph.tasks:
+            if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash" and c.rank != self.rank:
+                self.stash_remote[c.act_in[1]] = True
+        self.load_packs = {}            # task id -> indices of the backward packs its load_layers touch
+        for t in self.compute_tasks:
+            lo, hi = t.load_layers
+            self.load_packs[t.id] = sorted(self._packs_of(range(lo, hi))) if hi > lo else []
+        self.stochastic_tasks = {t.id for t in self.compute_tasks if any(l in self.stochastic for l in range(*t.pack))}
+        self.installed: set[int] = set()    # layers whose modules hold Parameters over resident[layer]
+        self.layer_list = list(self.layers)  # ModuleList slicing builds a new ModuleList per call
+        # per layer: [(module._parameters or ._buffers, name, meta tensor)]: what `release` puts back
+        self.meta_slots = [[(mod._parameters if is_param else mod._buffers, name, meta)
+                            for mod, name, is_param, meta in sl] for sl in self.slots]
 
     # ------------------------------------------------------------------------------------------
     # weights
@@ -155,10 +193,12 @@ class Worker:
         and of its stash input. Returns {layer: (tensors, event)}, plus the stash under key 'stash'."""
         lo, hi = t.load_layers
         out = {}
-        for pi in self._packs_of(range(lo, hi)):
-            self._wait_flag(self.arena.upd_done, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
+        flags = self.upd_flags
+        for pi in self.load_packs[t.id]:
+            if int(flags[pi]) < it:       # cheap check first: usually published long ago
+                self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
         for layer in range(lo, hi):
-            out[layer] = self.copier.h2d(self.arena.weights(layer), "h2d_weights")
+            out[layer] = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer])
         if t.act_in[0] == "stash":
             src = t.act_in[1]
             if src in self.stash_events:      # produced on this rank: order by event, no host wait
@@ -166,46 +206,52 @@ class Worker:
                 if ev is not None:
                     self.copier.h2d_stream.wait_event(ev)
             else:
-                self._wait_flag(self.arena.stash_done, src, it + 1, f"the stash of task {src}")
-            out["stash"] = self.copier.h2d(self.arena.stash(src), "h2d_act")
+                self._wait_flag(self.stash_flags, src, it + 1, f"the stash of task {src}")
+            out["stash"] = self.copier.h2d(self.stash_views[src], "h2d_act")
         return out
 
     def install(self, t, fetched: dict) -> None:
         """Put the task's weights into the modules: prefetched layers, plus those kept by the previous task."""
+        installed, kept_grads = self.installed, self.kept_grads
         for layer in range(*t.pack):
             if layer in fetched:
                 tensors, ev = fetched[layer]
                 self.copier.ready(tensors, ev)
                 self.resident[layer] = tensors
+                installed.discard(layer)
             elif layer not in self.resident:
                 raise RuntimeError(f"task {t.id}: layer {layer} is neither loaded nor kept (schedule bug)")
-            kept = self.kept_grads.pop(layer, {})
-            for k, ((mod, name, is_param, meta), tensor) in enumerate(zip(self.slots[layer], self.resident[layer])):
-                if is_param:
-                    p = mod._parameters[name] = nn.Parameter(tensor, requires_grad=meta.requires_grad)
-                    p.grad = kept.get(k)      # the previous BWD's dW (grad_keep): backward adds to it
-                else:
-                    mod._buffers[name] = tensor
+            kept = kept_grads.pop(layer, None) or {}
+            if layer in installed:
+                # kept from the previous task: its modules already hold Parameters over these very tensors
+                for params, name, _, k in self.param_slots[layer]:
+                    params[name].grad = kept.get(k)  # the previous BWD's dW (grad_keep): backward adds to it
+                continue
+            tensors = self.resident[layer]
+            for params, name, requires_grad, k in self.param_slots[layer]:
+                p = params[name] = nn.Parameter(tensors[k], requires_grad=requires_grad)
+                p.grad = kept.get(k)          # the previous BWD's dW (grad_keep): backward adds to it
+            for buffers, name, k in self.buffer_slots[layer]:
+                buffers[name] = tensors[k]
+            installed.add(layer)
 
     def release(self, t) -> None:
-        keep = range(*t.keep_layers)
-        for layer in list(self.resident):
-            if layer not in keep:
-                del self.resident[layer]
-                for mod, name, is_param, meta in self.slots[layer]:
-                    (mod._parameters if is_param else mod._buffers)[name] = meta
+        klo, khi = t.keep_layers
+        drop = [layer for layer in self.resident if not klo <= layer < khi]
+        for layer in drop:
+            del self.resident[layer]
+            self.installed.discard(layer)
+            for d, name, meta in self.meta_slots[layer]:
+                d[name] = meta
 
     # ------------------------------------------------------------------------------------------
     # activations
     # ------------------------------------------------------------------------------------------
     def _specs(self, layer_out: int, floating_only: bool = False):
-        specs = self.vls[layer_out]["outputs"]
-        out = [(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in specs]
-        return [s for s in out if s[1] in _FLOAT] if floating_only else out
+        return (self.out_specs_float if floating_only else self.out_specs)[layer_out]
 
     def _send(self, tensors, dst: int, producer, kind: str, chunk: int) -> None:
         """Send one microbatch's tensors to `dst` (asynchronously; kept alive until the send completes)."""
-        from harmony.runtime.p2p import tag
         # drop finished sends, so a sent activation's memory is not held until the end of the iteration
         self.sends = [(w, x) for w, x in self.sends if not w.is_completed()]
         for j, x in enumerate(tensors):
@@ -216,7 +262,6 @@ class Worker:
     def get_input(self, t, it: int, fetched: dict):
         """The task's activation input: a LocalInput (data, stash, same-rank producer) or a StreamedInput
         that receives a remote producer's output microbatch by microbatch (`upto`)."""
-        from harmony.runtime.p2p import LocalInput, StreamedInput
         kind, src = t.act_in
         if kind == "data":
             lo, hi = t.samples
@@ -233,7 +278,6 @@ class Worker:
         return StreamedInput(self.channels, producer, "act", self._specs(t.pack[0] - 1), self.device)
 
     def get_grad(self, t):
-        from harmony.runtime.p2p import LocalInput, StreamedInput
         producer = self.graph.tasks[t.grad_in]
         if producer.rank == self.rank:
             return LocalInput(self.grads_out.pop(t.grad_in))
@@ -241,7 +285,12 @@ class Worker:
                              self.device)
 
     def _run_layers(self, t, xs, it: int, first_sample: int):
-        for layer in range(*t.pack):
+        lo, hi = t.pack
+        if t.id not in self.stochastic_tasks:
+            for layer in self.layer_list[lo:hi]:
+                xs = layer(*xs)
+            return xs
+        for layer in range(lo, hi):
             if layer in self.stochastic:
                 torch.manual_seed(dropout_seed(self.job["seed"], it, layer, first_sample))
             xs = self.layers[layer](*xs)
@@ -251,7 +300,6 @@ class Worker:
     # tasks
     # ------------------------------------------------------------------------------------------
     def run_fwd(self, t, it: int, fetched: dict) -> None:
-        from harmony.gpumem import autocast
         inp = self.get_input(t, it, fetched)
         s0, n = t.samples[0], t.num_samples
         specs = self._specs(t.pack[1] - 1)
@@ -281,14 +329,13 @@ class Worker:
                     o[lo - s0:hi - s0].copy_(y)
         del inp
         if t.stash_out:
-            ev = self.copier.d2h(self.arena.stash(t.id), outs, "d2h_act")
-            consumer_remote = any(c.act_in == ("stash", t.id) and c.rank != self.rank for c in self.graph.tasks)
-            if not consumer_remote:
+            ev = self.copier.d2h(self.stash_views[t.id], outs, "d2h_act")
+            if not self.stash_remote.get(t.id, False):
                 self.stash_events[t.id] = ev
             if ev is None:
-                self.arena.stash_done[t.id] = it + 1
+                self.stash_flags[t.id] = it + 1
             else:
-                flags, tid, val = self.arena.stash_done, t.id, it + 1
+                flags, tid, val = self.stash_flags, t.id, it + 1
 
                 def publish(ev=ev):
                     ev.synchronize()
@@ -298,7 +345,6 @@ class Worker:
             self.acts[t.id] = outs
 
     def run_bwd(self, t, it: int, fetched: dict) -> None:
-        from harmony.gpumem import autocast
         inp = self.get_input(t, it, fetched)
         gin_src = self.get_grad(t) if t.grad_in is not None else None
         xs_full = inp.tensors
@@ -347,16 +393,13 @@ class Worker:
         grad_keep, hold them for the next BWD of the same pack (installed with the kept weights)."""
         if t.grad_keep:
             for layer in range(*t.pack):
-                self.kept_grads[layer] = {k: mod._parameters[name].grad
-                                          for k, (mod, name, is_param, _) in enumerate(self.slots[layer])
-                                          if is_param and mod._parameters[name].grad is not None}
+                self.kept_grads[layer] = {k: params[name].grad for params, name, _, k in self.param_slots[layer]
+                                          if params[name].grad is not None}
             return
         params, dsts, missing, idx = [], [], set(), 0
         for layer in range(*t.pack):
-            for (mod, name, is_param, meta), dw in zip(self.slots[layer], self.arena.grads(layer)):
-                if dw is None:
-                    continue
-                p = mod._parameters[name]
+            for mod_params, name, dw in self.grad_slots[layer]:
+                p = mod_params[name]
                 if p.grad is None:
                     missing.add(idx)
                     p.grad = torch.zeros_like(p)

@@ -1,0 +1,199 @@
+"""The runtime's host overhead per vLayer, on the CPU device.
+
+Runs one Harmony worker (N = 1, vPP, one microbatch per task) in this process on a deep, narrow model
+(resnet-tiny with many blocks: ~130 vLayers of tiny convs + BatchNorm, the shape of resnet1026 at toy size)
+and times `Worker._iteration`, the code a spawned worker runs per iteration (prefetch, install, release,
+inputs, forward, recompute + backward, gradients to the arena, UPD). The same in-process path the worker
+process takes, minus the process boundary and the results queue (which are outside the iteration's timing
+in a real run too).
+
+Next to it, plain PyTorch on the same layers and packs, no runtime: forward of every FWD pack without
+autograd, then per BWD pack (reverse order) a recompute from the pack's input with autograd and backward
+with the incoming gradient, then one optimizer step (the runtime's UPDs do the same step on the arena).
+
+    overhead per vLayer = (median runtime iteration - median plain iteration) / number of vLayers
+    (paired)            = median over iterations of (runtime - plain) / number of vLayers
+
+Runtime and plain iterations alternate, so a load change on the machine hits both alike.
+
+Both use one torch thread; medians over `--iters` timed iterations after `--warmup`.
+`--profile` adds a cProfile of the runtime iterations (top functions by own time and cumulative time).
+
+    python benchmarks/runtime_overhead.py                       # table
+    python benchmarks/runtime_overhead.py --profile --packs 8   # + cProfile hot spots
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+
+from harmony.decompose import decompose_model
+from harmony.models import get_model
+from harmony.optim import make_optimizer, set_lr
+from harmony.runtime import Prepared
+from harmony.schedule.io import make_schedule_record
+from harmony.schedule.tasks import ScheduleConfig, build_task_graph
+
+
+class _Sink:
+    def put(self, msg) -> None:
+        pass
+
+
+def packs_of(L: int, size: int):
+    """Backward packs of `size` vLayers (the last one holds the loss); forward packs = all but the last."""
+    bwd = [(s, min(s + size, L)) for s in range(0, L, size)]
+    if len(bwd) > 1 and bwd[-1][1] - bwd[-1][0] < 2:          # keep the loss with a real layer
+        bwd[-2:] = [(bwd[-2][0], L)]
+    fwd = bwd[:-1]
+    return tuple(bwd), tuple(fwd)
+
+
+def build(model: str, overrides: dict, D: int, pack: int):
+    spec = get_model(model, **overrides)
+    mj = decompose_model(spec, source={"kind": "zoo", "name": model, "overrides": overrides}, with_flops=False)
+    L = mj["num_vlayers"]
+    bwd, fwd = packs_of(L, pack)
+    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=D, ubatch_bwd=D, bwd_packs=bwd, fwd_packs=fwd)
+    g = build_task_graph(cfg, L)
+    return spec, make_schedule_record(mj, g), g, L
+
+
+class RuntimeLoop:
+    """One in-process worker (rank 0, N = 1) of the schedule; `step()` runs and times one iteration."""
+
+    def __init__(self, record, graph, iters: int):
+        from harmony.runtime.worker import Worker
+        self.prep = Prepared(record, graph, iters=iters, device="cpu", update_threads=1)
+        w = self.w = Worker(0, dict(self.prep.job, threads_per_worker=1), _Sink())
+        w.setup()
+        w.resident, w.acts, w.grads_out, w.stash_events, w.kept_grads = {}, {}, {}, {}, {}
+        w.sends, w.current = [], None
+        self.it = 0
+
+    def step(self, prof=None) -> float:
+        w = self.w
+        t0 = time.perf_counter()
+        if prof is not None:
+            prof.enable()
+        w._iteration(self.it)
+        float(w.loss_acc)
+        if prof is not None:
+            prof.disable()
+        dt = time.perf_counter() - t0
+        w.counters.take()
+        self.it += 1
+        return dt
+
+    def close(self) -> None:
+        self.w.updater.close()
+        self.prep.close()
+
+
+class PlainLoop:
+    """Plain PyTorch over the same layers and packs: FWD packs without autograd, then per BWD pack (reverse)
+    recompute + backward with the incoming gradient, then one optimizer step."""
+
+    def __init__(self, spec, graph, D: int):
+        self.spec, self.cfg = spec, graph.config
+        self.layers = spec.build("cpu", seed=0)
+        self.layers.train()
+        self.opt = make_optimizer([p for p in self.layers.parameters() if p.requires_grad], spec.optimizer)
+        self.batch = spec.synthetic_batch(D, generator=torch.Generator().manual_seed(1))
+        self.it = 0
+
+    def step(self) -> float:
+        cfg, layers = self.cfg, self.layers
+        t0 = time.perf_counter()
+        inputs, xs = {}, tuple(self.batch)
+        with torch.no_grad():
+            for s, e in cfg.fwd_packs:
+                inputs[s] = xs
+                for layer in layers[s:e]:
+                    xs = layer(*xs)
+        inputs[cfg.bwd_packs[-1][0]] = xs
+        g = None
+        for s, e in reversed(cfg.bwd_packs):
+            xin = tuple(x.detach().requires_grad_(x.dtype.is_floating_point) for x in inputs[s])
+            with torch.enable_grad():
+                ys = xin
+                for layer in layers[s:e]:
+                    ys = layer(*ys)
+                if g is None:
+                    ys[0].backward()
+                else:
+                    yf = [y for y in ys if y.requires_grad]
+                    torch.autograd.backward(yf, g[:len(yf)])
+            g = [x.grad for x in xin if x.grad is not None]
+        set_lr(self.opt, self.spec.optimizer, self.it)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.it += 1
+        return time.perf_counter() - t0
+
+
+def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool):
+    """Runtime and plain iterations alternated (so load drifts on the machine hit both alike)."""
+    rt_loop, pl_loop = RuntimeLoop(record, graph, iters + warmup), PlainLoop(spec, graph, D)
+    prof = cProfile.Profile() if profile else None
+    rt, pl = [], []
+    try:
+        for i in range(iters + warmup):
+            r = rt_loop.step(prof if i >= warmup else None)
+            p = pl_loop.step()
+            if i >= warmup:
+                rt.append(r)
+                pl.append(p)
+    finally:
+        rt_loop.close()
+    return rt, pl, prof
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="resnet-tiny")
+    ap.add_argument("--blocks", type=int, default=32, help="resnet-tiny: blocks per stage (4 stages)")
+    ap.add_argument("--widths", type=int, nargs=4, default=[8, 8, 8, 8],
+                    help="resnet-tiny: channels per stage (narrow: the copies the CPU device makes stay small, "
+                         "so the difference is the runtime's Python work, as on a host-bound GPU)")
+    ap.add_argument("--image-size", type=int, default=8)
+    ap.add_argument("--minibatch", type=int, default=4)
+    ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="cProfile the runtime iterations of the first packing")
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    overrides = {"blocks": (a.blocks,) * 4, "widths": tuple(a.widths),
+                                          "stem_width": a.widths[0], "image_size": a.image_size} if a.model.startswith("resnet") else {}
+    rows = []
+    for k, pack in enumerate(a.packs):
+        spec, record, graph, L = build(a.model, overrides, a.minibatch, pack)
+        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0)
+        r, p = statistics.median(rt), statistics.median(pl)
+        d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
+        ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
+        rows.append((pack, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6))
+        if prof is not None:
+            for key in ("tottime", "cumulative"):
+                s = io.StringIO()
+                pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
+                print(f"--- cProfile of {a.iters} runtime iterations, pack {pack}, sorted by {key} ---")
+                print(s.getvalue())
+    print(f"model {a.model} {overrides}  D={a.minibatch} (one microbatch)  N=1 vPP  CPU, 1 torch thread  "
+          f"{a.iters} timed iterations after {a.warmup} warm-up, medians")
+    print(f"{'pack':>5} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
+          f"{'(paired)':>9}")
+    for pack, L, nt, r, p, o, od in rows:
+        print(f"{pack:>5} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -181,3 +181,14 @@ def test_wave_factor_matches_the_pipeline_of_equal_packs():
                 assert abs(w - max(free)) < 1e-9, (N, m, S)
                 assert w >= prev
                 prev = w
+
+
+def test_optimizer_step_uses_the_fastest_trial():
+    """Old profiles hold the median optimizer step in opt_step_s and the fastest trial in opt_spread[0];
+    the cost model takes the fastest (thread-pool wake-ups inflate the median, not the runtime's warm
+    update threads); a layer without a spread keeps opt_step_s."""
+    raw = make_profile(L=3, opt=0.5)
+    raw["vlayers"][0]["opt_spread"] = [0.01, 0.9]
+    raw["vlayers"][1]["opt_spread"] = [0.02, 0.5]
+    costs = LayerCosts(raw)
+    assert costs.opt[:3] == [0.01, 0.02, 0.5]

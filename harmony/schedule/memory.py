@@ -74,7 +74,7 @@ class LayerCosts:
         # per-layer time = measured step - per-call overhead (the profile's opt_call_overhead_s), and
         # opt_time(pack) adds the overhead back once.
         self.opt_call_s = float(p.raw.get("opt_call_overhead_s") or 0.0)
-        self.opt = [max(float(p.layers[i].get("opt_step_s") or 0.0) - self.opt_call_s, 0.0) for i in range(L)]
+        self.opt = [max(_opt_step(p.layers[i]) - self.opt_call_s, 0.0) for i in range(L)]
         self.params = [p.layers[i].get("params", p.layers[i]["weight_bytes"] // 4) for i in range(L)]
         self.w_prefix = _prefix(self.w)
         self.g_prefix = _prefix(self.g)
@@ -203,3 +203,11 @@ class LayerCosts:
         if r is None:
             r = self._task_cache[key] = set(self.feasible_ends(kind, s, u, n, cap).tolist())
         return e in r
+
+
+def _opt_step(layer: dict) -> float:
+    """A vLayer's optimizer step time: its fastest profiled trial (harmony/profile.py optimizer_cost says
+    why). Profiles written before that change hold the median in opt_step_s and the fastest trial in
+    opt_spread[0]."""
+    spread = layer.get("opt_spread")
+    return float(spread[0]) if spread else float(layer.get("opt_step_s") or 0.0)

@@ -122,18 +122,16 @@ class StreamedInput:
         n = producer.num_samples
         self.s0 = producer.samples[0]
         self.tensors = [torch.empty((n, *shape), dtype=dt, device=device) for shape, dt in specs]
-        self.pending = list(enumerate(chunks(producer)))
+        self.chunks = chunks(producer)
+        self.next = 0                  # index of the first chunk not yet received
 
     def upto(self, hi: int) -> None:
-        while self.pending and self.pending[0][1][0] < hi:
-            i, (lo_c, hi_c) = self.pending.pop(0)
+        while self.next < len(self.chunks) and self.chunks[self.next][0] < hi:
+            i, (lo_c, hi_c) = self.next, self.chunks[self.next]
+            self.next += 1
             for j, x in enumerate(self.tensors):
                 self.channels.recv_into(x[lo_c - self.s0:hi_c - self.s0], self.producer.rank,
                                         tag(self.producer.id, self.kind, i, j))
-
-    def all(self) -> list[torch.Tensor]:
-        self.upto(self.producer.samples[1])
-        return self.tensors
 
 
 class LocalInput:
@@ -144,6 +142,3 @@ class LocalInput:
 
     def upto(self, hi: int) -> None:
         pass
-
-    def all(self) -> list[torch.Tensor]:
-        return self.tensors

@@ -34,7 +34,7 @@ from torch import nn
 from harmony.gpumem import autocast
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
-from harmony.runtime.p2p import LocalInput, StreamedInput, tag
+from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.transfer import Copier, Counters
 
 
@@ -134,7 +134,6 @@ class Worker:
             if t.kind == "BWD" and t.grad_in is not None:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
-        from harmony.runtime.p2p import Channels
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
         self._precompute()
 
@@ -158,10 +157,9 @@ class Worker:
         self.out_specs = [[(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in vl["outputs"]] for vl in self.vls]
         self.out_specs_float = [[s for s in sp if s[1] in _FLOAT] for sp in self.out_specs]
         self.stash_views = {tid: arena.stash(tid) for tid in arena.layout.stash}
-        self.stash_remote = {}          # FWD task id -> a consumer of its stash runs on another rank
-        for c in self.graph.tasks:
-            if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash" and c.rank != self.rank:
-                self.stash_remote[c.act_in[1]] = True
+        # FWD task ids whose stash a task on another rank reads
+        self.stash_remote = {c.act_in[1] for c in self.graph.tasks
+                             if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash" and c.rank != self.rank}
         self.load_packs = {}            # task id -> indices of the backward packs its load_layers touch
         for t in self.compute_tasks:
             lo, hi = t.load_layers
@@ -330,7 +328,7 @@ class Worker:
         del inp
         if t.stash_out:
             ev = self.copier.d2h(self.stash_views[t.id], outs, "d2h_act")
-            if not self.stash_remote.get(t.id, False):
+            if t.id not in self.stash_remote:
                 self.stash_events[t.id] = ev
             if ev is None:
                 self.stash_flags[t.id] = it + 1

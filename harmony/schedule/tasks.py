@@ -301,22 +301,14 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
                 bwd_of_pack[pack].append(t)
                 grad_src = t
 
-    # Gradients. Every BWD sends its pack's dW to host once (Harmony: once per pass); later groups add
-    # to what earlier groups sent (swap baselines). vDP: all-reduce per pack, one rank sends, and the
-    # UPDs are spread over ranks (pack i on rank i mod N) so the CPU work of updates is shared.
-    upd_rank: dict[Range, int] = {}
-    for pi, pack in enumerate(cfg.bwd_packs):
-        bwds = bwd_of_pack[pack]
-        upd_rank[pack] = pi % N if cfg.mode == "vDP" else bwds[-1].rank
-        sent = False                 # bwds are in execution order
-        for t in bwds:
-            t.allreduce = cfg.mode == "vDP" and N > 1
-            t.grad_to_host = cfg.mode != "vDP" or t.rank == upd_rank[pack]
-            t.grad_accumulate = t.grad_to_host and sent     # the first send of the pack starts the sum
-            sent = sent or t.grad_to_host
+    # Updates: vDP spreads them over ranks (pack i on rank i mod N) so the CPU work is shared; otherwise a
+    # pack is updated by the rank of its last backward.
+    upd_rank = {pack: pi % N if cfg.mode == "vDP" else bwd_of_pack[pack][-1].rank
+                for pi, pack in enumerate(cfg.bwd_packs)}
     tasks = _insert_updates(tasks, {p: [t.id for t in b] for p, b in bwd_of_pack.items()}, upd_rank)
     _assign_weight_residency(tasks, cfg)
     _keep_gradients_on_gpu(tasks, cfg)
+    _assign_gradient_sends(tasks, cfg, upd_rank)
     graph = TaskGraph(cfg, tasks)
     validate_graph(graph)
     return graph
@@ -385,9 +377,9 @@ def _assign_weight_residency(tasks: list[Task], cfg: ScheduleConfig) -> None:
 
 def _keep_gradients_on_gpu(tasks: list[Task], cfg: ScheduleConfig) -> None:
     """A BWD whose next compute task on its rank is a BWD of the same pack, with the pack's weights kept
-    resident in between, leaves its dW on the GPU for that task to accumulate into instead of sending it to
-    host memory: a pipeline stage that fits sends its gradients once per iteration, as GPipe does, not once
-    per microbatch. (vDP all-reduces per task and Harmony has one BWD per pack: neither is affected.)"""
+    resident in between, keeps its dW on the GPU (grad_keep) for that task to accumulate into instead of
+    sending it to host memory (`_assign_gradient_sends`): a pipeline stage that fits sends its gradients
+    once per iteration, as GPipe does, not once per microbatch. (vDP all-reduces per task and Harmony has one BWD per pack: neither is affected.)"""
     if cfg.mode == "vDP" or cfg.group_size is None:
         return
     nxt: dict[int, Task] = {}
@@ -398,12 +390,20 @@ def _keep_gradients_on_gpu(tasks: list[Task], cfg: ScheduleConfig) -> None:
         if t.kind == "BWD" and n is not None and n.kind == "BWD" and n.pack == t.pack and t.keep_layers == t.pack:
             t.grad_keep = True
         nxt[t.rank] = t
+
+
+def _assign_gradient_sends(tasks: list[Task], cfg: ScheduleConfig, upd_rank: dict[Range, int]) -> None:
+    """Every BWD sends its pack's dW to host once (Harmony: once per pass) unless it keeps it on the GPU
+    (grad_keep); later sends of a pack add to what earlier ones sent (swap baselines). vDP all-reduces per
+    task and only the pack's UPD rank sends."""
     sent: dict[Range, bool] = {}
-    for t in tasks:
-        if t.kind == "BWD":
-            t.grad_to_host = not t.grad_keep
-            t.grad_accumulate = t.grad_to_host and sent.get(t.pack, False)
-            sent[t.pack] = sent.get(t.pack, False) or t.grad_to_host
+    for t in tasks:                  # execution order
+        if t.kind != "BWD":
+            continue
+        t.allreduce = cfg.mode == "vDP" and cfg.gpus > 1
+        t.grad_to_host = (cfg.mode != "vDP" or t.rank == upd_rank[t.pack]) and not t.grad_keep
+        t.grad_accumulate = t.grad_to_host and sent.get(t.pack, False)   # the first send starts the sum
+        sent[t.pack] = sent.get(t.pack, False) or t.grad_to_host
 
 
 def _intersect(a: Range, b: Range) -> Range:

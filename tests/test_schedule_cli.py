@@ -69,3 +69,21 @@ def test_table1_analytic(tmp_path):
         assert int(r["candidates"]) > 10
         assert float(r["search_cpu_s"]) < 2.0               # acceptance: < 2 s (CPU time; wall in the CSV)
         assert float(r["dp_over_heuristic"]) <= 1.02        # acceptance: DP within 2% of the best heuristic
+
+
+def test_no_cap_plans_under_the_profiled_gpu(gpt2xl):
+    """Without --gpu-memory the plan still fits the GPU the profile was taken on (the `large` scale): an
+    unbounded plan would put the whole model in one pack. The record itself stays uncapped."""
+    d = gpt2xl
+    prof = json.load(open(d / "profile.json"))
+    prof["memory_cap"] = {"gpu_memory_cap": None, "applied": False, "device_total_bytes": int(20e9)}
+    write_json(d / "gpu.profile.json", prof)
+    assert main(["schedule", str(d / "gpu.profile.json"), "--model", str(d / "model.json"), "-D", "64", "-N", "1",
+                 "--headroom", "0.1", "-o", str(d / "g.json")]) == 0
+    rec, _ = load_schedule(d / "g.json")
+    assert rec["search"]["planned_cap_bytes"] == pytest.approx(18e9)
+    assert max(rec["prediction"]["peak_memory_bytes"]) <= 18e9
+    assert rec["gpu_memory_cap"] is None
+    # a CPU profile (no device memory recorded) plans unbounded, as before
+    assert main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "1", "-o", str(d / "c.json")]) == 0
+    assert load_schedule(d / "c.json")[0]["search"]["planned_cap_bytes"] is None

@@ -8,7 +8,8 @@
 # last. Planned for about 8 minutes on an H100 (estimates from the user's anchor numbers in
 # shared/reference/hardware.md: resident ~7 s/iter, fsdp-offload ~34 s/iter; swap runs start the runtime's
 # 26 GB pinned host arena per candidate); every command has its own timeout so one slow system cannot take
-# the others with it (limits add up to 580 s, inside one 600 s device call). Knobs (environment): PRECISION (tf32), CAP (11GiB), D (64), SWAP_UBATCH (4,8,16),
+# the others with it (limits add up to 580 s, inside one 600 s device call). Knobs (environment): PRECISION (tf32), CAP (11GiB; empty: no cap), MODEL_JSON (a model.json to use instead of
+# decomposing MODEL), CALIBRATION (calibration.json: the roofline in each record), D (64), SWAP_UBATCH (4,8,16),
 # RESIDENT_UBATCH (16), FSDP_UBATCH (4,8), ZERO_UBATCH (4,8), ITERS (3: warm-up, traced, timed), SWAP_ITERS (3: the
 # same; the runtime traces iteration 1 of every swap run with torch.profiler and reports memcpy_trace next to
 # its counters, memcpy_agrees = within 1%; with SWAP_ITERS=2 the trace is recorded as unavailable).
@@ -33,7 +34,8 @@ MODEL=${MODEL:-gpt2-xl}
 DEVICE=${DEVICE:-cuda}          # DEVICE=cpu MODEL=gpt2-tiny D=8 SWAP_UBATCH=2,4 ...: a CPU smoke run of this script
 SYSTEMS=${SYSTEMS:-"harmony resident fsdp-offload swap-dp swap-pp zero-offload"}   # a subset, to split it over calls
 PRECISION=${PRECISION:-tf32}
-CAP=${CAP:-11GiB}
+CAP=${CAP-11GiB}                # CAP= (empty): no cap, the real GPU (the `large` scale)
+CAPARG=(); [ -n "$CAP" ] && CAPARG=(--gpu-memory "$CAP")
 D=${D:-64}
 ITERS=${ITERS:-3}
 SWAP_ITERS=${SWAP_ITERS:-3}
@@ -45,10 +47,16 @@ if ! python3 -c "import harmony" 2>/dev/null; then export PYTHONPATH="$PWD${PYTH
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
-stamp "decompose $MODEL"
-$H decompose $MODEL -o "$OUT/$MODEL.model.json" 2>&1 | tail -1
-M="$OUT/$MODEL.model.json"
+if [ -n "${MODEL_JSON:-}" ]; then     # a model.json made by the caller (e.g. an alias: zoo model + --set)
+  M=$MODEL_JSON
+else
+  stamp "decompose $MODEL"
+  $H decompose $MODEL -o "$OUT/$MODEL.model.json" 2>&1 | tail -1
+  M="$OUT/$MODEL.model.json"
+fi
 COMMON=(--minibatch "$D" --gpus 1 --device "$DEVICE" --precision "$PRECISION")
+# a calibration.json puts the physical roofline (DESIGN.md section 5) into every baseline record
+[ -n "${CALIBRATION:-}" ] && COMMON+=(--calibration "$CALIBRATION")
 
 run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal (STEM=name.u4: other file names)
   local name=$1 limit=$2 stem=${STEM:-$1}; shift 2
@@ -56,7 +64,9 @@ run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal (STEM
   stamp "$name: harmony baseline $name $M ${COMMON[*]} $* (limit ${limit}s)"
   timeout "$limit" $H baseline "$name" "$M" "${COMMON[@]}" "$@" -o "$OUT/$stem.jsonl" > "$OUT/$stem.log" 2>&1
   local rc=$?
+  echo "$rc" > "$OUT/$stem.rc"
   [ $rc -eq 124 ] && echo "  $name: stopped at its ${limit}s limit (no summary)"
+  [ $rc -eq 137 ] && echo "  $name: killed by SIGKILL (rc 137; the kernel's OOM killer when host memory runs out)"
   grep -E "^(resident|swap-dp|swap-pp|fsdp-offload|zero-offload|\[zero-offload)" "$OUT/$stem.log" | tail -12
 }
 
@@ -73,14 +83,17 @@ for u in us:
     p = out / "search" / f"{name}.u{u}.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
     s = json.loads(lines[-1]) if lines and json.loads(lines[-1]).get("record") == "summary" else None
-    found.append((int(u), p, s))
-search = [{"ubatch": u, "status": s["status"] if s else "timeout", "iter_time_s": s and s.get("iter_time_s"),
+    rc = p.with_suffix(".rc").read_text().strip() if p.with_suffix(".rc").exists() else "?"
+    found.append((int(u), p, s, rc))
+gone = {"124": ("timeout", f"stopped at its {limit} s limit before its summary"),
+        "137": ("killed", "killed by SIGKILL (rc 137) before its summary: the kernel's OOM killer when host memory runs out")}
+search = [{"ubatch": u, "status": s["status"] if s else gone.get(rc, ("error",))[0], "iter_time_s": s and s.get("iter_time_s"),
            "samples_per_s": s and s.get("samples_per_s"), "bytes_h2d": s and s.get("bytes_h2d"),
            "bytes_d2h": s and s.get("bytes_d2h"),
-           "message": s.get("message") if s else f"stopped at its {limit} s limit before its summary",
-           "output": str(p)} for u, p, s in found]
-ok = [(u, p, s) for u, p, s in found if s and s["status"] == "ok" and s.get("samples_per_s")]
-pick = max(ok, key=lambda x: x[2]["samples_per_s"]) if ok else next(((u, p, s) for u, p, s in found if s), None)
+           "message": s.get("message") if s else gone.get(rc, ("", f"exited with rc {rc} before its summary"))[1],
+           "output": str(p)} for u, p, s, rc in found]
+ok = [(u, p, s) for u, p, s, _ in found if s and s["status"] == "ok" and s.get("samples_per_s")]
+pick = max(ok, key=lambda x: x[2]["samples_per_s"]) if ok else next(((u, p, s) for u, p, s, _ in found if s), None)
 if pick:
     lines = pick[1].read_text().splitlines()
     summary = json.loads(lines[-1]); summary["ubatch_search"] = search
@@ -96,19 +109,19 @@ case " $SYSTEMS " in *" harmony "*)
   P=${PROFILES:-results/paper/1xH100-80GB-HBM3/profiles}
   stamp "harmony: schedule from $P, then harmony run (limit ${HARMONY_LIMIT_S:-200}s)"
   $H schedule "$P/$MODEL.profile.json" --model "$P/$MODEL.model.json" --calibration "$P/calibration.json" \
-    --minibatch "$D" --gpus 1 --mode vPP --gpu-memory "$CAP" --headroom "${HEADROOM:-0.03}" \
+    --minibatch "$D" --gpus 1 --mode vPP "${CAPARG[@]}" --headroom "${HEADROOM:-0.03}" \
     -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" > "$OUT/harmony.log" 2>&1
   timeout "${HARMONY_LIMIT_S:-200}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${HARMONY_ITERS:-5}" \
-    --warmup 1 --memcpy-trace --gpu-memory "$CAP" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
+    --warmup 1 --memcpy-trace "${CAPARG[@]}" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
   tail -2 "$OUT/harmony.log" ;;
 esac
 # 1. resident: no cap, the ceiling (the anchor's setting: microbatch 16, activation checkpointing)
 run resident 100 --ubatch "${RESIDENT_UBATCH:-16}" --iters "$ITERS"
 # 2. fsdp-offload: FSDP2 + CPUOffloadPolicy, capped
-search fsdp-offload "${FSDP_LIMIT_S:-300}" "${FSDP_UBATCH:-4,8}" --gpu-memory "$CAP" --iters "$ITERS"
+search fsdp-offload "${FSDP_LIMIT_S:-300}" "${FSDP_UBATCH:-4,8}" "${CAPARG[@]}" --iters "$ITERS"
 # 3./4. the swap baselines on the Harmony runtime, microbatch search
-search swap-dp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
-search swap-pp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" --gpu-memory "$CAP" --iters "$SWAP_ITERS"
+search swap-dp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" "${CAPARG[@]}" --iters "$SWAP_ITERS"
+search swap-pp "${SWAP_LIMIT_S:-180}" "$SWAP_UBATCH" "${CAPARG[@]}" --iters "$SWAP_ITERS"
 # 5. zero-offload: DeepSpeed ZeRO-3 offload, if its wheels were carried
 if [[ " $SYSTEMS " == *" zero-offload "* ]] && ls .whl/deepspeed/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ds-site \
@@ -124,7 +137,7 @@ case " $SYSTEMS " in *" zero-offload "*)
   tail -3 "$OUT/zero-offload.build.log"
   stamp "zero-offload: CPU Adam op step done" ;;
 esac
-search zero-offload "${ZERO_LIMIT_S:-300}" "${ZERO_UBATCH:-4,8}" --gpu-memory "$CAP" --iters "$ITERS"
+search zero-offload "${ZERO_LIMIT_S:-300}" "${ZERO_UBATCH:-4,8}" "${CAPARG[@]}" --iters "$ITERS"
 
 stamp "table"
 python3 - "$OUT" <<'EOF'

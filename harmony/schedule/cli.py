@@ -26,7 +26,9 @@ def add_arguments(p):
     p.add_argument("--minibatch", "-D", type=int, required=True, help="samples per iteration (all GPUs)")
     p.add_argument("--gpus", "-N", type=int, required=True, help="GPUs (with --mode auto: at most this many)")
     p.add_argument("--mode", default="vPP", choices=["vPP", "vDP", "auto"])
-    p.add_argument("--gpu-memory", default=None, help="per-GPU memory cap, e.g. 11GiB or 9e9 (default: none)")
+    p.add_argument("--gpu-memory", default=None,
+                   help="per-GPU memory cap, e.g. 11GiB or 9e9 (default: no cap; the plan then fits the memory of "
+                        "the GPU the profile was taken on, or is unbounded for a CPU profile)")
     p.add_argument("--headroom", type=float, default=0.03,
                    help="fraction of the cap the plan leaves free for what the memory model does not see: "
                         "allocator rounding and fragmentation, CUDA/NCCL workspaces (default 0.03; "
@@ -100,6 +102,13 @@ def write_candidates(path, cands) -> None:
         w.writerows(rows)
 
 
+def planning_limit_without_cap(profile_raw: dict) -> int | None:
+    """Without a cap the GPU's own memory still bounds a pack (an unbounded plan would put the whole model
+    in one pack and run out of memory at the `large` scale): the device memory the profile recorded, or
+    None for a CPU profile (no GPU to overflow)."""
+    return (profile_raw.get("memory_cap") or {}).get("device_total_bytes")
+
+
 def main(args) -> int:
     from harmony.decompose import microbatch_sensitive
     from harmony.schedule.io import make_schedule_record, save_schedule
@@ -118,7 +127,8 @@ def main(args) -> int:
     cap = parse_bytes(args.gpu_memory)
     if not 0 <= args.headroom < 0.5:
         raise ValueError(f"--headroom {args.headroom}: give a fraction of the cap between 0 and 0.5")
-    plan_cap = cap * (1 - args.headroom) if cap else cap
+    plan_limit = cap or planning_limit_without_cap(prof.raw)
+    plan_cap = plan_limit * (1 - args.headroom) if plan_limit else None
     opt = (model_json.get("optimizer") or {}).get("kind", "adamw")
     params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
                                         task_overhead_s=args.task_overhead)
@@ -145,5 +155,7 @@ def main(args) -> int:
           f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
           f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer}); predicted "
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
-          f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap)})", file=sys.stderr)
+          f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
+          f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'})",
+          file=sys.stderr)
     return 0

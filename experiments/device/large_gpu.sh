@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The `large` scale (DESIGN.md section 6): the largest GPT-2 the box trains, no GPU memory cap, model state in
+# host memory; Harmony against fsdp-offload and zero-offload on the same box, same model, same minibatch.
+#
+#   bash experiments/device/large_gpu.sh OUTDIR        (repository root, on the GPU machine)
+#
+# GPT-2 of width 4096 (the paper's 10 B shape) with NL layers (experiments/scales.yaml `models`:
+# gpt2-4096x24 = 5.25 B parameters, 84 GB of fp32 W + dW + Adam state: more than the 80 GB H100 holds, and
+# what the 126 GiB host of nvidia-h100-x1 can keep). Writes OUTDIR/gpt2-4096x<NL>-D<D>-N1/<system>.jsonl
+# (+ .log; the device layout `harmony figure --import-device` files), the profile, schedule and search.
+#
+# Knobs (environment): NL (24), D (32), SYSTEMS ("harmony fsdp-offload zero-offload": split them over device
+# calls, each takes minutes), PROFILE (a profile.json made earlier; default: profile here, ~2 min),
+# CALIBRATION (results/paper/1xH100-80GB-HBM3/calibration.json: same machine kind; it gives the roofline),
+# HEADROOM (0.10 of the GPU's memory left out of the plan), ITERS (4: warm-up, traced, 2 timed),
+# FSDP_UBATCH / ZERO_UBATCH (32,16: no cap, so the largest microbatches, fewest re-fetches, are tried),
+# HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run).
+set -uo pipefail
+OUTROOT=${1:?usage: large_gpu.sh OUTDIR}
+NL=${NL:-24}; D=${D:-32}; BASE=${BASE:-gpt2-10b}
+DEVICE=${DEVICE:-cuda}; PRECISION=${PRECISION:-tf32}
+SYSTEMS=${SYSTEMS:-"harmony fsdp-offload zero-offload"}
+CALIBRATION=${CALIBRATION:-results/paper/1xH100-80GB-HBM3/calibration.json}
+ID=$([ "$BASE" = gpt2-10b ] && echo "gpt2-4096x$NL" || echo "$BASE-x$NL")
+OUT="$OUTROOT/$ID-D$D-N1"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ! python3 -c "import harmony" 2>/dev/null; then export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
+H="python3 -m harmony.cli"
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }
+
+$H env --device "$DEVICE" --precision "$PRECISION" > "$OUTROOT/env.json"
+free -g > "$OUT/host_memory.txt" 2>&1
+M="$OUT/model.json"
+[ -f "$M" ] || $H decompose "$BASE" --set "n_layer=$NL" -o "$M" 2>&1 | tee -a "$OUT/steps.txt"
+
+case " $SYSTEMS " in *" harmony "*)
+  P=${PROFILE:-$OUT/profile.json}
+  if [ ! -f "$P" ]; then
+    stamp "profile $ID (no cap, $DEVICE, $PRECISION)"
+    timeout "${PROFILE_LIMIT_S:-240}" $H profile "$M" -o "$P" --device "$DEVICE" --precision "$PRECISION" \
+      --trials 5 --max-trial-s 0.25 > "$OUT/profile.log" 2>&1
+    stamp "profile rc=$?"; tail -2 "$OUT/profile.log"
+  fi
+  stamp "schedule: vPP, N=1, planned under the profiled GPU's memory less ${HEADROOM:-0.10}"
+  $H schedule "$P" --model "$M" --calibration "$CALIBRATION" --minibatch "$D" --gpus 1 --mode vPP \
+    --headroom "${HEADROOM:-0.10}" -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" \
+    > "$OUT/harmony.log" 2>&1
+  tail -1 "$OUT/harmony.log"
+  stamp "harmony run (limit ${HARMONY_LIMIT_S:-420} s)"
+  timeout "${HARMONY_LIMIT_S:-420}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${ITERS:-4}" \
+    --warmup 1 --memcpy-trace --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
+  rc=$?; stamp "harmony rc=$rc"
+  [ $rc -eq 137 ] && echo "harmony: killed by SIGKILL (rc 137): the OOM killer when host memory runs out" | tee -a "$OUT/steps.txt"
+  tail -3 "$OUT/harmony.log" ;;
+esac
+
+BASELINES=""
+for s in fsdp-offload zero-offload; do case " $SYSTEMS " in *" $s "*) BASELINES="$BASELINES $s" ;; esac; done
+if [ -n "$BASELINES" ]; then
+  stamp "baselines:$BASELINES (no cap, searched microbatch)"
+  MODEL="$ID" MODEL_JSON="$M" CAP= D="$D" DEVICE="$DEVICE" PRECISION="$PRECISION" SYSTEMS="$BASELINES" \
+    CALIBRATION="$CALIBRATION" ITERS="${ITERS:-4}" FSDP_UBATCH="${FSDP_UBATCH:-32,16}" ZERO_UBATCH="${ZERO_UBATCH:-32,16}" \
+    FSDP_LIMIT_S="${FSDP_LIMIT_S:-270}" ZERO_LIMIT_S="${ZERO_LIMIT_S:-240}" \
+    bash experiments/device/baselines_gpu.sh "$OUT" 2>&1 | tee -a "$OUT/steps.txt"
+fi
+free -g >> "$OUT/host_memory.txt" 2>&1
+stamp "done"

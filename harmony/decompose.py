@@ -173,6 +173,9 @@ def add_arguments(p) -> None:
     p.add_argument("--example-input", default=None,
                    help="user modules: per-sample input shape and dtype, e.g. '3x32x32:float32'")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (faster)")
+    p.add_argument("--name", default=None,
+                   help="the model's name in every record (default: the zoo or module name); the workflow "
+                        "names an alias (zoo model + --set, experiments/scales.yaml) by its id, e.g. gpt2-4096x24")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -198,6 +201,8 @@ def main(args) -> int:
     else:
         spec, source = resolve_spec(args.model, overrides)
     rec = decompose_model(spec, source, with_flops=not args.no_flops)
+    if args.name:   # a label only: the model is rebuilt from rec["source"], never from its name
+        rec["model"] = args.name
     write_json(args.output, rec)
     dt = time.perf_counter() - t0
     print(f"{rec['model']}: {rec['num_vlayers']} vLayers, {rec['total_params']:,} parameters "

@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
@@ -31,8 +32,9 @@ import yaml
 from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path, run_gpus
 
 COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
-           "samples_per_s", "iter_time_s", "predicted_iter_time_s", "bytes_h2d", "bytes_d2h", "bytes_p2p",
-           "bytes_allreduce", "swap_bytes", "ubatch", "precision", "gpu_memory_cap", "data", "message", "source"]
+           "samples_per_s", "iter_time_s", "predicted_iter_time_s", "roofline_s", "roofline_fraction", "bytes_h2d",
+           "bytes_d2h", "bytes_p2p", "bytes_allreduce", "swap_bytes", "ubatch", "precision", "gpu_memory_cap", "data",
+           "message", "source"]
 CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "status",
                  "iteration", "loss", "data", "source"]
 SYSTEM_ORDER = [*HARMONY, *BASELINES, "pytorch"]
@@ -155,9 +157,12 @@ def measured_row(ident: dict, summ: dict | None, path: str) -> dict:
                 "source": path}
     env = summ.get("env") or {}
     h2d, d2h = summ.get("bytes_h2d"), summ.get("bytes_d2h")
+    t, roof = summ.get("iter_time_s"), summ.get("roofline_s")
     return {**ident, "kind": "measured", "status": summ.get("status"),
-            "samples_per_s": _num(summ.get("samples_per_s")), "iter_time_s": _num(summ.get("iter_time_s")),
+            "samples_per_s": _num(summ.get("samples_per_s")), "iter_time_s": _num(t),
             "predicted_iter_time_s": _num(summ.get("predicted_iter_time_s")),
+            # DESIGN.md section 5: achieved fraction of the physical roofline (1.0 = at the hardware's limit)
+            "roofline_s": _num(roof), "roofline_fraction": roof / t if roof and t else None,
             "bytes_h2d": h2d, "bytes_d2h": d2h, "bytes_p2p": summ.get("bytes_p2p"),
             "bytes_allreduce": summ.get("bytes_allreduce"),
             "swap_bytes": (h2d or 0) + (d2h or 0) if (h2d is not None or d2h is not None) else None,
@@ -373,9 +378,10 @@ if __name__ == "__main__":   # pragma: no cover
 # ------------------------------------------------------------------------------------------------
 # Records written by the device scripts -> the workflow's layout
 # ------------------------------------------------------------------------------------------------
-# search/: the candidates of a microbatch search (the best one is the record beside it, listing them all)
-IMPORT_SKIP_DIRS = {"superseded", "search", "runs", "convergence", "logs", "schedules", "models", "profiles",
-                    "table1"}
+# search/: the candidates of a microbatch search (the best one is the record beside it, listing them all);
+# remeasure/: repeated runs of a grid point kept as evidence beside its record (their README says why)
+IMPORT_SKIP_DIRS = {"superseded", "search", "remeasure", "runs", "convergence", "logs", "schedules", "models",
+                    "profiles", "table1"}
 
 
 def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
@@ -414,6 +420,7 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
             notes.append((str(f), "", f"skipped: system {summ.get('system')!r} is not a throughput system"))
             continue
         model, gpus, D = summ.get("model"), summ.get("gpus"), summ.get("minibatch")
+        model = _device_model_id(f, src, model, gpus, D)
         if not (model and isinstance(gpus, int) and isinstance(D, int)):
             notes.append((str(f), "", "skipped: summary lacks model/gpus/minibatch"))
             continue
@@ -464,6 +471,16 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
     print(f"import {src} -> {root}: " + ", ".join(
         f"{sum(1 for n in notes if n[2].split(':')[0] == k)} {k}" for k in ("filed", "replaced", "unchanged", "skipped")))
     return notes
+
+
+def _device_model_id(run: Path, src: Path, model: str | None, gpus, D) -> str | None:
+    """The grid's model id of a device-layout record: the folder `<id>-D<D>-N<N>` names it when its D and N
+    are the record's own. An alias (zoo model + overrides, e.g. gpt2-4096x24) decomposed without --name
+    carries its base's name (gpt2-10b) in the record; the folder says which grid point it is."""
+    m = re.fullmatch(r"(.+)-D(\d+)-N(\d+)", run.parent.name) if run.parent != src else None
+    if m and int(m.group(2)) == D and int(m.group(3)) == gpus:
+        return m.group(1)
+    return model
 
 
 def _device_schedule(run: Path, src: Path, model: str, gpus: int, D: int) -> Path | None:

@@ -125,7 +125,9 @@ class Plan:
             scale = "paper" if cuda else "smoke"
         if scale not in SCALES:
             raise ValueError(f"scale {scale!r} is not one of auto, {', '.join(SCALES)}")
-        settings = scales[scale]
+        settings = dict(scales[scale])
+        if config.get("convergence_iters"):   # shorter curves where device time is short (the figure's x axis says so)
+            settings["convergence_iters"] = int(config["convergence_iters"])
         if hardware == "auto":
             hardware = "cpu" if scale == "smoke" else tag
         if gpus == "auto":
@@ -211,7 +213,7 @@ class Plan:
         if not a:
             return model
         sets = " ".join(f"--set {k}={v}" for k, v in (a.get("set") or {}).items())
-        return f"{a['base']} {sets}".strip()
+        return f"{a['base']} {sets} --name {model}".replace("  ", " ")
 
     def cap_args(self) -> str:
         cap = self.settings.get("gpu_memory")

@@ -260,6 +260,43 @@ def test_import_device_records_and_results_page(real_records, tmp_path):
     assert "## smoke / 1xTEST" in text and "figure10.png" in text and "| C7 " in text
 
 
+def test_import_device_names_aliases_by_folder_and_skips_remeasure(tmp_path):
+    """An alias decomposed without --name carries its base's name (gpt2-4096x24 -> gpt2-10b); the device
+    folder <id>-D<D>-N<N> says which grid point it is, when its D and N are the record's. Repeated runs
+    kept under remeasure/ never claim the grid point."""
+    from harmony.figures import import_device
+    summ = {"record": "summary", "system": "fsdp-offload", "model": "gpt2-tiny", "gpus": 1, "minibatch": 8,
+            "status": "ok", "samples_per_s": 2.0, "iter_time_s": 4.0}
+    dev = tmp_path / "dev"
+    for rel in ("gpt2-tiny-x8-D8-N1/fsdp-offload.jsonl", "gpt2-tiny-x8-D8-N1/remeasure/a/fsdp-offload.jsonl",
+                "odd-D16-N1/fsdp-offload.jsonl"):
+        (dev / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dev / rel).write_text(json.dumps(summ) + "\n")
+    import_device(dev, dev)
+    assert (dev / "runs" / "fsdp-offload" / "gpt2-tiny-x8" / "N1-D8-best.jsonl").exists()
+    # the folder's D (16) is not the record's (8): the record's own model name is kept
+    assert (dev / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D8-best.jsonl").exists()
+
+
+def test_record_killed_writes_a_valid_oom_summary(tmp_path):
+    """A SIGKILLed baseline (host OOM) leaves a run record with status oom, its log's last line and the
+    environment given, never a lost result."""
+    import importlib.util
+    from harmony.metrics import validate_summary
+    spec = importlib.util.spec_from_file_location("record_killed", ROOT / "experiments" / "device" / "record_killed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "m.json").write_text(json.dumps({"model": "gpt2-4096x24"}))
+    (tmp_path / "run.log").write_text("building\nmodel built on the CPU\n")
+    env = {"gpu": "X", "precision": "tf32"}
+    from harmony.metrics import ENV_KEYS
+    env.update({k: None for k in ENV_KEYS if k not in env})
+    s = mod.killed_summary("zero-offload", tmp_path / "m.json", 32, 16, tmp_path / "run.log", env)
+    validate_summary(s)
+    assert s["status"] == "oom" and s["model"] == "gpt2-4096x24" and s["ubatch"] == 16 and s["killed_rc"] == 137
+    assert "model built on the CPU" in s["message"] and s["samples_per_s"] is None and s["env"]["gpu"] == "X"
+
+
 # ------------------------------------------------------------------------------------------------
 # Data loaders
 # ------------------------------------------------------------------------------------------------
@@ -364,3 +401,25 @@ def _job_stats(text: str) -> dict[str, int]:
                 break
             out[parts[0]] = int(parts[1])
     return out
+
+
+def test_plan_names_aliases_and_takes_convergence_iters():
+    """An alias is decomposed from its base with its overrides and named by its id in every record;
+    `convergence_iters` in the config shortens the convergence curves (device budgets)."""
+    from harmony.workflow import Plan
+    plan = Plan.from_config({"scale": "smoke", "hardware": "cpu", "gpus_present": 2}, root=ROOT)
+    assert plan.decompose_args("gpt2-tiny-x8") == "gpt2-tiny --set n_layer=8 --name gpt2-tiny-x8"
+    assert plan.decompose_args("gpt2-tiny") == "gpt2-tiny"
+    assert plan.settings["convergence_iters"] == 30
+    short = Plan.from_config({"scale": "smoke", "hardware": "cpu", "gpus_present": 2, "convergence_iters": 7}, root=ROOT)
+    assert short.settings["convergence_iters"] == 7
+    assert plan.settings["convergence_iters"] == 30          # the scale's settings are not modified in place
+
+
+def test_decompose_name_labels_the_record_only(tmp_path):
+    from harmony.cli import main
+    assert main(["decompose", "gpt2-tiny", "--set", "n_layer=3", "--name", "gpt2-tiny-x3", "--no-flops",
+                 "-o", str(tmp_path / "m.json")]) == 0
+    rec = json.loads((tmp_path / "m.json").read_text())
+    assert rec["model"] == "gpt2-tiny-x3" and rec["source"] == {"kind": "zoo", "name": "gpt2-tiny",
+                                                                  "overrides": {"n_layer": 3}}

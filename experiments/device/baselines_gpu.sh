@@ -75,15 +75,22 @@ search() {   # search NAME LIMIT_PER_CANDIDATE U1,U2,... ARGS...: each microbatc
   case " $SYSTEMS " in *" $name "*) ;; *) return 0 ;; esac
   mkdir -p "$OUT/search"    # candidates beside the best record would claim its grid point on import
   for u in ${list//,/ }; do STEM="search/$name.u$u" run "$name" "$limit" --ubatch "$u" "$@"; done
-  python3 - "$OUT" "$name" "$list" "$limit" <<'EOF'
+  python3 - "$OUT" "$name" "$list" "$limit" "$M" "$D" "$DEVICE" "$PRECISION" <<'EOF'
 import json, shutil, sys, pathlib
 out, name, us, limit = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+model_json, D, device, precision = sys.argv[5], int(sys.argv[6]), sys.argv[7], sys.argv[8]
 found = []
 for u in us:
     p = out / "search" / f"{name}.u{u}.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
     s = json.loads(lines[-1]) if lines and json.loads(lines[-1]).get("record") == "summary" else None
     rc = p.with_suffix(".rc").read_text().strip() if p.with_suffix(".rc").exists() else "?"
+    if s is None and rc == "137":   # SIGKILLed (host OOM): the harness could not write its summary
+        import subprocess
+        subprocess.run([sys.executable, "experiments/device/record_killed.py", "--system", name, "--model-json",
+                        model_json, "--minibatch", str(D), "--ubatch", u, "--log", str(p.with_suffix(".log")),
+                        "--env", f"collect:{device}:{precision}", "-o", str(p)], check=True)
+        s = json.loads(p.read_text().splitlines()[-1])
     found.append((int(u), p, s, rc))
 gone = {"124": ("timeout", f"stopped at its {limit} s limit before its summary"),
         "137": ("killed", "killed by SIGKILL (rc 137) before its summary: the kernel's OOM killer when host memory runs out")}

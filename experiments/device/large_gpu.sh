@@ -33,7 +33,7 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }
 $H env --device "$DEVICE" --precision "$PRECISION" > "$OUTROOT/env.json"
 free -g > "$OUT/host_memory.txt" 2>&1
 M="$OUT/model.json"
-[ -f "$M" ] || $H decompose "$BASE" --set "n_layer=$NL" -o "$M" 2>&1 | tee -a "$OUT/steps.txt"
+[ -f "$M" ] || $H decompose "$BASE" --set "n_layer=$NL" --name "$ID" -o "$M" 2>&1 | tee -a "$OUT/steps.txt"
 
 case " $SYSTEMS " in *" harmony "*)
   P=${PROFILE:-$OUT/profile.json}

@@ -224,3 +224,28 @@ def test_memcpy_trace_parser_and_cpu_fallback():
         ran = []
         r = measure_memcpy_bytes(lambda: ran.append(1))
         assert ran == [1] and r["h2d"] is None and r["source"].startswith("unavailable")
+
+
+def test_device_script_records_a_sigkilled_candidate_as_oom(tmp_path):
+    """experiments/device/baselines_gpu.sh on the CPU, with `timeout` replaced by one that SIGKILLs the
+    baseline (as the kernel's OOM killer does when host memory runs out): the candidate still leaves an
+    `oom` run record, picked as the system's record, instead of a lost result."""
+    import os
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "timeout").write_text('#!/bin/bash\nshift; "$@" & pid=$!; sleep 1; kill -9 $pid; wait $pid\n')
+    (fake / "timeout").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{Path(sys.executable).parent}:{os.environ['PATH']}", "DEVICE": "cpu",
+           "MODEL": "gpt2-tiny", "D": "8", "SYSTEMS": "fsdp-offload", "FSDP_UBATCH": "4", "PRECISION": "fp32",
+           "CAP": "", "PYTHONPATH": str(root)}
+    out = tmp_path / "out"
+    p = subprocess.run(["bash", str(root / "experiments/device/baselines_gpu.sh"), str(out)], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "killed by SIGKILL" in p.stdout
+    rec = json.loads((out / "fsdp-offload.jsonl").read_text().splitlines()[-1])
+    assert rec["status"] == "oom" and rec["killed_rc"] == 137 and rec["ubatch"] == 4
+    assert rec["ubatch_search"][0]["status"] == "oom" and rec["env"]["precision"] == "fp32"

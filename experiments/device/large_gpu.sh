@@ -8,6 +8,8 @@
 # gpt2-4096x24 = 5.25 B parameters, 84 GB of fp32 W + dW + Adam state: more than the 80 GB H100 holds, and
 # what the 126 GiB host of nvidia-h100-x1 can keep). Writes OUTDIR/gpt2-4096x<NL>-D<D>-N1/<system>.jsonl
 # (+ .log; the device layout `harmony figure --import-device` files), the profile, schedule and search.
+# Through the device tool: give an OUTDIR outside $OUT and tar it into $OUT at the end (`tar czf $OUT/l.tgz
+# -C OUTDIR .`): only 8 files come back from $OUT, and the first call lost its profile.json that way.
 #
 # Knobs (environment): NL (24), D (32), SYSTEMS ("harmony fsdp-offload zero-offload": split them over device
 # calls, each takes minutes), PROFILE (a profile.json made earlier; default: profile here, ~2 min),

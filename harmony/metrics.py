@@ -128,6 +128,10 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "host_memory_bytes": psutil.virtual_memory().total, "git_commit": git_commit(),
         "gpu": None, "gpu_count": 0, "driver": None,
+        # host-bound runs depend on the CPU and on what else the host is doing: which CPU, how loaded, how
+        # much memory is free when the run starts (a resnet1026 re-run on a loaded host was 45% slower)
+        "cpu_model": cpu_model(), "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "host_memory_available_bytes": psutil.virtual_memory().available,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         rec["gpu"] = torch.cuda.get_device_name(0)
@@ -138,6 +142,9 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
             pynvml.nvmlInit()
             drv = pynvml.nvmlSystemGetDriverVersion()
             rec["driver"] = drv.decode() if isinstance(drv, bytes) else drv
+            uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(pynvml.nvmlDeviceGetCount())]
+            rec["gpu_uuids"] = [u.decode() if isinstance(u, bytes) else u for u in uuids]   # which GPUs exactly
         except Exception:  # noqa: BLE001 - the driver version is informative only
             pass
     else:
@@ -146,6 +153,18 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         rec["calibration"] = {k: v for k, v in calibration.items()
                               if k.endswith("_Bps") or k.endswith("_flops") or k.endswith("_per_s")}
     return rec
+
+
+def cpu_model() -> str | None:
+    """The CPU's marketing name (platform.processor() says only 'x86_64' on Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def hardware_tag(env: dict) -> str:

@@ -39,6 +39,8 @@ def test_summary_schema(tmp_path):
     s = make_summary(system="harmony", model="mlp-tiny", mode="vPP", gpus=1, minibatch=8, status="ok",
                      iterations=its, warmup=1, env=env_record("cpu"))
     validate_summary(s)
+    env = s["env"]                                    # what a host-bound run's speed depends on is recorded
+    assert env["host_memory_available_bytes"] > 0 and env["load_avg_1m"] is not None and "cpu_model" in env
     assert s["iter_time_s"] == 2.0                    # median of 1, 2, 3: the warm-up 5.0 is excluded
     assert s["samples_per_s"] == 4.0
     with JsonlWriter(tmp_path / "r.jsonl") as w:

@@ -495,7 +495,7 @@ def _device_schedule(run: Path, src: Path, model: str, gpus: int, D: int) -> Pat
 # ------------------------------------------------------------------------------------------------
 # The results page (docs/results.md)
 # ------------------------------------------------------------------------------------------------
-ENV_KEYS = ("gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_count", "host_memory_bytes",
+ENV_KEYS = ("gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu_model", "cpu_count", "host_memory_bytes",
             "precision", "gpu_memory_cap")
 
 

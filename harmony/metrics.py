@@ -129,7 +129,8 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         "host_memory_bytes": psutil.virtual_memory().total, "git_commit": git_commit(),
         "gpu": None, "gpu_count": 0, "driver": None,
         # host-bound runs depend on the CPU and on what else the host is doing: which CPU, how loaded, how
-        # much memory is free when the run starts (a resnet1026 re-run on a loaded host was 45% slower)
+        # much memory is free when the run starts (resnet1026 re-runs on another lease took 45% longer per
+        # iteration with the same GPU work, and nothing recorded said why)
         "cpu_model": cpu_model(), "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "host_memory_available_bytes": psutil.virtual_memory().available,
     }

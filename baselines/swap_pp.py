@@ -82,9 +82,10 @@ def swap_pp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
         if mem.pack_fits(s, e, ubatch, cap, fwd=e < L):
             packs.append((s, e))
             continue
-        mem.check_layers(s, e, ubatch, cap, f"swap-pp stage {r} [{s},{e})")
-        packs.extend(single_layer_packs(s, e, model_json) if stage_packing == "layer"
-                     else fit_packs(mem, s, e, ubatch, cap))
+        stage_packs = (single_layer_packs(s, e, model_json) if stage_packing == "layer"
+                       else fit_packs(mem, s, e, ubatch, cap))
+        mem.check_packs(stage_packs, ubatch, cap, f"swap-pp stage {r} [{s},{e})")
+        packs.extend(stage_packs)
     return ScheduleConfig(mode="vPP", gpus=gpus, minibatch=minibatch, ubatch_fwd=ubatch, ubatch_bwd=ubatch,
                           bwd_packs=tuple(packs), fwd_packs=tuple(packs[:-1]), group_size=1,
                           placement="stages", pin_shared=True, stages=tuple(stages))

@@ -249,3 +249,22 @@ def test_device_script_records_a_sigkilled_candidate_as_oom(tmp_path):
     rec = json.loads((out / "fsdp-offload.jsonl").read_text().splitlines()[-1])
     assert rec["status"] == "oom" and rec["killed_rc"] == 137 and rec["ubatch"] == 4
     assert rec["ubatch_search"][0]["status"] == "oom" and rec["env"]["precision"] == "fp32"
+
+
+def test_infeasible_only_when_the_lower_bound_says_so():
+    """The profile's memory rule over-counts GPT2-XL's LM head + loss pack at u=16 (13.2 GiB; the run on the
+    H100 peaked at 9.8 GiB under an 11 GiB cap): swap-dp must still try it, as its best setting may be
+    there. Infeasible is reserved for packs that the lower bound already puts over the cap, and it names
+    the pack that will run (the loss pack, not the head alone)."""
+    from pathlib import Path
+    from baselines.common import Infeasible
+    from harmony.schedule.memory import LayerCosts
+    d = Path(__file__).resolve().parents[1] / "results/paper/1xH100-80GB-HBM3/profiles"
+    mj = json.loads((d / "gpt2-xl.model.json").read_text())
+    prof = json.loads((d / "gpt2-xl.profile.json").read_text())
+    cap = 11 * 2**30
+    assert LayerCosts(prof).task_bytes("BWD", 50, 52, 16, 16) > cap            # the profile's rule says no
+    cfg = swap_dp_config(mj, 16, 1, 16, cap=cap, profile=prof)                  # ... but it is tried
+    assert cfg.bwd_packs[-1] == (50, 52)
+    with pytest.raises(Infeasible, match=r"pack of vLayers \[50,52\) needs at least"):
+        swap_dp_config(mj, 64, 1, 64, cap=cap, profile=prof)                    # logits alone: 13 GB at u=64

@@ -423,3 +423,25 @@ def test_decompose_name_labels_the_record_only(tmp_path):
     rec = json.loads((tmp_path / "m.json").read_text())
     assert rec["model"] == "gpt2-tiny-x3" and rec["source"] == {"kind": "zoo", "name": "gpt2-tiny",
                                                                   "overrides": {"n_layer": 3}}
+
+
+def test_c9_offload_peers_targets_and_a_peer_that_cannot_train(tmp_path):
+    """C9 (large scale): Harmony / fsdp-offload >= 1.5 and / zero-offload >= 1.2 per configuration; a peer
+    that ran out of memory where Harmony trained is reported as such and does not fail the claim."""
+    from harmony.checks import evaluate
+    from harmony.figures import COLUMNS
+    R = tmp_path / "results" / "large" / "1xTEST"
+    R.mkdir(parents=True)
+
+    def write(fsdp_sps):
+        pts = [("harmony-vPP", "ok", 5.6), ("fsdp-offload", "ok", fsdp_sps), ("zero-offload", "oom", None)]
+        with open(R / "figure10.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({"figure": "figure10", "model": "g", "minibatch": 32, "system": s, "gpus": 1, "cfg": "auto",
+                         "kind": "measured", "status": st, "samples_per_s": v} for s, st, v in pts)
+        return {r["claim"]: r for r in evaluate(R, "large")}["C9"]
+    c9 = write(3.7)
+    assert c9["verdict"] == "pass" and float(c9["measured"]) == pytest.approx(5.6 / 3.7, abs=1e-3)   # rounded
+    assert "zero-offload oom where Harmony trained" in c9["detail"]
+    assert write(4.0)["verdict"] == "fail"                 # 1.40x < 1.5x

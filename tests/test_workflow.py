@@ -172,7 +172,7 @@ def test_checks_table(real_records):
     p = sh(["harmony", "check", "--results", str(R)], cwd=base)
     assert "claim" in p.stdout and "C1" in p.stdout and "summary:" in p.stdout
     rows = list(csv.DictReader(open(R / "checks.csv")))
-    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 9)]
+    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 10)]
     assert {r["verdict"] for r in rows} <= {"pass", "fail", "info", "no-data"}
     c8 = next(r for r in rows if r["claim"] == "C8")
     assert c8["verdict"] == "fail"                               # missing grid points are reported

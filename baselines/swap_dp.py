@@ -41,10 +41,6 @@ class TaskMemory:
             from harmony.schedule.memory import LayerCosts
             self.costs = LayerCosts(profile)
 
-    @property
-    def exact(self) -> bool:
-        return self.costs is not None
-
     def task_bytes(self, kind: str, s: int, e: int, u: int) -> float:
         if self.costs is not None:
             return self.costs.task_bytes(kind, s, e, u, u)

@@ -66,7 +66,12 @@ run() {   # run NAME TIMEOUT_S ARGS...: one baseline, its log, never fatal (STEM
   local rc=$?
   echo "$rc" > "$OUT/$stem.rc"
   [ $rc -eq 124 ] && echo "  $name: stopped at its ${limit}s limit (no summary)"
-  [ $rc -eq 137 ] && echo "  $name: killed by SIGKILL (rc 137; the kernel's OOM killer when host memory runs out)"
+  # SIGKILLed (host OOM) before its summary: the baseline could not write one; record the failure
+  if [ $rc -eq 137 ] && ! tail -n1 "$OUT/$stem.jsonl" 2>/dev/null | grep -q '"record": "summary"'; then
+    echo "  $name: killed by SIGKILL (rc 137; the kernel's OOM killer when host memory runs out)"
+    python3 experiments/device/record_killed.py --system "$name" --model-json "$M" --minibatch "$D" \
+      ${U:+--ubatch "$U"} --log "$OUT/$stem.log" --env "collect:$DEVICE:$PRECISION" -o "$OUT/$stem.jsonl"
+  fi
   grep -E "^(resident|swap-dp|swap-pp|fsdp-offload|zero-offload|\[zero-offload)" "$OUT/$stem.log" | tail -12
 }
 
@@ -74,26 +79,18 @@ search() {   # search NAME LIMIT_PER_CANDIDATE U1,U2,... ARGS...: each microbatc
   local name=$1 limit=$2 list=$3; shift 3
   case " $SYSTEMS " in *" $name "*) ;; *) return 0 ;; esac
   mkdir -p "$OUT/search"    # candidates beside the best record would claim its grid point on import
-  for u in ${list//,/ }; do STEM="search/$name.u$u" run "$name" "$limit" --ubatch "$u" "$@"; done
-  python3 - "$OUT" "$name" "$list" "$limit" "$M" "$D" "$DEVICE" "$PRECISION" <<'EOF'
+  for u in ${list//,/ }; do STEM="search/$name.u$u" U=$u run "$name" "$limit" --ubatch "$u" "$@"; done
+  python3 - "$OUT" "$name" "$list" "$limit" <<'EOF'
 import json, shutil, sys, pathlib
 out, name, us, limit = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), sys.argv[4]
-model_json, D, device, precision = sys.argv[5], int(sys.argv[6]), sys.argv[7], sys.argv[8]
 found = []
 for u in us:
     p = out / "search" / f"{name}.u{u}.jsonl"
     lines = p.read_text().splitlines() if p.exists() else []
     s = json.loads(lines[-1]) if lines and json.loads(lines[-1]).get("record") == "summary" else None
     rc = p.with_suffix(".rc").read_text().strip() if p.with_suffix(".rc").exists() else "?"
-    if s is None and rc == "137":   # SIGKILLed (host OOM): the harness could not write its summary
-        import subprocess
-        subprocess.run([sys.executable, "experiments/device/record_killed.py", "--system", name, "--model-json",
-                        model_json, "--minibatch", str(D), "--ubatch", u, "--log", str(p.with_suffix(".log")),
-                        "--env", f"collect:{device}:{precision}", "-o", str(p)], check=True)
-        s = json.loads(p.read_text().splitlines()[-1])
     found.append((int(u), p, s, rc))
-gone = {"124": ("timeout", f"stopped at its {limit} s limit before its summary"),
-        "137": ("killed", "killed by SIGKILL (rc 137) before its summary: the kernel's OOM killer when host memory runs out")}
+gone = {"124": ("timeout", f"stopped at its {limit} s limit before its summary")}
 search = [{"ubatch": u, "status": s["status"] if s else gone.get(rc, ("error",))[0], "iter_time_s": s and s.get("iter_time_s"),
            "samples_per_s": s and s.get("samples_per_s"), "bytes_h2d": s and s.get("bytes_h2d"),
            "bytes_d2h": s and s.get("bytes_d2h"),
@@ -113,9 +110,10 @@ EOF
 
 # 0. Harmony itself (searched vPP schedule from the committed H100 profile), for the ratios
 case " $SYSTEMS " in *" harmony "*)
-  P=${PROFILES:-results/paper/1xH100-80GB-HBM3/profiles}
-  stamp "harmony: schedule from $P, then harmony run (limit ${HARMONY_LIMIT_S:-200}s)"
-  $H schedule "$P/$MODEL.profile.json" --model "$P/$MODEL.model.json" --calibration "$P/calibration.json" \
+  P=${PROFILES:-results/paper/1xH100-80GB-HBM3/profiles}   # PROFILE, MODEL_JSON, CALIBRATION: files named directly
+  PROF=${PROFILE:-$P/$MODEL.profile.json}
+  stamp "harmony: schedule from $PROF, then harmony run (limit ${HARMONY_LIMIT_S:-200}s)"
+  $H schedule "$PROF" --model "${MODEL_JSON:-$P/$MODEL.model.json}" --calibration "${CALIBRATION:-$P/calibration.json}" \
     --minibatch "$D" --gpus 1 --mode vPP "${CAPARG[@]}" --headroom "${HEADROOM:-0.03}" \
     -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" > "$OUT/harmony.log" 2>&1
   timeout "${HARMONY_LIMIT_S:-200}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${HARMONY_ITERS:-5}" \

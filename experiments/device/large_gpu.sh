@@ -37,35 +37,24 @@ free -g > "$OUT/host_memory.txt" 2>&1
 M="$OUT/model.json"
 [ -f "$M" ] || $H decompose "$BASE" --set "n_layer=$NL" --name "$ID" -o "$M" 2>&1 | tee -a "$OUT/steps.txt"
 
+P=${PROFILE:-$OUT/profile.json}
 case " $SYSTEMS " in *" harmony "*)
-  P=${PROFILE:-$OUT/profile.json}
   if [ ! -f "$P" ]; then
     stamp "profile $ID (no cap, $DEVICE, $PRECISION)"
     timeout "${PROFILE_LIMIT_S:-240}" $H profile "$M" -o "$P" --device "$DEVICE" --precision "$PRECISION" \
       --trials 5 --max-trial-s 0.25 > "$OUT/profile.log" 2>&1
     stamp "profile rc=$?"; tail -2 "$OUT/profile.log"
-  fi
-  stamp "schedule: vPP, N=1, planned under the profiled GPU's memory less ${HEADROOM:-0.10}"
-  $H schedule "$P" --model "$M" --calibration "$CALIBRATION" --minibatch "$D" --gpus 1 --mode vPP \
-    --headroom "${HEADROOM:-0.10}" -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" \
-    > "$OUT/harmony.log" 2>&1
-  tail -1 "$OUT/harmony.log"
-  stamp "harmony run (limit ${HARMONY_LIMIT_S:-420} s)"
-  timeout "${HARMONY_LIMIT_S:-420}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${ITERS:-4}" \
-    --warmup 1 --memcpy-trace --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1
-  rc=$?; stamp "harmony rc=$rc"
-  [ $rc -eq 137 ] && echo "harmony: killed by SIGKILL (rc 137): the OOM killer when host memory runs out" | tee -a "$OUT/steps.txt"
-  tail -3 "$OUT/harmony.log" ;;
+  fi ;;
 esac
 
-BASELINES=""
-for s in fsdp-offload zero-offload; do case " $SYSTEMS " in *" $s "*) BASELINES="$BASELINES $s" ;; esac; done
-if [ -n "$BASELINES" ]; then
-  stamp "baselines:$BASELINES (no cap, searched microbatch)"
-  MODEL="$ID" MODEL_JSON="$M" CAP= D="$D" DEVICE="$DEVICE" PRECISION="$PRECISION" SYSTEMS="$BASELINES" \
-    CALIBRATION="$CALIBRATION" ITERS="${ITERS:-4}" FSDP_UBATCH="${FSDP_UBATCH:-32,16}" ZERO_UBATCH="${ZERO_UBATCH:-32,16}" \
-    FSDP_LIMIT_S="${FSDP_LIMIT_S:-270}" ZERO_LIMIT_S="${ZERO_LIMIT_S:-240}" \
-    bash experiments/device/baselines_gpu.sh "$OUT" 2>&1 | tee -a "$OUT/steps.txt"
-fi
+# Harmony (vPP, N=1, planned under the profiled GPU's memory less HEADROOM) and the offloading baselines
+# (searched microbatch), no cap: the same steps as the paper-scale script, with this model's files
+stamp "systems: $SYSTEMS (no cap)"
+MODEL="$ID" MODEL_JSON="$M" PROFILE="$P" CALIBRATION="$CALIBRATION" CAP= D="$D" DEVICE="$DEVICE" \
+  PRECISION="$PRECISION" SYSTEMS="$SYSTEMS" HEADROOM="${HEADROOM:-0.10}" \
+  HARMONY_ITERS="${ITERS:-4}" HARMONY_LIMIT_S="${HARMONY_LIMIT_S:-420}" \
+  ITERS="${ITERS:-4}" FSDP_UBATCH="${FSDP_UBATCH:-32,16}" ZERO_UBATCH="${ZERO_UBATCH:-32,16}" \
+  FSDP_LIMIT_S="${FSDP_LIMIT_S:-270}" ZERO_LIMIT_S="${ZERO_LIMIT_S:-240}" \
+  bash experiments/device/baselines_gpu.sh "$OUT" 2>&1 | tee -a "$OUT/steps.txt"
 free -g >> "$OUT/host_memory.txt" 2>&1
 stamp "done"

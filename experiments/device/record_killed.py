@@ -17,7 +17,7 @@ from harmony.jsonio import write_json
 from harmony.metrics import env_record, make_summary, validate_summary
 
 
-def killed_summary(system: str, model_json: Path, minibatch: int, ubatch: int, log: Path, env: dict,
+def killed_summary(system: str, model_json: Path, minibatch: int, ubatch: int | None, log: Path, env: dict,
                    gpus: int = 1) -> dict:
     text = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
     last = text[-1] if text else "(no log)"
@@ -35,7 +35,7 @@ def main() -> int:
     p.add_argument("--system", required=True)
     p.add_argument("--model-json", required=True)
     p.add_argument("--minibatch", type=int, required=True)
-    p.add_argument("--ubatch", type=int, required=True)
+    p.add_argument("--ubatch", type=int, default=None, help="the candidate's microbatch, when it had one")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--log", required=True)
     p.add_argument("--env", required=True,

@@ -357,6 +357,47 @@ def test_joblist_is_ordered_and_valid_bash(tmp_path):
     assert "harmony run" in text and "snakemake" not in text.split("\n", 3)[-1].replace("snakemake -n -p", "")
 
 
+def _dry_job(rule, inputs, outputs, shell):
+    return (f"rule {rule}:\n    input: {', '.join(inputs)}\n    output: {', '.join(outputs)}\n"
+            f"    jobid: 0\nShell command: {shell}\n\n")
+
+
+def test_joblist_takes_listings_in_priority_order_and_runs_profiles_one_per_gpu(tmp_path):
+    """Two listings: the first's jobs come first, a job in both is kept once; with GPU_SLOTS=2 the two
+    profiles run side by side on GPUs 0 and 1, and the schedule that reads them waits for both."""
+    prof = "echo $CUDA_VISIBLE_DEVICES > {o}.gpu; date +%s.%N > {o}.start; sleep 1.5; date +%s.%N > {o}"
+    a = (_dry_job("profile", [], ["pa"], prof.format(o="pa")) + _dry_job("profile", [], ["pb"], prof.format(o="pb"))
+         + _dry_job("schedule", ["pa", "pb"], ["s"], "cat pa pb > s"))
+    b = _dry_job("schedule", ["pa", "pb"], ["s"], "cat pa pb > s") + _dry_job("run", ["s"], ["r"], "cp s r")
+    (tmp_path / "a.txt").write_text(a)
+    (tmp_path / "b.txt").write_text(b)
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "b.txt"), str(tmp_path / "a.txt"),
+        "-o", str(script)])
+    order = [line.split()[1] for line in script.read_text().splitlines() if line.startswith("job ")]
+    assert order == ["profile", "profile", "schedule", "run"]          # producers first, each job once
+    out = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**os.environ, "GPU_SLOTS": "2"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ran 4, skipped 0" in out.stdout
+    assert sorted((tmp_path / f"p{x}.gpu").read_text().strip() for x in "ab") == ["0", "1"]
+    starts = [float((tmp_path / f"p{x}.start").read_text()) for x in "ab"]
+    ends = [float((tmp_path / f"p{x}").read_text()) for x in "ab"]
+    assert max(starts) < min(ends)                                    # the two overlapped
+    assert (tmp_path / "r").stat().st_mtime >= max(ends) - 0.01       # the schedule waited for both
+    again = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "skipped 4" in again.stdout and again.returncode == 0
+
+
+def test_joblist_counts_a_failed_parallel_job(tmp_path):
+    (tmp_path / "a.txt").write_text(_dry_job("profile", [], ["pa"], "exit 3") + _dry_job("profile", [], ["pb"], "touch pb"))
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "a.txt"), "-o", str(script)])
+    out = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**os.environ, "GPU_SLOTS": "2"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "failed 1" in out.stdout and "FAILED: profile: pa" in out.stderr
+
+
 # ------------------------------------------------------------------------------------------------
 # The README's main command, end to end on the CPU (real smoke-scale runs)
 # ------------------------------------------------------------------------------------------------
@@ -414,6 +455,21 @@ def test_plan_names_aliases_and_takes_convergence_iters():
     short = Plan.from_config({"scale": "smoke", "hardware": "cpu", "gpus_present": 2, "convergence_iters": 7}, root=ROOT)
     assert short.settings["convergence_iters"] == 7
     assert plan.settings["convergence_iters"] == 30          # the scale's settings are not modified in place
+
+
+def test_plan_takes_iters_and_baseline_ubatch_overrides():
+    """Device budgets: `iters` and `baseline_ubatch` in the config replace the scale's; bad values are named."""
+    from harmony.workflow import Plan
+    cfg = {"scale": "paper", "hardware": "4xH200", "gpus_present": 4}
+    plan = Plan.from_config(cfg, root=ROOT)
+    assert plan.settings["iters"] == 10
+    assert plan.baseline_ubatch_args(64, 4) == "--ubatch 1,2,4,8,16"
+    short = Plan.from_config({**cfg, "iters": 4, "baseline_ubatch": "8,32"}, root=ROOT)
+    assert short.settings["iters"] == 4
+    assert short.baseline_ubatch_args(64, 4) == "--ubatch 8"     # 32 > D/N = 16: dropped
+    assert Plan.from_config({**cfg, "baseline_ubatch": 4}, root=ROOT).baseline_ubatch_args(64, 4) == "--ubatch 4"
+    with pytest.raises(ValueError, match="baseline_ubatch"):
+        Plan.from_config({**cfg, "baseline_ubatch": "eight"}, root=ROOT)
 
 
 def test_decompose_name_labels_the_record_only(tmp_path):

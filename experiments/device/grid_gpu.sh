@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call of a generated job list (experiments/device/jobs-*.sh): the list runs under a time
+# budget, single-GPU jobs (profiles) one per GPU side by side, and everything it wrote under RESULTS comes
+# back as one tarball (the device returns at most 8 files). Re-run it in the next call after unpacking
+# the tarball into the working tree here: jobs whose outputs exist are skipped.
+#   usage: experiments/device/grid_gpu.sh JOBLIST RESULTS TAG   (repository root, on the GPU machine)
+#   env:   BUDGET_S (540: the whole call), TAIL_S (150: no new job starts in the last TAIL_S seconds)
+# Writes RESULTS/calls/TAG.{console.log,gpus.txt,topo.txt,env.json} and $OUT/TAG.tgz (RESULTS, logs included).
+set -uo pipefail
+JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
+BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-150}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
+# The job list calls `harmony`; the GPU image has the project only as a source tree.
+mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony && chmod +x /tmp/bin/harmony
+export PATH="/tmp/bin:$PATH"
+if ls .whl/*.whl >/dev/null 2>&1; then   # PyYAML, psutil, nvidia-ml-py where the image lacks them
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+mkdir -p "$RESULTS/calls"
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
+nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1
+python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG.env.json" 2>/dev/null
+slots=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$slots" -ge 1 ] 2>/dev/null || slots=1
+echo "[$TAG] $JOBS on $slots GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
+GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
+  | tee -a "$RESULTS/calls/$TAG.console.log"
+echo "[$TAG] job list rc=${PIPESTATUS[0]} (124: stopped at the call's budget; the job in flight left no record and runs again next call)" \
+  | tee -a "$RESULTS/calls/$TAG.console.log"
+pkill -f "harmony.cli" 2>/dev/null; sleep 2
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/$TAG.tgz" "$RESULTS" && ls -la "$OUT"; fi

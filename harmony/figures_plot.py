@@ -208,7 +208,8 @@ def _scaling(exp, rows):
                 a.plot([r["gpus"] for r in meas], [val(r) for r in meas], "-", marker=markers[mi % 6], color=color,
                        label=f"{name} measured")
             if pred:
-                chain = meas[-1:] + pred
+                # Dashed through every point by N (a prediction may lie below or above the measured N).
+                chain = sorted(meas + pred, key=lambda r: r["gpus"])
                 a.plot([r["gpus"] for r in chain], [val(r) for r in chain], "--", color=color)
                 a.plot([r["gpus"] for r in pred], [val(r) for r in pred], linestyle="none", marker=markers[mi % 6],
                        mfc="none", color=color, label=f"{name} predicted")

@@ -6,7 +6,8 @@ microbatch size u of a sweep, measure on the target device:
   `trials` runs after `warmup` runs, with (min, max) kept; the peak memory of each and the bytes saved
   for backward (harmony.gpumem.MemoryMeter: CUDA allocator counters, or a live-storage tracker on CPU);
 and once per distinct vLayer the real CPU optimizer (harmony.optim.make_optimizer) on its parameters:
-  the bytes of its state K and the median time of one step with torch.get_num_threads() threads.
+  the bytes of its state K and the time of one step with the runtime's threads per worker (`--threads`;
+  on a GPU host: CPU cores / GPUs of the host, what each worker of a run on every GPU gets).
 Identical vLayers share the numbers (`profiled_as`). Each vLayer is fed its real inputs: the chain is
 walked on the device at batch 2, one vLayer materialised at a time, and inputs at size u are the batch-2
 inputs tiled along the sample dimension.
@@ -18,6 +19,7 @@ OutOfMemoryError ends the sweep of that vLayer cleanly; so does a backward slowe
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 import sys
 import time
@@ -48,6 +50,7 @@ class ProfileOptions:
     max_trial_s: float | None = None     # stop a sweep after a u whose fastest backward takes longer; default 0.25 s
     headroom: float = 0.95               # fraction of the cap a predicted footprint may use
     opt_trials: int = 5
+    threads: int | None = None           # CPU threads of the optimizer step; None: update_threads_default()
     seed: int = 0
     materialize: str = "auto"            # auto | full | stream (see LayerSource)
     progress: bool = True
@@ -325,6 +328,31 @@ def optimizer_cost(layer: nn.Module, cfg, trials: int) -> dict:
 # ------------------------------------------------------------------------------------------------
 # The whole model
 # ------------------------------------------------------------------------------------------------
+def host_gpu_count() -> int:
+    """GPUs of the host, whatever CUDA_VISIBLE_DEVICES hides (a profile run one per GPU sees one)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML (CPU machine, container without the library)
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def update_threads_default(dev: torch.device) -> tuple[int, str]:
+    """CPU threads the optimizer step is timed with, and why. A run's worker steps its packs with
+    cpu_count // N threads (harmony/runtime/worker.py); on a GPU host the profile takes N = every GPU of
+    the host. Timing with all cores instead put 4 concurrent profiles x 64 threads on a 64-core 4x H200
+    host: steps 15x slower than the runs' (docs/performance.md entry 12)."""
+    cores = os.cpu_count() or 1
+    if dev.type != "cuda":
+        return torch.get_num_threads(), "torch default (CPU device)"
+    gpus = max(host_gpu_count(), 1)
+    return max(1, cores // gpus), f"{cores} CPU cores // {gpus} GPUs of the host (a worker's share at N = {gpus})"
+
+
 def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
     from harmony.decompose import spec_from_model_json
     t_start = time.perf_counter()
@@ -343,6 +371,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         opts.max_trial_s = 0.25
     prec_rec = gpumem.set_precision(opts.precision)
     cap_rec = gpumem.apply_memory_cap(dev, opts.gpu_memory)
+    threads, threads_rule = (opts.threads, "--threads") if opts.threads else update_threads_default(dev)
+    torch.set_num_threads(threads)
     usable = gpumem.usable_bytes(dev, opts.gpu_memory)
     spec = spec_from_model_json(model_json)
     cfg = spec.optimizer
@@ -410,6 +440,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "model": model_json["model"], "device": str(dev), "gpu": gpu, "precision": opts.precision,
         "precision_settings": prec_rec, "gpu_memory_cap": opts.gpu_memory, "memory_cap": cap_rec,
         "optimizer": spec.describe()["optimizer"], "threads": torch.get_num_threads(),
+        "threads_rule": threads_rule,
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
         "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",
@@ -474,6 +505,8 @@ def add_arguments(p) -> None:
                         "memory with the prediction from the profile (stored as pack_check)")
     p.add_argument("--check-ubatch", type=int, default=None, help="u of --check-pack (default: the largest "
                    "measured u whose predicted pack peak is under 80%% of the cap)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of the timed optimizer step (default: "
+                   "CPU cores / GPUs of the host on CUDA, a run worker's share; torch's default on CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -481,10 +514,13 @@ def main(args) -> int:
     from harmony.decompose import load_model_json
     if args.trials < 1 or (args.warmup is not None and args.warmup < 0):
         raise ValueError("--trials must be >= 1 and --warmup >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give a positive number of CPU threads (or leave it out)")
     opts = ProfileOptions(device=args.device, ubatch=parse_ubatch(args.ubatch), trials=args.trials,
                           warmup=args.warmup, precision=args.precision,
                           gpu_memory=gpumem.parse_cap(args.gpu_memory), max_ubatch=args.max_ubatch,
-                          max_trial_s=args.max_trial_s, materialize=args.materialize, progress=not args.quiet)
+                          max_trial_s=args.max_trial_s, materialize=args.materialize, progress=not args.quiet,
+                          threads=args.threads)
     rng = parse_range(args.check_pack) if args.check_pack else None
     mj = load_model_json(args.model_json)
     prof = profile_model(mj, opts)

@@ -188,7 +188,8 @@ def test_gpu_memory_flag_on_cpu_is_recorded(tmp_path):
 
 
 @pytest.mark.parametrize("extra", [["--ubatch", "0,2"], ["--ubatch", "1,x"], ["--gpu-memory", "11 potatoes"],
-                                   ["--gpu-memory=-5GiB"], ["--trials", "0"], ["--check-pack", "3"]])
+                                   ["--gpu-memory=-5GiB"], ["--trials", "0"], ["--check-pack", "3"],
+                                   ["--threads", "0"]])
 def test_bad_arguments_are_errors(tmp_path, extra, capsys):
     mj = _model_json(tmp_path, "mlp-tiny", n_layer=1)
     assert cli(["profile", str(mj), "-o", str(tmp_path / "p.json"), "--quiet", *extra]) == 2
@@ -220,3 +221,28 @@ def test_cuda_pack_check(tmp_path):
     prof = hp.profile_model(mj, hp.ProfileOptions(device="cuda", ubatch=[4, 8], progress=False))
     res = pc.check_pack(mj, prof, (1, 5), 8, "cuda", "fp32")
     assert abs(res["rel_error"]) < 0.10, res
+
+
+def test_optimizer_threads_are_a_run_workers_share(monkeypatch):
+    """On a GPU host the optimizer step is timed with CPU cores // GPUs of the host (a worker's threads in
+    a run on every GPU), not with every core; CPU devices keep torch's default; the rule is recorded."""
+    from harmony import profile as P
+    monkeypatch.setattr(P.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(P, "host_gpu_count", lambda: 4)
+    assert P.update_threads_default(torch.device("cuda", 0))[0] == 16
+    monkeypatch.setattr(P, "host_gpu_count", lambda: 0)          # no NVML, no CUDA: one worker
+    assert P.update_threads_default(torch.device("cuda", 0))[0] == 64
+    n, rule = P.update_threads_default(torch.device("cpu"))
+    assert n == torch.get_num_threads() and "CPU device" in rule
+
+
+def test_threads_option_is_used_and_recorded(tmp_path):
+    mj = _model_json(tmp_path, "mlp-tiny", n_layer=2)
+    out = tmp_path / "p.json"
+    before = torch.get_num_threads()
+    try:
+        assert cli(["profile", str(mj), "-o", str(out), "--ubatch", "1", "--trials", "1", "--threads", "1", "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    prof = json.loads(out.read_text())
+    assert prof["threads"] == 1 and prof["threads_rule"] == "--threads"

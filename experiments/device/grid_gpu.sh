@@ -4,7 +4,11 @@
 # back as one tarball (the device returns at most 8 files). Re-run it in the next call after unpacking
 # the tarball into the working tree here: jobs whose outputs exist are skipped.
 #   usage: experiments/device/grid_gpu.sh JOBLIST RESULTS TAG   (repository root, on the GPU machine)
-#   env:   BUDGET_S (540: the whole call), TAIL_S (150: no new job starts in the last TAIL_S seconds)
+#   env:   BUDGET_S (540: the whole call), TAIL_S (150: no new job starts in the last TAIL_S seconds),
+#          GPU_SLOTS (1: one job at a time; the GPU count runs profiles side by side, one per GPU. Their
+#          host-side optimizer timings then share the host's memory bandwidth, as the workers of a run on
+#          every GPU do; docs/performance.md entry 12 says what running them side by side with every core
+#          each did to the 4x H200 profiles)
 # Writes RESULTS/calls/TAG.{console.log,gpus.txt,topo.txt,env.json} and $OUT/TAG.tgz (RESULTS, logs included).
 set -uo pipefail
 JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
@@ -23,8 +27,8 @@ mkdir -p "$RESULTS/calls"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1
 python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG.env.json" 2>/dev/null
-slots=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$slots" -ge 1 ] 2>/dev/null || slots=1
-echo "[$TAG] $JOBS on $slots GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
+slots=${GPU_SLOTS:-1}
+echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
 GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
   | tee -a "$RESULTS/calls/$TAG.console.log"
 echo "[$TAG] job list rc=${PIPESTATUS[0]} (124: stopped at the call's budget; the job in flight left no record and runs again next call)" \

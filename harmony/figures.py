@@ -502,7 +502,8 @@ ENV_KEYS = ("gpu", "gpu_count", "driver", "cuda", "torch", "python", "cpu", "cpu
 def write_results_page(results_root: Path, out: Path) -> int:
     """One Markdown page: for each results/<scale>/<hardware>/ folder, every figure present (PNG linked,
     row statuses counted), the claims table (harmony check, evaluated now from the figure CSVs) and the
-    environment records of the runs behind the numbers. Generated; never edited by hand."""
+    environment records of the runs behind the numbers, after the folder's NOTES.md where there is one.
+    Generated; never edited by hand."""
     from harmony.checks import evaluate
     from harmony.metrics import git_commit
     out = Path(out)
@@ -521,6 +522,9 @@ def write_results_page(results_root: Path, out: Path) -> int:
     for root in folders:
         scale, hw = root.parent.name, root.name
         L += [f"## {scale} / {hw}", ""]
+        notes = root / "NOTES.md"      # what a reader must know about these numbers (kept by hand, beside them)
+        if notes.exists():
+            L += [f"Notes ([`NOTES.md`]({rel(notes)})):", "", notes.read_text().strip(), ""]
         envs = _folder_envs(root)
         L += ["Hardware of the numbers below (distinct environment records of the runs each figure plots; "
               "`env.json` of the folder first when present):", "",

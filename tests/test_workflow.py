@@ -254,10 +254,12 @@ def test_import_device_records_and_results_page(real_records, tmp_path):
     assert pt[("gpt2-tiny", "swap-dp", "1", "measured")] == "ok"
     assert pt[("gpt2-tiny", "harmony-vPP", "4", "predicted")] == "missing"   # N=4 on a 1-GPU machine: not run
     assert pt[("bert-tiny", "swap-dp", "1", "measured")] == "missing"
+    (dev / "NOTES.md").write_text("The predictions of this folder are known to be off.\n")
     page = tmp_path / "results.md"
     sh(["harmony", "figure", "--results-page", "--results-root", str(tmp_path / "results"), "-o", str(page)], cwd=base)
     text = page.read_text()
     assert "## smoke / 1xTEST" in text and "figure10.png" in text and "| C7 " in text
+    assert "The predictions of this folder are known to be off." in text
 
 
 def test_import_device_names_aliases_by_folder_and_skips_remeasure(tmp_path):

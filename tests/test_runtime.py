@@ -317,3 +317,17 @@ def test_host_optimizer_reference_equals_plain_reference_on_cpu():
     b_losses, b = microbatched_reference(spec, batches, shares, host_optimizer=True)
     assert a_losses == b_losses
     assert max_relative_difference(a, b) == 0.0
+
+
+def test_summary_says_where_setup_time_goes():
+    """Device time is mostly set-up for short runs (4x H200: ~65 s of a 75 s run): the summary splits it
+    into host phases, the time until every worker is ready, and each worker phase (slowest rank)."""
+    from harmony.runtime import run_schedule
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    s = run_schedule(rec, g, iters=2, device="cpu")
+    su = s["setup_s"]
+    assert set(su["host"]) == {"validate_layout", "arena_create", "init_weights", "arena_fill"}
+    assert {"process_group", "device", "model", "arena", "batches", "precompute"} <= set(su["worker_slowest_rank"])
+    assert all(v >= 0 for v in [*su["host"].values(), *su["worker_slowest_rank"].values()])
+    assert 0 < su["workers_ready_after_s"] < s["wall_s"]
+    assert sum(su["host"].values()) + su["workers_ready_after_s"] <= s["wall_s"]

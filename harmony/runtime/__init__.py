@@ -10,6 +10,7 @@ optim (per-pack CPU optimizer in threads), launch (spawn, supervise, tear down),
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -82,13 +83,19 @@ class Prepared:
                  update_threads: int = 2, memcpy_trace_iteration: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
+        t = [time.perf_counter()]
+        lap = lambda: t.append(time.perf_counter()) or round(t[-1] - t[-2], 3)   # noqa: E731
         spec, self.meta_layers = validate_against_model(record, graph, device)
         self.graph, self.device = graph, device
         self.layout = plan_layout(self.meta_layers, graph, record["model"], spec.optimizer.state_tensors_per_param())
         check_fits(self.layout)
+        self.setup_s = {"validate_layout": lap()}
         self.arena = HostArena.create(self.layout)
+        self.setup_s["arena_create"] = lap()
         init = spec.build("cpu", seed=seed)
+        self.setup_s["init_weights"] = lap()                  # the model built on the CPU (same seed as PyTorch's)
         self.arena.fill_weights(init)
+        self.setup_s["arena_fill"] = lap()
         del init
         self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
                     "arena_path": self.arena.path, "device": device, "precision": precision,
@@ -135,6 +142,8 @@ def _execute(record: dict, graph: TaskGraph, *, writer=None, **kw):
     try:
         outcome = launch(prep.job, graph.config.gpus, prep.on_iteration(writer))
         outcome.records, outcome.layout = prep.records, prep.layout
+        outcome.setup_s = {"host": prep.setup_s, "workers_ready_after_s": outcome.ready_after_s,
+                           "worker_slowest_rank": outcome.worker_setup_s}
         return outcome
     finally:
         prep.close()
@@ -167,6 +176,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     writer = JsonlWriter(output) if output else None
     env = env_record(device, precision, gpu_memory_cap)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
+    setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
     if trace_it is not None:
         warmup += 1                    # the traced iteration is not timed
@@ -177,6 +187,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
+            setup_s = out.setup_s
         except HostMemoryError as e:
             status, message = "infeasible", str(e)
             if writer is None:
@@ -194,6 +205,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,
             failure={k: v for k, v in (failure or {}).items() if k != "traceback"} or None,
             losses=[r.loss for r in records],
+            setup_s=setup_s, wall_s=round(time.perf_counter() - t_start, 3),
             **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus) if memcpy_trace else {}))
         if writer is not None:
             writer.write(summary)

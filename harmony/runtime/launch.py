@@ -28,6 +28,9 @@ class Outcome:
     failure: dict | None = None
     iterations: list[dict] = field(default_factory=list)   # merged over ranks, in order
     pinned_bytes: int = 0
+    ready_after_s: float | None = None       # launch -> every worker set up (process start, NCCL, arena, ...)
+    worker_setup_s: dict = field(default_factory=dict)   # phase -> slowest rank's seconds
+    setup_s: dict | None = None              # filled by harmony.runtime._execute: host + worker phases
 
 
 def free_port() -> int:
@@ -114,7 +117,8 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
     outs = [Outcome() for _ in jobs]
     pending: dict[tuple[int, int], dict[int, dict]] = {}
     done: dict[int, set[int]] = {j: set() for j in range(len(jobs))}
-    last_progress = time.monotonic()
+    last_progress = t_job = time.monotonic()      # t_job: when the current job's set-up began
+    ready: dict[int, set[int]] = {}
     dead_since: dict[int, float] = {}
     current = 0
     # SIGTERM (`timeout`, a scheduler, snakemake) ends a run like Ctrl-C: workers stopped, record marked
@@ -152,6 +156,11 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
             out = outs[ji]
             if kind == "ready":
                 out.pinned_bytes = max(out.pinned_bytes, payload.get("pinned_bytes", 0))
+                for phase, sec in (payload.get("setup_s") or {}).items():
+                    out.worker_setup_s[phase] = max(out.worker_setup_s.get(phase, 0.0), sec)
+                ready.setdefault(ji, set()).add(rank)
+                if len(ready[ji]) == nprocs:
+                    out.ready_after_s = round(time.monotonic() - t_job, 3)
             elif kind == "iteration":
                 it = payload["iteration"]
                 pending.setdefault((ji, it), {})[rank] = payload
@@ -164,6 +173,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
                 done[ji].add(rank)
                 while current < len(jobs) and len(done[current]) == nprocs:
                     current += 1
+                    t_job = time.monotonic()
             elif kind == "error":
                 out.status = "oom" if payload.get("oom") else "error"
                 where = (f" in task {payload['task']} ({payload['kind']} of layers {payload['pack']}, "

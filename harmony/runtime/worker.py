@@ -70,6 +70,19 @@ def set_deterministic() -> dict:
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+class _PhaseClock:
+    """Seconds per named setup phase (where a run's minutes before its first iteration go)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = round(now - self._t, 3)
+        self._t = now
+
+
 class TaskFailure(RuntimeError):
     def __init__(self, info: dict):
         super().__init__(info.get("message", "task failed"))
@@ -92,6 +105,9 @@ class Worker:
         from harmony.schedule.tasks import TaskGraph
 
         job = self.job
+        clock = _PhaseClock()
+        if getattr(self, "process_group_s", None) is not None:
+            clock.phases["process_group"] = self.process_group_s   # worker_main, before this job
         self.graph = TaskGraph.from_json(job["graph"])
         self.cfg = self.graph.config
         self.N = self.cfg.gpus
@@ -107,14 +123,17 @@ class Worker:
         if os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
             set_deterministic()       # GPU tests: the same kernels as the reference in the test process
         self.cap_record = apply_memory_cap(self.device, job.get("gpu_memory_cap"))
+        clock.lap("device")              # CUDA context, precision, memory cap
         self.ctrl = _CTRL.get("group")
         self.spec = spec_from_model_json(job["model"])
         self.layers = self.spec.build("meta")
         self.layers.train()
         self.slots = [layer_slots(l) for l in self.layers]
         self.stochastic = {i for i, l in enumerate(self.layers) if is_stochastic(l)}
+        clock.lap("model")               # the chain on the meta device, its slots
         self.arena = HostArena.attach(job["layout"], job["arena_path"])
         self.pinned = self.arena.pin() if self.device.type == "cuda" else 0
+        clock.lap("arena")               # attach the shared host arena, page-lock it (cudaHostRegister)
         self.counters = Counters()
         self.copier = Copier(self.device, self.counters)
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
@@ -123,6 +142,7 @@ class Worker:
         self.batches = load_batches(self.spec, job["data"], self.cfg.minibatch, job["iters"], job["data_seed"])
         if self.device.type == "cuda":
             self.batches = [tuple(t.pin_memory() for t in b) for b in self.batches]
+        clock.lap("batches")
         self.tasks = self.graph.rank_tasks(self.rank)
         self.compute_tasks = [t for t in self.tasks if t.kind != "UPD"]
         self.vls = job["model"]["vlayers"]
@@ -136,6 +156,8 @@ class Worker:
         self.fault = job.get("fault") or {}
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
         self._precompute()
+        clock.lap("precompute")
+        self.setup_s = clock.phases
 
     def _precompute(self) -> None:
         """Everything the per-task hot path would otherwise rebuild every task of every iteration: arena
@@ -471,7 +493,7 @@ class Worker:
         self.acts, self.grads_out, self.stash_events, self.kept_grads = {}, {}, {}, {}
         self.sends = []
         self.current = None
-        self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned}))
+        self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")
         for it in range(self.job["iters"]):
@@ -570,6 +592,7 @@ def worker_main(rank: int, jobs: list[dict], results) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the launcher handles Ctrl-C and ends us
     code = 0
     w = None
+    t0 = time.perf_counter()
     try:
         _init_distributed(rank, jobs[0])
     except BaseException as e:  # noqa: BLE001
@@ -578,6 +601,8 @@ def worker_main(rank: int, jobs: list[dict], results) -> None:
         os._exit(1)
     for ji, job in enumerate(jobs):
         w = Worker(rank, job, _Tagged(results, ji))
+        if ji == 0:
+            w.process_group_s = round(time.perf_counter() - t0, 3)
         try:
             w.setup()
             w.run()

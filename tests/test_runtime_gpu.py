@@ -1,5 +1,5 @@
 """The runtime's correctness test on CUDA (run through the device tool): one tiny model per family, vPP and
-vDP, N = 1 (and N = 2 when two GPUs are present), against plain PyTorch on the same GPU, fp32 strict (no
+vDP, N = 1 (and N = 2 and 4 when that many GPUs are present), against plain PyTorch on the same GPU, fp32 strict (no
 TF32), with the tolerance rule of tests/test_runtime.py; and the memcpy trace of one iteration against our
 byte counters. Skipped without CUDA.
 
@@ -54,6 +54,8 @@ def _cases():
         out += [(m, "vPP", 1, 3, 3, "P1"), (m, "vDP", 1, *u, "P2")]
         if n >= 2:
             out += [(m, "vPP", 2, *u, "P2"), (m, "vDP", 2, 3 if not bn else 2, 3 if not bn else 2, "P1")]
+        if n >= 4:       # 4x H200: vPP over 4 stages (lazy per-microbatch sends) and vDP over 4 replicas
+            out += [(m, "vPP", 4, *u, "P1"), (m, "vDP", 4, 2, 2, "P2")]
     return out
 
 
@@ -67,7 +69,7 @@ def deterministic():
 @pytest.fixture(scope="module")
 def results():
     out = {}
-    for N in (1, 2):
+    for N in (1, 2, 4):
         cs = [c for c in _cases() if c[2] == N]
         if not cs:
             continue

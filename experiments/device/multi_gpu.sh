@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Harmony on N GPUs of one host: the runtime's GPU correctness test (N = 1 and 2), a calibration of this
+# Harmony on N GPUs of one host: the runtime's GPU correctness test (N = 1, 2 and, with 4 GPUs, 4), a calibration of this
 # box (H2D, D2H and the GPU-GPU matrix), then MODEL at D, 11 GiB cap, searched vPP and vDP schedules
 # (compute costs from the committed H100 profile; bandwidths from this box), and swap-dp at N beside them.
 #   usage: experiments/device/multi_gpu.sh OUTDIR        (from the repository root, on the GPU machine)
@@ -29,7 +29,7 @@ H env --device cuda --precision "$PREC" > "$OUT/env.json"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv > "$OUT/gpus.txt" 2>&1
 if has test; then
-    log "GPU correctness test (N = 1 and 2)"
+    log "GPU correctness test (N = 1, 2, 4 as present)"
     timeout "$(left 150)" "$PY" -m pytest -q -s -p no:cacheprovider tests/test_runtime_gpu.py > "$OUT/gpu_test.log" 2>&1
     log "GPU correctness test rc=$? ($(tail -1 "$OUT/gpu_test.log"))"
 fi

@@ -87,3 +87,17 @@ def test_no_cap_plans_under_the_profiled_gpu(gpt2xl):
     # a CPU profile (no device memory recorded) plans unbounded, as before
     assert main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "1", "-o", str(d / "c.json")]) == 0
     assert load_schedule(d / "c.json")[0]["search"]["planned_cap_bytes"] is None
+
+
+def test_warns_when_the_profiled_optimizer_threads_exceed_a_run_workers():
+    """4x H200: profiles timed with 64 threads planned runs whose workers step with 16 (docs/performance.md
+    entry 12); the schedule says so, for N on the profiled host only, and not for profiles that agree."""
+    from harmony.schedule.cli import optimizer_threads_mismatch as check
+    gpu = {"device": "cuda:0", "threads": 64, "cpu_count": 64, "host_gpus": 4}
+    note = check(gpu, 4)
+    assert note and "64 CPU threads" in note and "gets 16" in note and "--threads 16" in note
+    assert check({**gpu, "threads": 16}, 4) is None                 # the new default: cores // host GPUs
+    assert check({**gpu, "threads": 16}, 8) is None                 # N = 8: a larger machine, cores unknown
+    assert "gets 32" in check({**gpu, "threads": 64}, 2)
+    assert check({"device": "cuda:0", "threads": 64}, 4) is None    # older profile: no cpu_count recorded
+    assert check({**gpu, "device": "cpu"}, 4) is None               # CPU runs: the worker threads are the test's

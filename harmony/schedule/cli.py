@@ -109,6 +109,24 @@ def planning_limit_without_cap(profile_raw: dict) -> int | None:
     return (profile_raw.get("memory_cap") or {}).get("device_total_bytes")
 
 
+def optimizer_threads_mismatch(profile: dict, gpus: int) -> str | None:
+    """A run's worker steps the optimizer with cpu_count // N threads (harmony/runtime/worker.py). A profile
+    timed with more threads than that on its host predicts update times it will not see (4x H200: 64 threads
+    against a worker's 16, and four profiles side by side: steps 15x too slow; docs/performance.md entry 12).
+    None when they agree or the profile does not say (older profiles lack `cpu_count`)."""
+    threads, cores = profile.get("threads"), profile.get("cpu_count")
+    if not threads or not cores or str(profile.get("device", "")).startswith("cpu"):
+        return None
+    # N beyond the profiled host's GPUs is a prediction for a larger machine, whose cores are unknown here
+    n_here = min(max(gpus, 1), profile.get("host_gpus") or gpus)
+    worker = max(1, cores // n_here)
+    if threads > worker:
+        return (f"the profile timed the optimizer step with {threads} CPU threads, but a worker of an N = {n_here} "
+                f"run on that {cores}-core host gets {worker}: the simulated update times may be off. Profile "
+                f"again with `harmony profile --threads {worker}` for plans at this N")
+    return None
+
+
 def main(args) -> int:
     from harmony.decompose import microbatch_sensitive
     from harmony.schedule.io import make_schedule_record, save_schedule
@@ -124,6 +142,9 @@ def main(args) -> int:
         raise ValueError(f"{args.profile} has {prof.num_layers} vLayers but the model record has "
                          f"{model_json['num_vlayers']}: profile and model.json are from different models")
     cal, cal_src = load_calibration(args.calibration, ppath)
+    threads_note = optimizer_threads_mismatch(prof.raw, args.gpus)
+    if threads_note:
+        print(f"warning: {threads_note}", file=sys.stderr)
     cap = parse_bytes(args.gpu_memory)
     if not 0 <= args.headroom < 0.5:
         raise ValueError(f"--headroom {args.headroom}: give a fraction of the cap between 0 and 0.5")
@@ -141,7 +162,7 @@ def main(args) -> int:
     precision = prof.raw.get("precision") or "fp32"
     pred = prediction_record(graph, costs, params, cal, res.best_sim, model_json, precision)
     srch = res.summary()
-    srch.update({"calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
+    srch.update({"warnings": [threads_note] if threads_note else [], "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
                                search=srch)

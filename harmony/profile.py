@@ -341,7 +341,7 @@ def host_gpu_count() -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def update_threads_default(dev: torch.device) -> tuple[int, str]:
+def update_threads_default(dev: torch.device, host_gpus: int | None = None) -> tuple[int, str]:
     """CPU threads the optimizer step is timed with, and why. A run's worker steps its packs with
     cpu_count // N threads (harmony/runtime/worker.py); on a GPU host the profile takes N = every GPU of
     the host. Timing with all cores instead put 4 concurrent profiles x 64 threads on a 64-core 4x H200
@@ -349,7 +349,7 @@ def update_threads_default(dev: torch.device) -> tuple[int, str]:
     cores = os.cpu_count() or 1
     if dev.type != "cuda":
         return torch.get_num_threads(), "torch default (CPU device)"
-    gpus = max(host_gpu_count(), 1)
+    gpus = max(host_gpu_count() if host_gpus is None else host_gpus, 1)
     return max(1, cores // gpus), f"{cores} CPU cores // {gpus} GPUs of the host (a worker's share at N = {gpus})"
 
 
@@ -371,7 +371,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         opts.max_trial_s = 0.25
     prec_rec = gpumem.set_precision(opts.precision)
     cap_rec = gpumem.apply_memory_cap(dev, opts.gpu_memory)
-    threads, threads_rule = (opts.threads, "--threads") if opts.threads else update_threads_default(dev)
+    host_gpus = host_gpu_count() if dev.type == "cuda" else 0
+    threads, threads_rule = (opts.threads, "--threads") if opts.threads else update_threads_default(dev, host_gpus)
     torch.set_num_threads(threads)
     usable = gpumem.usable_bytes(dev, opts.gpu_memory)
     spec = spec_from_model_json(model_json)
@@ -441,7 +442,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "precision_settings": prec_rec, "gpu_memory_cap": opts.gpu_memory, "memory_cap": cap_rec,
         "optimizer": spec.describe()["optimizer"], "threads": torch.get_num_threads(),
         "threads_rule": threads_rule, "cpu_count": os.cpu_count(),
-        "host_gpus": host_gpu_count() if dev.type == "cuda" else 0,
+        "host_gpus": host_gpus,
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
         "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",

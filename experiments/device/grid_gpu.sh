@@ -19,10 +19,14 @@ export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
 # The job list calls `harmony`; the GPU image has the project only as a source tree.
 mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony && chmod +x /tmp/bin/harmony
 export PATH="/tmp/bin:$PATH"
-if ls .whl/*.whl >/dev/null 2>&1; then   # PyYAML, psutil, nvidia-ml-py where the image lacks them
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+# PyYAML, psutil, nvidia-ml-py where the image lacks them; DeepSpeed (zero-offload) and its dependencies
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    .whl/*.whl $(ls .whl/deepspeed/*.whl 2>/dev/null) && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
+# zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
+export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}
+mkdir -p "$TORCH_EXTENSIONS_DIR" && find "$TORCH_EXTENSIONS_DIR" -name lock -delete   # a killed build's lock hangs the next
 mkdir -p "$RESULTS/calls"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1

@@ -6,16 +6,8 @@
 #             2 swap-dp there (u = the N = 1 search's best)  3 figures 17/18, 1.6 B and 2.8 B
 #             4 fsdp-offload, GPT2-XL  5 figures 17/18, 4.0 B and 5.3 B  6 the rest of figure 10's Harmony grid
 # Every run takes 4 iterations (1 warm-up), not the paper scale's 10: `--config iters=4`.
-set -euo pipefail
-HW=4xH200; R=results/paper/$HW
-CONF=(scale=paper hardware=$HW gpus_present=4 iters=4)
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
-n=0
-listing() {  # listing [CONFIG...] -- TARGET...: one dry-run listing, in priority order
-  local conf=() ; while [ "$1" != "--" ]; do conf+=("$1"); shift; done; shift
-  n=$((n+1)); snakemake -n -p --nolock "$@" --config "${CONF[@]}" "${conf[@]}" > "$TMP/$(printf %02d $n).txt" 2>/dev/null \
-    || { echo "snakemake -n failed for: $*" >&2; exit 1; }
-}
+HW=4xH200; CONF=(scale=paper hardware=$HW gpus_present=4 iters=4)
+source "$(dirname "$0")/joblist_lib.sh"
 FIG10=("gpt2-xl 64" "bert96 64" "vgg416 64" "resnet1026 256")
 SCALING=(gpt2-4096x6 gpt2-4096x12 gpt2-4096x18 gpt2-4096x24)
 t=(); for m in gpt2-xl bert96 vgg416 resnet1026 "${SCALING[@]}"; do t+=("$R/profiles/$m.json"); done
@@ -33,4 +25,4 @@ scaling gpt2-4096x6 gpt2-4096x12
 listing baseline_ubatch=8 -- "$R/runs/fsdp-offload/gpt2-xl/N4-D64-best.jsonl"
 scaling gpt2-4096x18 gpt2-4096x24
 listing -- figure10
-python -m harmony.workflow joblist "$TMP"/*.txt --skip-rules figure -o experiments/device/jobs-4xH200.sh
+write_joblist experiments/device/jobs-4xH200.sh

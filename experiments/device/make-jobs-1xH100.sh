@@ -3,22 +3,25 @@
 # baselines, figures 17/18 and 8 at N = 1, then the rest of figure 10), one job list in priority order.
 # Run here, where snakemake is, after the schedules it can make on the CPU are made (they need no GPU):
 #   snakemake --cores 2 --until schedule --config scale=paper hardware=1xH100-80GB-HBM3 gpus_present=1 -- figure10 figure12
-#   priority: 0 the profiles figures 17/18 and 8 need      1 figure 10's baselines at its middle D
+#   priority: 0 the profiles figures 17/18 and 8 need      1 figure 10's baselines at its middle D but zero-offload
 #             2 figures 17/18 at N = 1 (vDP; vPP is the same plan on one GPU)   3 figure 8
-#             4 the rest of figure 10 (Harmony first, then swap-dp, then the other baselines)
+#             4 zero-offload at figure 10's middle D (about 4 minutes each: 110 s of setup, 20-50 s iterations)
+#             5 the rest of figure 10
 # Every run takes 4 iterations (1 warm-up), not the paper scale's 10: `--config iters=4`. Baselines take the
 # microbatch of the N = 1 searches already on record (swap-dp's best, results/paper/1xH100-80GB-HBM3/runs):
-# swap-pp, fsdp-offload and resident that u; zero-offload, whose GPU footprint is larger, half of it and it.
+# swap-pp, fsdp-offload and resident that u; zero-offload, whose GPU footprint is larger, half of it (bert96 at
+# u = 8 already flushed its allocator cache under the 11 GiB cap; u = 16 would not fit).
 HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
 listing -- "$R/profiles/gpt2-4096x6.json" "$R/profiles/gpt2-4096x12.json" "$R/profiles/bert-large.json" \
            "$R/profiles/gpt2-4096x18.json" "$R/profiles/gpt2-4096x24.json"
 for mdu in "bert96 64 16" "vgg416 64 16" "resnet1026 256 32"; do set -- $mdu
   for sys in swap-pp fsdp-offload resident; do listing baseline_ubatch=$3 -- "$R/runs/$sys/$1/N1-D$2-best.jsonl"; done
-  listing baseline_ubatch=$(($3 / 2)),$3 -- "$R/runs/zero-offload/$1/N1-D$2-best.jsonl"
 done
 t=(); for m in gpt2-4096x6 gpt2-4096x12 gpt2-4096x18 gpt2-4096x24; do t+=("$R/runs/harmony-vDP/$m/N1-D32-u1-1-p2.jsonl"); done
 listing -- "${t[@]}"
 listing -- figure8
+for mdu in "bert96 64 8" "vgg416 64 8" "resnet1026 256 16"; do set -- $mdu
+  listing baseline_ubatch=$3 -- "$R/runs/zero-offload/$1/N1-D$2-best.jsonl"; done
 listing -- figure10 figure12
 write_joblist experiments/device/jobs-1xH100.sh

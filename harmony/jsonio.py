@@ -58,12 +58,17 @@ def read_json(path: str | os.PathLike, kind: str | None = None, schema_version: 
 
 
 class JsonlWriter:
-    """Append-only JSONL that is flushed per record, so a crash keeps what was written."""
+    """Append-only JSONL, flushed per record, that appears under its name only when closed.
+
+    Records go to `<name>.partial` as they are written (a crash keeps them there, for `partial_path` to
+    find); `close()` renames it to `<name>`. A killed run so never leaves a file that looks finished: the
+    job lists skip a job whose output exists, and an empty or cut-off record would hide the run."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w")
+        self.partial = partial_path(self.path)
+        self._f = open(self.partial, "w")
 
     def write(self, record: dict) -> None:
         self._f.write(json.dumps(record, default=_default) + "\n")
@@ -72,12 +77,19 @@ class JsonlWriter:
     def close(self) -> None:
         if not self._f.closed:
             self._f.close()
+            os.replace(self.partial, self.path)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """Where a JsonlWriter for `path` keeps its records until it is closed."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial")
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

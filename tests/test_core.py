@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harmony.cli import main as cli_main
-from harmony.jsonio import ArtifactError, JsonlWriter, read_json, read_jsonl, write_json
+from harmony.jsonio import ArtifactError, JsonlWriter, partial_path, read_json, read_jsonl, write_json
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 from harmony.models import get_model
 from harmony.reference import max_relative_difference, minibatches, train_reference
@@ -49,6 +49,10 @@ def test_summary_schema(tmp_path):
         w.write(s)
     recs = read_jsonl(tmp_path / "r.jsonl")
     assert recs[-1]["record"] == "summary" and len(recs) == 5
+    # until it is closed the record lives under <name>.partial: a killed run leaves no finished-looking file
+    w = JsonlWriter(tmp_path / "killed.jsonl")
+    w.write(its[0].to_json())
+    assert not (tmp_path / "killed.jsonl").exists() and len(read_jsonl(partial_path(tmp_path / "killed.jsonl"))) == 1
     with pytest.raises(ValueError, match="status"):
         make_summary(system="x", model="m", mode=None, gpus=1, minibatch=1, status="great",
                      iterations=[], warmup=0, env={})

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harmony.jsonio import partial_path
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1", "all", "check"]
 SNAKEMAKE = shutil.which("snakemake")
@@ -130,6 +132,19 @@ def test_guard_records_failures(real_records):
     assert summ["record"] == "summary" and summ["status"] == "infeasible" and "schedule" in summ["message"]
     summ = [json.loads(x) for x in bad.read_text().splitlines()][-1]
     assert summ["status"] == "error" and "boom" in summ["message"] and "exit 3" in summ["message"]
+
+
+def test_guard_keeps_the_iteration_lines_of_a_run_that_died(tmp_path):
+    """A run killed mid-way leaves its lines in <out>.partial (JsonlWriter); the guard's failure record keeps them."""
+    out = tmp_path / "N1-D16-auto.jsonl"
+    die = ("import json, os, sys; from harmony.jsonio import JsonlWriter; w = JsonlWriter(sys.argv[1]); "
+           "w.write({'record': 'iteration', 'iteration': 0}); sys.stderr.write('CUDA out of memory\\n'); os._exit(1)")
+    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(out), "--system", "harmony-vPP",
+        "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "16", "--", sys.executable, "-c", die, str(out)],
+       cwd=ROOT)
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["record"] for r in recs] == ["iteration", "summary"] and recs[-1]["status"] == "oom"
+    assert not partial_path(out).exists()
 
 
 def test_figure_from_real_records(real_records):
@@ -503,3 +518,24 @@ def test_c9_offload_peers_targets_and_a_peer_that_cannot_train(tmp_path):
     assert c9["verdict"] == "pass" and float(c9["measured"]) == pytest.approx(5.6 / 3.7, abs=1e-3)   # rounded
     assert "zero-offload oom where Harmony trained" in c9["detail"]
     assert write(4.0)["verdict"] == "fail"                 # 1.40x < 1.5x
+
+
+@pytest.mark.parametrize("scale", ["smoke", "paper", "large"])
+def test_split_microbatch_configs_use_models_without_dropout(scale):
+    """A figure's hand-set schedule with u_fwd != u_bwd needs a model that draws no random numbers (recompute
+    replays the forward at another microbatch size; `harmony schedule` refuses otherwise). Figure 8's paper
+    grid once named bert-large, whose dropout made four of its five configurations errors on the H100."""
+    from harmony.models import get_model
+    from harmony.workflow import Plan
+    plan = Plan.from_config({"scale": scale, "hardware": "x", "gpus_present": 1}, root=ROOT)
+    checked = 0
+    for figure in plan.experiments:
+        grid = plan.grid(figure)
+        split = [s for s in grid.get("schedules") or [] if isinstance(s, dict) and s["ubatch_fwd"] != s["ubatch_bwd"]]
+        for model in grid["models"] if split else []:
+            alias = plan.aliases.get(model, {"base": model})
+            cfg = get_model(alias["base"], **(alias.get("set") or {})).config
+            rates = {k: v for k, v in vars(cfg).items() if "dropout" in k}
+            assert not any(rates.values()), f"{figure} at {scale}: {model} has dropout {rates} but splits u"
+            checked += 1
+    assert checked >= 1

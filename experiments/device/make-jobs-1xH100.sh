@@ -13,7 +13,7 @@
 # u = 8 already flushed its allocator cache under the 11 GiB cap; u = 16 would not fit).
 HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
-listing -- "$R/profiles/gpt2-4096x6.json" "$R/profiles/gpt2-4096x12.json" "$R/profiles/bert-large.json" \
+listing -- "$R/profiles/gpt2-4096x6.json" "$R/profiles/gpt2-4096x12.json" "$R/profiles/bert-large-nodrop.json" \
            "$R/profiles/gpt2-4096x18.json" "$R/profiles/gpt2-4096x24.json"
 for mdu in "bert96 64 16" "vgg416 64 16" "resnet1026 256 32"; do set -- $mdu
   for sys in swap-pp fsdp-offload resident; do listing baseline_ubatch=$3 -- "$R/runs/$sys/$1/N1-D$2-best.jsonl"; done

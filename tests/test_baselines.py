@@ -146,6 +146,19 @@ def test_zero_offload_without_deepspeed_is_unavailable(tmp_path, monkeypatch):
     assert "pip install -e .[deepspeed]" in summary["message"] and summary["install"]
 
 
+@pytest.mark.parametrize("name, client", [("vgg-tiny", True), ("resnet-tiny", True), ("gpt2-tiny", False)])
+def test_zero_offload_config_takes_the_models_optimizer(name, client):
+    """AdamW/Adam models get DeepSpeed's CPU Adam; SGD models keep our torch optimizer, which DeepSpeed
+    accepts under ZeRO only when told that an untested optimizer is allowed (it asserts otherwise)."""
+    from baselines.zero_offload import ds_config
+    from harmony.models import get_model
+    spec = get_model(name)
+    cfg = ds_config(spec, Settings(system="zero-offload", model=name, minibatch=8, ubatch=2), 2)
+    assert ("optimizer" not in cfg) == client
+    assert cfg.get("zero_allow_untested_optimizer", False) == client
+    assert cfg["gradient_accumulation_steps"] == 4 and cfg["zero_optimization"]["stage"] == 3
+
+
 def test_cap_smaller_than_a_layer_is_infeasible(tmp_path):
     for system in ("swap-dp", "swap-pp"):
         out = tmp_path / f"{system}.jsonl"

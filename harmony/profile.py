@@ -443,6 +443,9 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "optimizer": spec.describe()["optimizer"], "threads": torch.get_num_threads(),
         "threads_rule": threads_rule, "cpu_count": os.cpu_count(),
         "host_gpus": host_gpus,
+        # the host's memory, which bounds the run's host arena: `harmony schedule` checks candidates against it
+        # (schedules are often made on another machine than the GPU host the profile was taken on)
+        **host_memory_record(),
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
         "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",
@@ -451,6 +454,12 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
         "wall_s": time.perf_counter() - t_start, "vlayers": out_layers,
     }
+
+
+def host_memory_record() -> dict:
+    import psutil
+    vm = psutil.virtual_memory()
+    return {"host_memory_bytes": vm.total, "host_memory_available_bytes": vm.available}
 
 
 def _static_record(r: dict) -> dict:

@@ -3,6 +3,7 @@
 profile.json (artifact "profile", schema_version 1):
   model, device, gpu (name), precision, gpu_memory_cap (bytes or null), optimizer (config), threads,
   opt_call_overhead_s (the fixed cost of one optimizer step call: paid once per pack, not per vLayer),
+  host_memory_bytes, host_memory_available_bytes (the profiled host's; the schedule's host memory budget),
   ubatch_sizes: [u...]  microbatch sizes every vLayer was measured at (ascending),
   vlayers: [{index, kind, signature, profiled_as (index of the vLayer actually measured),
              weight_bytes (W), buffer_bytes (B), grad_bytes (dW), optim_bytes (K),

@@ -14,7 +14,9 @@ Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
   dW      per vLayer, per trainable parameter
   K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD: momentum)
   X       stash regions; each FWD task with stash_out views one, per output tensor: [samples, *per-sample
-          shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `_plan_stash`).
+          shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `plan_stash`).
+The stash plan and the flag sizes live in harmony/schedule/host_memory.py, where `harmony schedule` uses them
+to check each candidate's arena against the host memory budget before a run ever gets here.
 """
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from harmony.schedule.host_memory import ALIGN, Entry, aligned, flag_shapes, plan_stash
 from harmony.units import format_bytes
 
-ALIGN = 64
+__all__ = ["ALIGN", "Entry", "ArenaLayout", "HostArena", "HostMemoryError", "check_fits", "host_available_bytes",
+           "layer_slots", "plan_layout"]
 
 
 class HostMemoryError(RuntimeError):
@@ -48,20 +52,6 @@ def layer_slots(layer: nn.Module) -> list[tuple[nn.Module, str, bool, torch.Tens
                 seen.add(id(b))
                 out.append((mod, name, False, b))
     return out
-
-
-@dataclass(frozen=True)
-class Entry:
-    offset: int
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
 
 
 @dataclass
@@ -87,12 +77,13 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
 
     def alloc(shape, dtype: str, part: str) -> Entry:
         e = Entry(pos[0], tuple(int(s) for s in shape), dtype)
-        pos[0] += (e.nbytes + ALIGN - 1) // ALIGN * ALIGN
+        pos[0] += aligned(e.nbytes)
         parts[part] += e.nbytes
         return e
 
-    lay.upd_flags = alloc((len(graph.config.bwd_packs),), "int64", "flags")
-    lay.stash_flags = alloc((len(graph.tasks),), "int64", "flags")
+    upd_shape, stash_shape = flag_shapes(graph)
+    lay.upd_flags = alloc(upd_shape, "int64", "flags")
+    lay.stash_flags = alloc(stash_shape, "int64", "flags")
     for layer in layers:
         slots = []
         for _, _, is_param, t in layer_slots(layer):
@@ -102,7 +93,7 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
             ks = [alloc(t.shape, _dtype_name(t.dtype), "K") for _ in range(state_per_param)] if trainable else []
             slots.append((w, dw, ks))
         lay.weights.append(slots)
-    region_of, region_bytes, local = _plan_stash(graph, model_json)
+    region_of, region_bytes, local = plan_stash(graph, model_json)
     bases = []
     for size in region_bytes:
         bases.append(pos[0])
@@ -114,51 +105,6 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
     lay.total_bytes = pos[0]
     lay.bytes_by_part = parts
     return lay
-
-
-def _plan_stash(graph, model_json: dict) -> tuple[dict[int, int], list[int], dict[int, list[Entry]]]:
-    """Stash regions: (FWD task id -> region, bytes of each region, FWD task id -> its entries relative to
-    the region's start). A stash lives from its FWD (D2H write) to the BWD that consumes it (H2D read).
-
-    A later stash B reuses the region of an earlier stash A only when both are rank-local (producer and
-    consumer on the same rank), on the same rank, and A's consumer comes before B's producer in task
-    order. That is safe because a rank runs its tasks in that order every iteration and its streams order
-    them: A's H2D read completes before its BWD computes (compute waits on the copy's event), B's FWD
-    computes after that BWD, and B's D2H write waits for B's FWD; B's read waits on B's write (the stash
-    event). Nothing orders accesses across ranks, so a stash read or written by another rank keeps its own
-    region. swap-dp (microbatch by microbatch) thus holds one microbatch's stashes per rank, not the
-    minibatch's; Harmony's stashes all overlap (every FWD precedes every BWD), so nothing is shared."""
-    vls = model_json["vlayers"]
-    consumer = {t.act_in[1]: t for t in graph.tasks if t.kind == "BWD" and t.act_in[0] == "stash"}
-    local: dict[int, list[Entry]] = {}
-    extent: dict[int, int] = {}
-    for t in graph.tasks:                      # each stash's outputs laid out from its region's start
-        if t.kind == "FWD" and t.stash_out:
-            local[t.id], off = [], 0
-            for o in vls[t.pack[1] - 1]["outputs"]:
-                e = Entry(off, (t.num_samples, *(int(s) for s in o["shape"])), o["dtype"])
-                local[t.id].append(e)
-                off += (e.nbytes + ALIGN - 1) // ALIGN * ALIGN
-            extent[t.id] = off
-    region_of: dict[int, int] = {}
-    region_bytes: list[int] = []
-    free: dict[int, list[int]] = {}            # rank -> regions whose occupant's consumer has run
-    for t in graph.tasks:                      # greedy in task order
-        if t.id in local:
-            c = consumer.get(t.id)
-            pool = free.setdefault(t.rank, []) if c is not None and c.rank == t.rank else []
-            if pool:   # best fit: the smallest free region that holds it, else the largest (grown)
-                fits = [r for r in pool if region_bytes[r] >= extent[t.id]]
-                r = min(fits, key=region_bytes.__getitem__) if fits else max(pool, key=region_bytes.__getitem__)
-                pool.remove(r)
-                region_bytes[r] = max(region_bytes[r], extent[t.id])
-            else:
-                r = len(region_bytes)
-                region_bytes.append(extent[t.id])
-            region_of[t.id] = r
-        if t.kind == "BWD" and t.act_in[0] == "stash" and graph.tasks[t.act_in[1]].rank == t.rank:
-            free[t.rank].append(region_of[t.act_in[1]])     # free for stashes produced after its consumer
-    return region_of, region_bytes, local
 
 
 def host_available_bytes() -> int:

@@ -3,12 +3,19 @@
   harmony schedule profile.json --minibatch 64 --gpus 4 [--mode vPP|vDP|auto] [--gpu-memory 11GiB]
       [--calibration calibration.json] [--model model.json] -o schedule.json
       [--candidates search.csv] [--trace trace.json] [--ubatch-fwd U] [--ubatch-bwd U] [--pack-size P]
+      [--host-memory SIZE|none]
 
 The schedule embeds the model.json record. It is taken from --model, else from the profile's own
 `model_record` key if present, else from model.json next to the profile (same folder), else
 <profile stem without .profile>.model.json next to it. The calibration comes from --calibration, else
 calibration.json next to the profile; `--calibration analytic:paper` / `analytic:h100` use the ASSUMED
 presets of harmony.schedule.synthetic (recorded as such in the schedule).
+
+Host memory: every candidate's host arena (W + dW + K + stashed activations, harmony.schedule.host_memory)
+must fit the host memory budget, as `harmony run` refuses an arena larger than the host's available memory.
+The budget is --host-memory, else the host memory the profile recorded (the GPU host it was taken on:
+available, else total), else the total the calibration recorded (measured calibrations, also taken on the
+GPU host); `--host-memory none`, or inputs that record none, leave it unchecked (search.warnings says so).
 """
 from __future__ import annotations
 
@@ -29,10 +36,16 @@ def add_arguments(p):
     p.add_argument("--gpu-memory", default=None,
                    help="per-GPU memory cap, e.g. 11GiB or 9e9 (default: no cap; the plan then fits the memory of "
                         "the GPU the profile was taken on, or is unbounded for a CPU profile)")
-    p.add_argument("--headroom", type=float, default=0.03,
+    p.add_argument("--headroom", type=float, default=0.05,
                    help="fraction of the cap the plan leaves free for what the memory model does not see: "
-                        "allocator rounding and fragmentation, CUDA/NCCL workspaces (default 0.03; "
-                        "resnet1026 and vgg416 planned at 10.99 of 11 GiB went OOM on the H100)")
+                        "allocator rounding and fragmentation, CUDA/NCCL workspaces (default 0.05; at 0.03, "
+                        "vgg416 vDP D=64 planned at 11.42 of 11.46 GB went OOM on the H100 with 0.38 GB "
+                        "reserved but unusable; resnet1026 and vgg416 planned at 10.99 of 11 GiB did before)")
+    p.add_argument("--host-memory", default=None,
+                   help="host memory the run's arena may take (weights, gradients, optimizer state and every stashed "
+                        "activation), e.g. 120GiB; candidates needing more are infeasible. Default: the host memory "
+                        "the profile recorded for the machine it was taken on (available, else total), else the "
+                        "calibration's total; 'none' turns the check off")
     p.add_argument("--calibration", default=None, help="calibration.json (or analytic:paper, analytic:h100)")
     p.add_argument("--model", default=None, help="model.json (default: found next to the profile)")
     p.add_argument("--host-link", choices=["shared", "per-gpu"], default=None,
@@ -78,6 +91,9 @@ def prediction_record(graph, costs, params, cal: dict, sim, model_json: dict | N
             "schedule_bound_s": b["schedule_bound_s"], "terms": b["terms"], "feasible": sim.feasible,
             "iterations_simulated": len(sim.iteration_ends), "host_link_shared": params.shared_link,
             "mb_pipeline": params.mb_pipeline}
+    if model_json is not None and model_json.get("vlayers"):
+        from harmony.schedule.host_memory import arena_bytes
+        pred["host_arena_bytes"] = arena_bytes(graph, model_json).to_json()   # what `harmony run` allocates
     if model_json is not None and precision in (cal.get("matmul_flops") or {}):
         pred["physical_roofline"] = physical_roofline(model_json, graph, cal, precision,
                                                       host_link="shared" if params.shared_link else "per-gpu")
@@ -107,6 +123,34 @@ def planning_limit_without_cap(profile_raw: dict) -> int | None:
     in one pack and run out of memory at the `large` scale): the device memory the profile recorded, or
     None for a CPU profile (no GPU to overflow)."""
     return (profile_raw.get("memory_cap") or {}).get("device_total_bytes")
+
+
+# The runtime's host check (harmony/runtime/host_store.py check_fits) reserves nothing beyond the arena for
+# the worker processes, so the search does not either: the budget is the recorded memory as it stands.
+RUNTIME_HOST_RESERVE_BYTES = 0
+
+
+def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict) -> tuple[int | None, str]:
+    """(bytes the host arena may take or None = unchecked, where that came from). --host-memory wins; else the
+    profile's record of its host (available memory when profiled, else total), else a measured calibration's
+    total; less the runtime's worker reserve."""
+    if arg is not None:
+        if str(arg).strip().lower() in ("none", "off", ""):
+            return None, "--host-memory none"
+        try:
+            n = parse_bytes(arg)
+        except ValueError as e:
+            raise ValueError(f"--host-memory: {e}, or none to skip the check") from None
+        if n is None or n <= 0:
+            raise ValueError(f"--host-memory {arg!r}: give a size such as 120GiB, or none to skip the check")
+        return n, "--host-memory"
+    for rec, name in ((profile_raw, "profile"), (cal, "calibration")):
+        if name == "calibration" and rec.get("analytic"):
+            continue
+        for key in ("host_memory_available_bytes", "host_memory_bytes"):
+            if rec.get(key):
+                return int(rec[key]) - RUNTIME_HOST_RESERVE_BYTES, f"{name}:{key}"
+    return None, "none recorded"
 
 
 def optimizer_threads_mismatch(profile: dict, gpus: int) -> str | None:
@@ -145,6 +189,13 @@ def main(args) -> int:
     threads_note = optimizer_threads_mismatch(prof.raw, args.gpus)
     if threads_note:
         print(f"warning: {threads_note}", file=sys.stderr)
+    warnings = [threads_note] if threads_note else []
+    host_budget, host_src = host_memory_budget(args.host_memory, prof.raw, cal)
+    if host_budget is None and host_src == "none recorded":
+        warnings.append("host memory not checked: neither the profile nor the calibration records the host's "
+                        "memory; pass --host-memory SIZE to check the host arena (weights, gradients, optimizer "
+                        "state, stashed activations) against it")
+        print(f"warning: {warnings[-1]}", file=sys.stderr)
     cap = parse_bytes(args.gpu_memory)
     if not 0 <= args.headroom < 0.5:
         raise ValueError(f"--headroom {args.headroom}: give a fraction of the cap between 0 and 0.5")
@@ -156,13 +207,20 @@ def main(args) -> int:
     costs = LayerCosts(prof, sizes=model_sizes(model_json))
     res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=plan_cap,
                  ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size,
-                 equal_ubatch=microbatch_sensitive(model_json))
+                 equal_ubatch=microbatch_sensitive(model_json), model_json=model_json, host_memory=host_budget)
     from harmony.schedule.tasks import build_task_graph
     graph = build_task_graph(res.best.config, costs.L)
     precision = prof.raw.get("precision") or "fp32"
     pred = prediction_record(graph, costs, params, cal, res.best_sim, model_json, precision)
+    host = res.best.host
     srch = res.summary()
-    srch.update({"warnings": [threads_note] if threads_note else [], "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
+    fastest = min((c for c in res.candidates if c.gpu_feasible), key=lambda c: c.iter_time_s)
+    srch["host_memory"] = {
+        "budget_bytes": host_budget, "source": host_src, "reserve_bytes": RUNTIME_HOST_RESERVE_BYTES,
+        "chosen_bytes": host.total, "candidates_over_budget": sum(not c.host_fits for c in res.candidates),
+        "fastest_gpu_feasible": {"index": fastest.index, "iter_time_s": fastest.iter_time_s,
+                                 "host_bytes": fastest.host_bytes}}
+    srch.update({"warnings": warnings, "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
                                search=srch)
@@ -177,6 +235,11 @@ def main(args) -> int:
           f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer}); predicted "
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
-          f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'})",
-          file=sys.stderr)
+          f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "
+          f"host arena {format_bytes(host.total)} (budget "
+          f"{format_bytes(host_budget) if host_budget else 'unchecked'}, {host_src})", file=sys.stderr)
+    if fastest is not res.best:
+        print(f"host memory: the fastest schedule that fits the GPU (candidate {fastest.index}, "
+              f"{fastest.iter_time_s:.4f} s/iteration) needs a {format_bytes(fastest.host_bytes)} host arena, over "
+              f"the budget; chose the fastest that fits", file=sys.stderr)
     return 0

@@ -2,6 +2,12 @@
 candidate's task graph, simulate it, rank by simulated iteration time. Deterministic: candidates are
 enumerated in a fixed order, and ties go to the earlier one.
 
+A candidate is feasible when every task fits the GPU memory cap (the simulator) and, given a host memory
+budget, its host arena fits the budget (harmony.schedule.host_memory: W + dW + K + every stash, the bytes
+`harmony run` allocates and checks before it starts). Harmony stashes each FWD pack boundary's activation
+for all D samples until its BWD, so the fastest schedule (many small packs) can need more host memory than
+the machine has; a slower one with fewer stash points may fit.
+
 Microbatch sizes: the profile's sweep sizes plus the divisors of the rank's sample count, up to that count
 and to the largest profiled size (no extrapolation of memory beyond it). A non-dividing u is allowed (the
 graph runs a remainder microbatch).
@@ -11,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from harmony.schedule.host_memory import HostBytes, HostMemoryModel
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.packing import (PACKERS_BWD, PACKERS_FWD, PackContext, PackingError, bwd_packings,
                                       check_single_layers, fwd_packings, objective, uniform_packs)
@@ -26,8 +33,19 @@ class Candidate:
     fwd_packer: str
     objective_s: float            # packing objective J (bwd + fwd pass)
     iter_time_s: float            # simulated
-    feasible: bool
+    feasible: bool                # fits the GPU cap and the host memory budget
     peak_bytes: int
+    host: HostBytes | None = None      # its host arena (None: no model record given to the search)
+    host_fits: bool = True             # within the host memory budget (True when unchecked)
+    gpu_feasible: bool | None = None   # every task fits the GPU cap (None: same as feasible)
+
+    def __post_init__(self):
+        if self.gpu_feasible is None:
+            self.gpu_feasible = self.feasible
+
+    @property
+    def host_bytes(self) -> int | None:
+        return self.host.total if self.host is not None else None
 
     def row(self) -> dict:
         c = self.config
@@ -38,7 +56,8 @@ class Candidate:
                 "bwd_pack_sizes": " ".join(str(e - s) for s, e in c.bwd_packs),
                 "fwd_pack_sizes": " ".join(str(e - s) for s, e in c.fwd_packs),
                 "objective_s": round(self.objective_s, 9), "iter_time_s": round(self.iter_time_s, 9),
-                "feasible": self.feasible, "peak_bytes": self.peak_bytes}
+                "feasible": self.feasible, "peak_bytes": self.peak_bytes, "host_bytes": self.host_bytes,
+                "host_fits": self.host_fits}
 
 
 @dataclass
@@ -56,7 +75,8 @@ class SearchResult:
                 "chosen": {"index": self.best.index, "mode": c.mode, "gpus": c.gpus, "ubatch_fwd": c.ubatch_fwd,
                            "ubatch_bwd": c.ubatch_bwd, "bwd_packer": self.best.bwd_packer,
                            "fwd_packer": self.best.fwd_packer, "num_bwd_packs": len(c.bwd_packs),
-                           "num_fwd_packs": len(c.fwd_packs), "iter_time_s": self.best.iter_time_s},
+                           "num_fwd_packs": len(c.fwd_packs), "iter_time_s": self.best.iter_time_s,
+                           "host_bytes": self.best.host_bytes},
                 "space": self.space}
 
 
@@ -70,9 +90,12 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
            cap: float | None = None, ubatch_fwd: int | None = None, ubatch_bwd: int | None = None,
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
-           progress=None, equal_ubatch: bool = False) -> SearchResult:
+           progress=None, equal_ubatch: bool = False, model_json: dict | None = None,
+           host_memory: int | None = None) -> SearchResult:
     """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too). equal_ubatch: only
-    u_fwd == u_bwd (models with dropout or BatchNorm, whose recompute must see the forward's microbatches)."""
+    u_fwd == u_bwd (models with dropout or BatchNorm, whose recompute must see the forward's microbatches).
+    model_json: the model record; with it every candidate's host arena is computed (Candidate.host).
+    host_memory: host bytes the arena may take (None: unchecked); needs model_json."""
     t0, c0 = time.perf_counter(), time.process_time()
     if minibatch < gpus:
         raise ScheduleError(f"minibatch D={minibatch} is smaller than the number of GPUs N={gpus}: "
@@ -85,6 +108,9 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         raise ScheduleError(f"--ubatch-fwd {ubatch_fwd} != --ubatch-bwd {ubatch_bwd}, but the model has dropout or "
                             f"BatchNorm: recompute must replay the forward's microbatches; use equal sizes or "
                             f"decompose with --set dropout=0")
+    if host_memory is not None and model_json is None:
+        raise ValueError("search(host_memory=...) needs the model record (model_json) to size the host arena")
+    host_model = HostMemoryModel(model_json) if model_json is not None else None
     L = costs.L
     if mode == "auto":
         setups = [("vPP", n) for n in range(1, gpus + 1)] + [("vDP", n) for n in range(2, gpus + 1)]
@@ -130,20 +156,42 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                                              ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
                         g = build_task_graph(cfg, L)
                         sim = simulate(g, costs, params, cap)
+                        hb = host_model.need(g) if host_model is not None else None
+                        fits = host_memory is None or hb.total <= host_memory
                         c = Candidate(len(cands), cfg, bname, fname, jb + objective(costs, fctx, fpacks),
-                                      sim.iter_time_s, sim.feasible, max(sim.task_peak_bytes))
+                                      sim.iter_time_s, sim.feasible and fits, max(sim.task_peak_bytes), hb, fits,
+                                      sim.feasible)
                         cands.append(c)
                         if c.feasible and (best is None or c.iter_time_s < best.iter_time_s):
                             best = c
                         if progress:
                             progress(c)
     if best is None:
+        over_host = [c for c in cands if c.gpu_feasible]
+        if over_host:
+            raise ScheduleError(host_memory_message(over_host, host_memory, minibatch))
         why = "; ".join(dict.fromkeys(errors)) or "every candidate exceeds the GPU memory cap"
         raise ScheduleError(f"no schedule fits: {why}")
     g = build_task_graph(best.config, L)
     best_sim = simulate(g, costs, params, cap, record=True)
     space["search_cpu_s"] = time.process_time() - c0   # CPU time: robust to a loaded machine
     return SearchResult(best, best_sim, cands, time.perf_counter() - t0, space)
+
+
+def host_memory_message(over_host: list[Candidate], budget: int, minibatch: int) -> str:
+    """Why nothing fits when candidates fit the GPU but not the host: the least host-hungry one, by how much."""
+    from harmony.units import format_bytes
+    c = min(over_host, key=lambda x: (x.host_bytes, x.iter_time_s))
+    h = c.host
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in h.to_json().items() if k != "total" and v)
+    return (f"no schedule fits host memory: {len(over_host)} candidate(s) fit the GPU, but the smallest host arena "
+            f"among them (candidate {c.index}: {c.config.mode} N={c.config.gpus} u_bwd={c.config.ubatch_bwd}, "
+            f"{len(c.config.bwd_packs)} backward packs) needs {h.total:,} bytes ({format_bytes(h.total)}: {parts}), "
+            f"{h.total - budget:,} bytes ({format_bytes(h.total - budget)}) over the host memory budget of "
+            f"{budget:,} bytes ({format_bytes(budget)}): use a machine with more host memory, "
+            + (f"a smaller D (the stashed activations X grow with D={minibatch}), " if h.X else
+               "a smaller model (its weights, gradients and optimizer state alone exceed the budget), ")
+            + "or pass --host-memory (a larger budget, or none to skip the check)")
 
 
 def _dedupe(packings: dict) -> dict:

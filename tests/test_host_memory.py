@@ -1,0 +1,243 @@
+"""The schedule's host memory (harmony.schedule.host_memory): the search sizes every candidate's host arena
+from the task graph and the model record, the way `harmony run` lays it out (harmony.runtime.host_store.
+plan_layout), and rejects candidates over the host memory budget (`harmony schedule --host-memory`, default
+the host memory the profile recorded). vgg416 at D = 256 on the 128 GiB H100 host: the fastest schedule needed
+142 GiB of stashes and weights and the run refused it."""
+from __future__ import annotations
+
+import csv
+import functools
+
+import pytest
+
+from baselines.common import load_model
+from harmony.cli import main
+from harmony.jsonio import write_json
+from harmony.runtime.host_store import ALIGN, layer_slots, plan_layout
+from harmony.schedule.host_memory import arena_bytes, state_tensors_per_param
+from harmony.schedule.io import load_schedule
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.search import search
+from harmony.schedule.simulate import SimParams
+from harmony.schedule.synthetic import synthetic_calibration, synthetic_profile
+from harmony.schedule.tasks import ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
+from harmony.workflow import classify_failure
+
+TINY = ["gpt2-tiny", "bert-tiny", "vgg-tiny", "resnet-tiny", "mlp-tiny"]
+
+
+@functools.lru_cache(maxsize=None)
+def tiny(name: str):
+    return load_model(name)
+
+
+def configs(L: int) -> dict[str, ScheduleConfig]:
+    """vPP and vDP, N = 1 and 2, u_fwd != u_bwd, uneven vDP shares, finer forward packs (FWD tasks without
+    a stash) and swap-dp's microbatch groups (stash regions shared)."""
+    bwd = tuple((s, min(s + 2, L)) for s in range(0, L, 2))
+    if bwd[-1][1] - bwd[-1][0] < 2 and len(bwd) > 1:            # the loss pack gets two layers
+        bwd = bwd[:-2] + ((bwd[-2][0], L),)
+    reuse = bwd[:-1]
+    single = tuple((i, i + 1) for i in range(bwd[-1][0]))
+    return {
+        "vPP-N1-u4/2": ScheduleConfig("vPP", 1, 8, 4, 2, bwd, reuse),
+        "vPP-N2-u2/2": ScheduleConfig("vPP", 2, 8, 2, 2, bwd, reuse),
+        "vPP-N2-u8/1-single-fwd": ScheduleConfig("vPP", 2, 8, 8, 1, bwd, single),
+        "vDP-N1-u3/3": ScheduleConfig("vDP", 1, 8, 3, 3, bwd, reuse),
+        "vDP-N2-D7-u3/1": ScheduleConfig("vDP", 2, 7, 3, 1, bwd, reuse),
+        "vDP-N2-groups": ScheduleConfig("vDP", 2, 8, 2, 2, bwd, reuse, group_size=1),
+    }
+
+
+def weight_padding(layers, spp: int) -> int:
+    """What plan_layout adds over the model record's byte totals: each W, dW and K tensor 64-byte aligned."""
+    pad = 0
+    for layer in layers:
+        for _, _, is_param, t in layer_slots(layer):
+            copies = 1 + ((1 + spp) if is_param and t.requires_grad else 0)
+            pad += (-(t.numel() * t.element_size()) % ALIGN) * copies
+    return pad
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_arena_estimate_equals_plan_layout(name):
+    """The search's estimate is the runtime's layout: X and flags by the same code (plan_stash, flag_shapes),
+    W/dW/K from the model record, which misses only the per-tensor alignment padding."""
+    spec, mj = tiny(name)
+    spp = spec.optimizer.state_tensors_per_param()
+    assert state_tensors_per_param(mj) == spp               # from the record, as the runtime's optimizer
+    layers = spec.build("meta")
+    pad = weight_padding(layers, spp)
+    assert pad < ALIGN * 3 * sum(len(layer_slots(lay)) for lay in layers)
+    for label, cfg in configs(mj["num_vlayers"]).items():
+        g = build_task_graph(cfg, mj["num_vlayers"])
+        est = arena_bytes(g, mj)
+        lay = plan_layout(layers, g, mj, spp)
+        assert est.total + pad == lay.total_bytes, label
+        assert {k: getattr(est, k) for k in ("W", "dW", "K", "X")} == \
+            {k: lay.bytes_by_part[k] for k in ("W", "dW", "K", "X")}, label
+        if "groups" not in label:
+            stashes = [t for t in g.tasks if t.kind == "FWD" and t.stash_out]
+            assert stashes and est.X > 0, label               # Harmony: every stash kept until its BWD
+    # a longer model's fwd/bwd-pack choices change X only: W, dW, K are per model
+    cfgs = list(configs(mj["num_vlayers"]).values())
+    xs = {arena_bytes(build_task_graph(c, mj["num_vlayers"]), mj).X for c in cfgs}
+    assert len(xs) > 1
+
+
+def test_estimate_counts_the_optimizer_state():
+    """K is state_tensors_per_param copies of the trainable weights: AdamW 2, SGD momentum 1, plain SGD 0."""
+    _, mj = tiny("mlp-tiny")
+    g = build_task_graph(configs(mj["num_vlayers"])["vPP-N1-u4/2"], mj["num_vlayers"])
+    dw = sum(v["trainable_param_bytes"] for v in mj["vlayers"])
+    for opt, k in (({"kind": "adamw"}, 2), ({"kind": "sgd", "momentum": 0.9}, 1),
+                   ({"kind": "sgd", "momentum": 0.0}, 0)):
+        est = arena_bytes(g, {**mj, "optimizer": opt})
+        assert est.K == k * dw and est.dW == dw
+
+
+# ------------------------------------------------------------------------------------------------
+# the search
+# ------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def mlp_setup():
+    """mlp-tiny on an ANALYTIC profile, under a cap at which the fastest schedule is not the one with the
+    fewest stash bytes (so a host budget changes the choice)."""
+    _, mj = tiny("mlp-tiny")
+    cal = synthetic_calibration("paper")
+    prof = synthetic_profile(mj, cal)
+    costs = LayerCosts(prof, sizes=layer_sizes_from_model(mj))
+    cap = 2 * max(costs.task_bytes("BWD", i, i + 1, 1, 16) for i in range(costs.L))
+    return mj, prof, cal, cap
+
+
+def run_search(host_memory=None, **kw):
+    mj, prof, cal, cap = mlp_setup()
+    costs = LayerCosts(prof, sizes=layer_sizes_from_model(mj))
+    return search(costs, SimParams.from_calibration(cal), minibatch=16, gpus=1, mode="vPP", cap=cap,
+                  model_json=mj, host_memory=host_memory, **kw)
+
+
+def test_search_records_host_bytes_and_honours_a_budget():
+    free = run_search()
+    assert all(c.host_bytes == arena_bytes(build_task_graph(c.config, c.config.num_layers), mlp_setup()[0]).total
+               for c in free.candidates)
+    assert all(c.host_fits for c in free.candidates)
+    h0 = free.best.host_bytes
+    smaller = sorted({c.host_bytes for c in free.candidates if c.feasible and c.host_bytes < h0})
+    assert smaller, "the setup must offer a feasible schedule with a smaller host arena than the fastest"
+    budget = smaller[-1]                                   # between the fastest's need and a smaller feasible one
+    res = run_search(host_memory=budget)
+    assert res.best.host_bytes <= budget < h0
+    assert res.best.iter_time_s >= free.best.iter_time_s
+    want = min((c for c in free.candidates if c.feasible and c.host_bytes <= budget), key=lambda c: c.iter_time_s)
+    assert res.best.iter_time_s == want.iter_time_s and res.best.config == want.config
+    assert len(res.candidates) == len(free.candidates)
+    over = [c for c in res.candidates if c.host_bytes > budget]
+    assert over and all(not c.feasible and not c.host_fits for c in over)
+    assert all(c.gpu_feasible == f.feasible for c, f in zip(res.candidates, free.candidates))
+    assert res.summary()["chosen"]["host_bytes"] == res.best.host_bytes
+    row = res.best.row()
+    assert row["host_bytes"] == res.best.host_bytes and row["host_fits"] is True
+
+
+def test_search_says_when_no_schedule_fits_host_memory():
+    free = run_search()
+    low = min(c.host_bytes for c in free.candidates if c.feasible)
+    with pytest.raises(ScheduleError) as e:
+        run_search(host_memory=low - 1000)
+    msg = str(e.value)
+    assert "host memory" in msg and "1,000 bytes" in msg and f"{low - 1000:,}" in msg
+    assert "more host memory" in msg and "smaller D" in msg and "--host-memory" in msg
+    assert classify_failure(msg) == "infeasible"           # the workflow's guard records an infeasible point
+    with pytest.raises(ScheduleError, match="GPU memory cap"):  # a GPU failure still says GPU
+        run_search(host_memory=low - 1000, pack_size=mlp_setup()[0]["num_vlayers"], ubatch_bwd=16, ubatch_fwd=16)
+    with pytest.raises(ValueError, match="model record"):
+        mj, prof, cal, cap = mlp_setup()
+        search(LayerCosts(prof), SimParams.from_calibration(cal), minibatch=16, gpus=1, cap=cap, host_memory=10**9)
+
+
+# ------------------------------------------------------------------------------------------------
+# the CLI
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def mlp_dir(tmp_path):
+    mj, prof, cal, cap = mlp_setup()
+    write_json(tmp_path / "model.json", mj)
+    write_json(tmp_path / "profile.json", prof)
+    write_json(tmp_path / "calibration.json", cal)       # ANALYTIC: records no host memory
+    return tmp_path
+
+
+def schedule(d, *extra, profile="profile.json", out="s.json"):
+    _, _, _, cap = mlp_setup()
+    return main(["schedule", str(d / profile), "-D", "16", "-N", "1", "--gpu-memory", str(int(cap)), "--headroom", "0",
+                 "-o", str(d / out), "--candidates", str(d / (out + ".csv")), *extra])
+
+
+def test_cli_budget_defaults_to_the_profiled_host(mlp_dir, capsys):
+    d = mlp_dir
+    free = run_search()
+    h0 = free.best.host_bytes
+    budget = max(c.host_bytes for c in free.candidates if c.feasible and c.host_bytes < h0)
+    # a profile without host memory (and an analytic calibration): unchecked, and the schedule says so
+    assert schedule(d) == 0
+    rec, _ = load_schedule(d / "s.json")
+    hm = rec["search"]["host_memory"]
+    assert hm["budget_bytes"] is None and hm["source"] == "none recorded"
+    assert any("host memory not checked" in w for w in rec["search"]["warnings"])
+    assert rec["prediction"]["host_arena_bytes"]["total"] == h0 == hm["chosen_bytes"]
+    # the profile records its host: that is the budget
+    prof = dict(mlp_setup()[1], host_memory_bytes=10 * budget, host_memory_available_bytes=budget)
+    write_json(d / "host.profile.json", prof)
+    assert schedule(d, "--model", str(d / "model.json"), profile="host.profile.json", out="h.json") == 0
+    rec, _ = load_schedule(d / "h.json")
+    hm = rec["search"]["host_memory"]
+    assert hm["budget_bytes"] == budget and hm["source"] == "profile:host_memory_available_bytes"
+    assert rec["prediction"]["host_arena_bytes"]["total"] == hm["chosen_bytes"] <= budget
+    assert rec["search"]["chosen"]["host_bytes"] == hm["chosen_bytes"]
+    assert hm["candidates_over_budget"] > 0 and hm["fastest_gpu_feasible"]["host_bytes"] == h0
+    assert not any("host memory not checked" in w for w in rec["search"]["warnings"])
+    rows = list(csv.DictReader(open(d / "h.json.csv")))
+    assert {r["host_fits"] for r in rows} == {"True", "False"}
+    assert all(int(r["host_bytes"]) > budget for r in rows if r["host_fits"] == "False")
+    assert "host arena" in capsys.readouterr().err
+    # --host-memory none: unchecked, the fastest schedule again
+    assert schedule(d, "--model", str(d / "model.json"), "--host-memory", "none", profile="host.profile.json",
+                    out="n.json") == 0
+    rec, _ = load_schedule(d / "n.json")
+    assert rec["search"]["host_memory"]["budget_bytes"] is None
+    assert rec["search"]["host_memory"]["source"] == "--host-memory none"
+    assert rec["prediction"]["host_arena_bytes"]["total"] == h0
+    # an explicit size wins over the profile's
+    assert schedule(d, "--model", str(d / "model.json"), "--host-memory", str(10 * h0), profile="host.profile.json",
+                    out="x.json") == 0
+    hm = load_schedule(d / "x.json")[0]["search"]["host_memory"]
+    assert hm["budget_bytes"] == 10 * h0 and hm["source"] == "--host-memory" and hm["chosen_bytes"] == h0
+    # a profiled host too small for every candidate: refused, naming host memory
+    write_json(d / "small.profile.json", dict(mlp_setup()[1], host_memory_available_bytes=1000))
+    capsys.readouterr()
+    assert schedule(d, "--model", str(d / "model.json"), profile="small.profile.json", out="f.json") == 2
+    assert "no schedule fits host memory" in capsys.readouterr().err
+
+
+def test_cli_budget_falls_back_to_a_measured_calibration(mlp_dir):
+    """Profiles written before they recorded the host: a measured calibration (taken on the same GPU host)
+    gives the total; the profile's own record, when present, wins."""
+    from harmony.schedule.cli import host_memory_budget
+    d = mlp_dir
+    cal = dict(mlp_setup()[2])
+    del cal["analytic"]
+    h0 = run_search().best.host_bytes
+    write_json(d / "measured.json", dict(cal, host_memory_bytes=h0 - 1))
+    assert schedule(d, "--calibration", str(d / "measured.json")) == 0
+    hm = load_schedule(d / "s.json")[0]["search"]["host_memory"]
+    assert hm["budget_bytes"] == h0 - 1 and hm["source"] == "calibration:host_memory_bytes"
+    assert hm["chosen_bytes"] < h0
+    assert host_memory_budget(None, {"host_memory_bytes": 7}, {"host_memory_bytes": 9}) == \
+        (7, "profile:host_memory_bytes")
+    assert host_memory_budget(None, {}, {"host_memory_bytes": 9, "analytic": True}) == (None, "none recorded")
+    assert host_memory_budget("2GiB", {"host_memory_bytes": 7}, {}) == (2 * 2**30, "--host-memory")
+    assert host_memory_budget("off", {"host_memory_bytes": 7}, {}) == (None, "--host-memory none")
+    with pytest.raises(ValueError, match="--host-memory"):
+        host_memory_budget("lots", {}, {})

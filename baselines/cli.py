@@ -2,9 +2,13 @@
 
 NAME: swap-dp | swap-pp | fsdp-offload | zero-offload | resident (see docs/baselines.md).
 MODEL: a zoo name (`harmony models`) or a model.json path.
-`--ubatch 2,4,8` searches the microbatch size: every candidate runs (its record goes to
-<output stem>.u<u>.jsonl), the fastest that ran is copied to the output, with the search listed in its
-summary under `ubatch_search`.
+`--ubatch 2,4,8` searches the microbatch size (its records go to <output stem>.u<u>.jsonl); the fastest that
+ran is copied to the output, with the search listed in its summary under `ubatch_search`. The default
+search climbs: it starts at the middle candidate, goes up while each larger u trains faster, and down
+from the start only when the first step up did not beat it. Candidates it skips are listed as
+`not tried`. Every run costs its whole set-up, so on a GPU this is 2-4 runs instead of all of them. It
+assumes throughput rises with u up to a peak, then falls or runs out of memory; every search on record
+(results/paper/1xH100-80GB-HBM3) had that shape. `--ubatch-search all` runs every candidate.
 Exit status: 0 when a run record was written (ok, oom, infeasible and unavailable are results), 1 when the
 run failed with an error, 2 on bad input.
 """
@@ -35,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="default cpu")
     p.add_argument("--ubatch", default=None,
                    help="microbatch size, or a comma list to search (default D/N: no accumulation)")
+    p.add_argument("--ubatch-search", default="climb", choices=["climb", "all"],
+                   help="with a --ubatch list: climb from the middle candidate while throughput rises (default), "
+                        "or run every candidate")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="matmul precision (default fp32)")
     p.add_argument("--data", default="synthetic", help="batch source (default synthetic)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
@@ -93,17 +100,36 @@ def main(args) -> int:
         rec = run_one(settings[0])
         _report(rec, args.output)
         return 1 if rec["status"] == "error" else 0
-    # search: every candidate to its own file, the fastest that ran to the output
+    # search: each candidate it runs to its own file, the fastest that ran to the output
     out = Path(args.output)
-    results = []
-    for s in settings:
-        s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
-        rec = run_one(s)
-        _report(rec, s.output)
-        results.append((s, rec))
+    settings.sort(key=lambda s: s.ubatch)
+    done: dict[int, tuple[Settings, dict]] = {}
+
+    def trial(i: int) -> float:
+        """Run candidate i (once); its samples/s, 0 unless it ran ok."""
+        if i not in done:
+            s = settings[i]
+            s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
+            rec = run_one(s)
+            _report(rec, s.output)
+            done[i] = (s, rec)
+        rec = done[i][1]
+        return (rec["samples_per_s"] or 0.0) if rec["status"] == "ok" else 0.0
+
+    if getattr(args, "ubatch_search", "climb") == "all":
+        for i in range(len(settings)):
+            trial(i)
+    else:
+        climb(trial, len(settings))
+    results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],
                "message": r.get("message"), "output": s.output} for s, r in results]
+    search += [{"ubatch": settings[i].ubatch, "status": "not tried", "iter_time_s": None, "samples_per_s": None,
+                "bytes_h2d": None, "bytes_d2h": None, "output": None,
+                "message": "skipped by the climb: a neighbour nearer the start was slower or did not run"}
+               for i in range(len(settings)) if i not in done]
+    search.sort(key=lambda x: x["ubatch"])
     ok = [(s, r) for s, r in results if r["status"] == "ok" and r["samples_per_s"]]
     if ok:
         best_s, best = max(ok, key=lambda sr: sr[1]["samples_per_s"])
@@ -125,6 +151,30 @@ def main(args) -> int:
         f"u={x['ubatch']}: {x['status']}" + (f" {x['samples_per_s']:.3f} samples/s" if x['samples_per_s'] else "")
         for x in search) + f"; best -> {out}", file=sys.stderr)
     return 0 if ok or all(r["status"] != "error" for _, r in results) else 1
+
+
+def climb(trial, n: int) -> None:
+    """Hill-climb over candidates 0..n-1 (ascending u); trial(i) runs candidate i and returns its samples/s
+    (0 when it did not run). Start in the middle; go up while each step is faster; go down from the start
+    only if the first step up was not faster, while each step down is faster. Below a start that did not
+    run (OOM, infeasible), go down until one runs, then on while faster."""
+    start = n // 2
+    best_i, best = start, trial(start)
+    if best > 0:
+        i = start + 1
+        while i < n and (v := trial(i)) > best:
+            best_i, best, i = i, v, i + 1
+        if best_i != start:
+            return
+    i = start - 1
+    while i >= 0:
+        v = trial(i)
+        if v > best:
+            best_i, best, i = i, v, i - 1
+        elif best == 0:          # nothing has run yet: keep going down
+            i -= 1
+        else:
+            return
 
 
 def _report(rec: dict, path: str) -> None:

@@ -186,6 +186,46 @@ def test_oom_during_a_step_is_a_record(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("speeds, best, runs", [
+    ([1, 2, 4, 8, 9, 0, 0], 4, 3),        # rises to a peak above the start, then out of memory: 3 runs, not 7
+    ([1, 2, 4, 8, 7, 0, 0], 3, 3),        # the start is the peak: one step up, one down
+    ([5, 6, 7, 3, 2, 1, 0], 2, 4),        # peak below the start (GPT2-XL swap-dp: u=8 10.81 > u=16 10.80)
+    ([1, 2, 0, 0, 0, 0, 0], 1, 4),        # the start does not run: down until one runs, then on while faster
+    ([0, 0, 0, 0, 0], 0, 3),              # nothing runs: the start and all below it (larger u needs more memory)
+    ([3], 0, 1),
+])
+def test_microbatch_climb_finds_the_peak_with_few_runs(speeds, best, runs):
+    from baselines.cli import climb
+    tried = []
+
+    def trial(i):
+        tried.append(i)
+        return speeds[i]
+    climb(trial, len(speeds))
+    assert len(tried) == len(set(tried)) == runs
+    ran = [i for i in tried if speeds[i] > 0]
+    assert (max(ran, key=lambda i: speeds[i]) if ran else 0) == best
+
+
+def test_cli_climb_lists_every_candidate(tmp_path):
+    """A climbing search records each candidate once: run ones with their status, skipped ones as `not tried`;
+    the output is the fastest that ran. `--ubatch-search all` runs them all."""
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--iters", "2", "-o", str(out)]) == 0
+    summary = read_jsonl(out)[-1]
+    search = summary["ubatch_search"]
+    assert [x["ubatch"] for x in search] == [1, 2, 4, 8, 16]
+    ran = [x for x in search if x["status"] == "ok"]
+    assert {x["status"] for x in search} <= {"ok", "not tried"} and 2 <= len(ran) <= 5
+    assert summary["ubatch"] == max(ran, key=lambda x: x["samples_per_s"])["ubatch"]
+    assert all((tmp_path / f"r.u{x['ubatch']}.jsonl").exists() == (x["status"] == "ok") for x in search)
+    out2 = tmp_path / "all.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--ubatch-search", "all", "--iters", "2", "-o", str(out2)]) == 0
+    assert all(x["status"] == "ok" for x in read_jsonl(out2)[-1]["ubatch_search"])
+
+
 def test_cli_resident_and_microbatch_search(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "8", "--ubatch", "2,4",

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Writes experiments/device/jobs-2xH200.sh: issue 8's runs on nvidia-h200-x2 (N = 2), one job list in
+# priority order, for device budgets that cannot hold the whole grids. Run here, where snakemake is.
+#   priority: 0 figure 21 at N = 2 (vPP, vDP; N = 1 and the reference are on record)
+#             1 the figure-10 profiles, one at a time      2 Harmony vPP/vDP at figure 10's middle D
+#             3 swap-dp there (u = the best of its N = 1 search on the H100)
+#             4 figures 17/18 at N = 1, 2 for 1.6 B and 2.8 B      5 the rest of figure 10
+# Every throughput run takes 4 iterations (1 warm-up): `--config iters=4`; figure 21 keeps its 20.
+HW=2xH200; CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20)
+source "$(dirname "$0")/joblist_lib.sh"
+listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
+           "$R/convergence/figure21/gpt2-medium-ft/harmony-vDP-N2.jsonl"
+FIG10=("bert96 64 16" "vgg416 64 16" "resnet1026 256 32" "gpt2-xl 64 8")
+t=(); for mdu in "${FIG10[@]}"; do set -- $mdu; t+=("$R/profiles/$1.json"); done
+listing -- "${t[@]}"
+t=(); for mdu in "${FIG10[@]}"; do set -- $mdu; for s in vPP vDP; do t+=("$R/runs/harmony-$s/$1/N2-D$2-auto.jsonl"); done; done
+listing -- "${t[@]}"
+for mdu in "${FIG10[@]}"; do set -- $mdu; listing baseline_ubatch=$3 -- "$R/runs/swap-dp/$1/N2-D$2-best.jsonl"; done
+t=(); for m in gpt2-4096x6 gpt2-4096x12; do for n in 1 2; do for s in vDP vPP; do
+  [ "$n$s" = 1vPP ] || t+=("$R/runs/harmony-$s/$m/N$n-D32-u1-1-p2.jsonl"); done; done; done
+listing -- "${t[@]}"
+listing -- figure10
+write_joblist experiments/device/jobs-2xH200.sh

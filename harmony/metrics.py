@@ -11,6 +11,7 @@ import os
 import platform
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,10 +116,30 @@ def git_commit() -> str | None:
         return None
 
 
+class PhaseClock:
+    """Seconds per named set-up phase (where a run's time before its first iteration goes): `lap(name)`
+    closes the phase that began at the previous lap (or at construction)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = round(now - self._t, 3)
+        self._t = now
+
+
+def host_memory_record() -> dict:
+    """The host's memory: total, and available now (what a run's host arena is checked against)."""
+    import psutil
+    vm = psutil.virtual_memory()
+    return {"host_memory_bytes": vm.total, "host_memory_available_bytes": vm.available}
+
+
 def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int | None = None,
                calibration: dict | None = None) -> dict:
     """GPU model/count, driver, torch/CUDA, precision, cap, host, git commit, calibrated bandwidths."""
-    import psutil
     import torch
 
     rec: dict[str, Any] = {
@@ -126,13 +147,13 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "host": platform.node(), "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "host_memory_bytes": psutil.virtual_memory().total, "git_commit": git_commit(),
+        "git_commit": git_commit(),
         "gpu": None, "gpu_count": 0, "driver": None,
         # host-bound runs depend on the CPU and on what else the host is doing: which CPU, how loaded, how
         # much memory is free when the run starts (resnet1026 re-runs on another lease took 45% longer per
         # iteration with the same GPU work, and nothing recorded said why)
         "cpu_model": cpu_model(), "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "host_memory_available_bytes": psutil.virtual_memory().available,
+        **host_memory_record(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         rec["gpu"] = torch.cuda.get_device_name(0)

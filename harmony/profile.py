@@ -30,6 +30,7 @@ from torch import nn
 
 from harmony import gpumem
 from harmony.jsonio import ArtifactError, write_json
+from harmony.metrics import host_memory_record
 from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp
 from harmony.progress import Progress
 from harmony.units import format_bytes
@@ -454,12 +455,6 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
         "wall_s": time.perf_counter() - t_start, "vlayers": out_layers,
     }
-
-
-def host_memory_record() -> dict:
-    import psutil
-    vm = psutil.virtual_memory()
-    return {"host_memory_bytes": vm.total, "host_memory_available_bytes": vm.available}
 
 
 def _static_record(r: dict) -> dict:

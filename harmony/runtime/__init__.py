@@ -83,19 +83,21 @@ class Prepared:
                  update_threads: int = 2, memcpy_trace_iteration: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
-        t = [time.perf_counter()]
-        lap = lambda: t.append(time.perf_counter()) or round(t[-1] - t[-2], 3)   # noqa: E731
+        from harmony.metrics import PhaseClock
+
+        clock = PhaseClock()
         spec, self.meta_layers = validate_against_model(record, graph, device)
         self.graph, self.device = graph, device
         self.layout = plan_layout(self.meta_layers, graph, record["model"], spec.optimizer.state_tensors_per_param())
         check_fits(self.layout)
-        self.setup_s = {"validate_layout": lap()}
+        clock.lap("validate_layout")
         self.arena = HostArena.create(self.layout)
-        self.setup_s["arena_create"] = lap()
+        clock.lap("arena_create")
         init = spec.build("cpu", seed=seed)
-        self.setup_s["init_weights"] = lap()                  # the model built on the CPU (same seed as PyTorch's)
+        clock.lap("init_weights")                  # the model built on the CPU (same seed as PyTorch's)
         self.arena.fill_weights(init)
-        self.setup_s["arena_fill"] = lap()
+        clock.lap("arena_fill")
+        self.setup_s = clock.phases
         del init
         self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
                     "arena_path": self.arena.path, "device": device, "precision": precision,

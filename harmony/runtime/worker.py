@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harmony.gpumem import autocast
+from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
@@ -70,19 +71,6 @@ def set_deterministic() -> dict:
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-class _PhaseClock:
-    """Seconds per named setup phase (where a run's minutes before its first iteration go)."""
-
-    def __init__(self):
-        self.phases: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        now = time.perf_counter()
-        self.phases[name] = round(now - self._t, 3)
-        self._t = now
-
-
 class TaskFailure(RuntimeError):
     def __init__(self, info: dict):
         super().__init__(info.get("message", "task failed"))
@@ -105,7 +93,7 @@ class Worker:
         from harmony.schedule.tasks import TaskGraph
 
         job = self.job
-        clock = _PhaseClock()
+        clock = PhaseClock()
         if getattr(self, "process_group_s", None) is not None:
             clock.phases["process_group"] = self.process_group_s   # worker_main, before this job
         self.graph = TaskGraph.from_json(job["graph"])

@@ -33,15 +33,15 @@ class Candidate:
     fwd_packer: str
     objective_s: float            # packing objective J (bwd + fwd pass)
     iter_time_s: float            # simulated
-    feasible: bool                # fits the GPU cap and the host memory budget
+    gpu_feasible: bool            # every task fits the GPU cap (the simulator)
     peak_bytes: int
     host: HostBytes | None = None      # its host arena (None: no model record given to the search)
     host_fits: bool = True             # within the host memory budget (True when unchecked)
-    gpu_feasible: bool | None = None   # every task fits the GPU cap (None: same as feasible)
 
-    def __post_init__(self):
-        if self.gpu_feasible is None:
-            self.gpu_feasible = self.feasible
+    @property
+    def feasible(self) -> bool:
+        """Fits the GPU cap and the host memory budget."""
+        return self.gpu_feasible and self.host_fits
 
     @property
     def host_bytes(self) -> int | None:
@@ -159,8 +159,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                         hb = host_model.need(g) if host_model is not None else None
                         fits = host_memory is None or hb.total <= host_memory
                         c = Candidate(len(cands), cfg, bname, fname, jb + objective(costs, fctx, fpacks),
-                                      sim.iter_time_s, sim.feasible and fits, max(sim.task_peak_bytes), hb, fits,
-                                      sim.feasible)
+                                      sim.iter_time_s, sim.feasible, max(sim.task_peak_bytes), hb, fits)
                         cands.append(c)
                         if c.feasible and (best is None or c.iter_time_s < best.iter_time_s):
                             best = c

@@ -187,3 +187,6 @@ def _report(rec: dict, path: str) -> None:
     if rec.get("message"):
         line += f" ({rec['message']})"
     print(line + f" -> {path}", file=sys.stderr)
+    from harmony.metrics import allocator_warning
+    if allocator_warning(rec):
+        print(allocator_warning(rec), file=sys.stderr)

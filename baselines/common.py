@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from harmony.gpumem import alloc_retries
 from harmony.jsonio import JsonlWriter
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
@@ -260,6 +261,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             for d in devices:
                 if d.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(d)
+            retries0 = [alloc_retries(d) for d in devices if d.type == "cuda"]
             _sync(devices)
             t0 = time.perf_counter()
             if i == trace_at:
@@ -288,13 +290,14 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                  "allreduce": b.get("allreduce", 0)}
         alloc = [torch.cuda.max_memory_allocated(d) for d in devices if d.type == "cuda"]
         resv = [torch.cuda.max_memory_reserved(d) for d in devices if d.type == "cuda"]
+        retries = [alloc_retries(d) - r0 for d, r0 in zip([d for d in devices if d.type == "cuda"], retries0)]
         if gather is not None:
-            alloc, resv = gather(alloc), gather(resv)
+            alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
         writer.iteration(IterationRecord(
             iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
             bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
-            peak_reserved_bytes=resv, host_rss_bytes=host_rss()))
+            peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
     extra: dict[str, Any] = {}
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them
         per_rank = gather([traced])

@@ -29,6 +29,16 @@ def add_gpu_memory_argument(p, default: str | None = None) -> None:
                         "default: no cap. Ignored (and recorded as such) on the CPU")
 
 
+def alloc_retries(device) -> int:
+    """How many times the caching allocator of `device` has, since the process started, freed its cached
+    blocks to retry a cudaMalloc that failed (0 on the CPU). Each retry synchronizes the device; a run whose
+    memory sits at the cap pays it on every iteration, so the run records it per iteration."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
+
+
 def parse_cap(text) -> int | None:
     """'11GiB' -> bytes; None/''/'none' -> None. A bad size raises ValueError with the accepted forms."""
     cap = parse_bytes(text)

@@ -39,6 +39,7 @@ class IterationRecord:
     bytes_allreduce: int = 0
     peak_allocated_bytes: list[int] = field(default_factory=list)   # per GPU
     peak_reserved_bytes: list[int] = field(default_factory=list)    # per GPU
+    alloc_retries: list[int] = field(default_factory=list)          # per GPU, during this iteration
     host_rss_bytes: int = 0
     host_pinned_bytes: int = 0
 
@@ -77,6 +78,8 @@ def make_summary(*, system: str, model: str, mode: str | None, gpus: int, miniba
         "bytes_allreduce": med("bytes_allreduce"),
         "peak_allocated_bytes": _max_per_gpu(iterations, "peak_allocated_bytes"),
         "peak_reserved_bytes": _max_per_gpu(iterations, "peak_reserved_bytes"),
+        # per GPU, the most allocator retries in one steady-state iteration (see allocator_warning)
+        "alloc_retries": _max_per_gpu(steady, "alloc_retries"),
         "host_rss_bytes": max((it.host_rss_bytes for it in iterations), default=None),
         "final_loss": iterations[-1].loss if iterations else None,
         "predicted_iter_time_s": predicted_iter_time_s, "schedule_bound_s": schedule_bound_s,
@@ -89,6 +92,20 @@ def make_summary(*, system: str, model: str, mode: str | None, gpus: int, miniba
 def _max_per_gpu(iterations: list[IterationRecord], attr: str) -> list[int]:
     per = [getattr(it, attr) for it in iterations if getattr(it, attr)]
     return [max(col) for col in zip(*per)] if per else []
+
+
+def allocator_warning(summary: dict) -> str | None:
+    """A line for the log when the steady-state iterations made the caching allocator retry: its reserved
+    memory reached the cap, so it freed cached blocks (synchronizing the device) to retry an allocation.
+    The run is then slower than its schedule predicts, by the synchronizations and the lost overlap."""
+    retries = summary.get("alloc_retries") or []
+    if not any(retries):
+        return None
+    peaks = ", ".join(f"{b / 2**30:.2f}" for b in summary.get("peak_reserved_bytes") or [])
+    return (f"warning: the CUDA caching allocator retried {max(retries)} allocation(s) per iteration "
+            f"(per GPU: {retries}; peak reserved {peaks} GiB): the memory in use reaches the cap and every "
+            "retry synchronizes the device. For Harmony, make the schedule again with a larger --headroom; "
+            "for a baseline, a smaller microbatch")
 
 
 def validate_summary(rec: dict) -> None:

@@ -34,6 +34,68 @@ def test_atomic_json_and_artifact_checks(tmp_path):
         read_json(tmp_path / "missing.json")
 
 
+
+def test_write_json_gz_and_compact(tmp_path):
+    import gzip
+    obj = {"artifact": "model", "schema_version": 1, "x": [0.1, 1e-300, 2**70], "s": "ü"}
+    p = tmp_path / "t.trace.json.gz"
+    write_json(p, obj, indent=None)
+    assert p.read_bytes()[:2] == b"\x1f\x8b"                      # gzip, not text
+    with gzip.open(p, "rt") as f:
+        assert json.load(f) == obj
+    assert read_json(p, kind="model") == obj                         # read_json reads .gz too
+    assert not list(tmp_path.glob(".*tmp"))
+    first = p.read_bytes()
+    write_json(p, obj, indent=None)
+    assert p.read_bytes() == first                                   # no timestamp in the header
+    bad = tmp_path / "bad.json.gz"
+    bad.write_text("not gzip")
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        read_json(bad)
+    c = tmp_path / "c.json"                                          # indent=None: one line
+    write_json(c, obj, indent=None)
+    assert c.read_text().count("\n") == 1 and json.loads(c.read_text()) == obj
+
+
+def test_compact_results_and_tree_size(tmp_path):
+    """experiments/compact_results.py: traces -> .gz, profiles/schedules -> one line, mtimes kept, the rest
+    untouched, re-runnable; experiments/device/tree_size.py: what the device tool would copy."""
+    import gzip
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    res = tmp_path / "results" / "schedules" / "m"
+    trace, sched, model = res / "a.trace.json", res / "a.json", tmp_path / "results" / "m.json"
+    write_json(trace, {"traceEvents": [{"ph": "X", "ts": 0.1}]}, indent=None)
+    write_json(sched, {"artifact": "schedule", "schema_version": 1, "x": [1.0000000000000002, 3e-7]})
+    write_json(model, {"artifact": "model", "schema_version": 1, "x": 1})
+    for i, f in enumerate((trace, sched, model)):
+        os.utime(f, ns=(10**18 + i, 10**18 + i))
+    old_trace, old_sched, old_model = trace.read_bytes(), json.loads(sched.read_text()), model.read_bytes()
+    script = [sys.executable, str(root / "experiments/compact_results.py"), str(tmp_path / "results")]
+    out = subprocess.run([*script, "--dry-run"], capture_output=True, text=True, check=True).stdout
+    assert "would convert 1 traces" in out and "1 profiles/schedules" in out and trace.exists()
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert "converted 1 traces" in out
+    gz = res / "a.trace.json.gz"
+    assert not trace.exists() and gzip.decompress(gz.read_bytes()) == old_trace
+    assert json.loads(sched.read_text()) == old_sched and sched.read_text().count("\n") == 1
+    assert model.read_bytes() == old_model
+    assert [f.stat().st_mtime_ns for f in (gz, sched, model)] == [10**18, 10**18 + 1, 10**18 + 2]
+    out = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert "converted 0 traces" in out and "0 profiles/schedules" in out
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text("ignored/\n")
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "big").write_bytes(b"x" * 2**20)
+    size = [sys.executable, str(root / "experiments/device/tree_size.py"), "--repo", str(tmp_path)]
+    p = subprocess.run(size, capture_output=True, text=True)
+    assert p.returncode == 0 and "results/schedules/m/" in p.stdout and " 4 files" in p.stdout
+    p = subprocess.run([*size, "--carry", "ignored", "--limit", "0.5"], capture_output=True, text=True)
+    assert p.returncode == 1 and " 5 files" in p.stdout and "over the 0.5 MiB limit" in p.stdout
+
 def test_summary_schema(tmp_path):
     its = [IterationRecord(i, t, 8 / t, 1.0, bytes_h2d=10 * (i + 1)) for i, t in enumerate([5.0, 1.0, 2.0, 3.0])]
     s = make_summary(system="harmony", model="mlp-tiny", mode="vPP", gpus=1, minibatch=8, status="ok",
@@ -57,6 +119,20 @@ def test_summary_schema(tmp_path):
         make_summary(system="x", model="m", mode=None, gpus=1, minibatch=1, status="great",
                      iterations=[], warmup=0, env={})
 
+
+def test_allocator_retries_are_summarised_over_steady_iterations_and_warned_about():
+    from harmony.metrics import allocator_warning
+    retries = [[7, 7], [0, 0], [0, 2], [0, 1]]       # the warm-up's first-touch retries do not count
+    its = [IterationRecord(i, 1.0, 8.0, 1.0, peak_reserved_bytes=[11 * 2**30] * 2, alloc_retries=r)
+           for i, r in enumerate(retries)]
+    s = make_summary(system="harmony", model="m", mode="vDP", gpus=2, minibatch=8, status="ok",
+                     iterations=its, warmup=1, env={})
+    assert s["alloc_retries"] == [0, 2]
+    line = allocator_warning(s)
+    assert "retried 2 allocation(s) per iteration" in line and "11.00" in line and "--headroom" in line
+    quiet = make_summary(system="harmony", model="m", mode="vDP", gpus=2, minibatch=8, status="ok",
+                         iterations=its[:2], warmup=1, env={})
+    assert quiet["alloc_retries"] == [0, 0] and allocator_warning(quiet) is None   # no retry: nothing to say
 
 def test_reference_training_is_deterministic():
     spec = get_model("mlp-tiny")

@@ -16,7 +16,7 @@ def _trace(h2d, d2h, p2p=0):
 def _part(rank, trace=None, p2p=0):
     b = {"h2d_weights": 1000, "h2d_act": 100, "d2h_grads": 500, "d2h_act": 50, "p2p": p2p, "allreduce": 0}
     p = {"iteration": 1, "time_s": 1.0 + rank, "loss_part": 0.5, "bytes": b, "peak_allocated": 0,
-         "peak_reserved": 0, "rss": 1, "pinned": 2}
+         "peak_reserved": 0, "alloc_retries": 0, "rss": 1, "pinned": 2}
     if trace is not None:
         p["memcpy_trace"] = trace
     return p

@@ -120,4 +120,5 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
           f"agreement {s['memcpy_agreement']}")
     assert s["status"] == "ok", s.get("message")
     assert s["memcpy_trace"]["ranks"] == N and s["memcpy_trace"]["h2d"] > 0
+    assert len(s["alloc_retries"]) == N and all(r >= 0 for r in s["alloc_retries"])   # read on every GPU
     assert s["memcpy_agrees"] is True, (s["memcpy_trace"], s["memcpy_counted"], s["memcpy_agreement"])

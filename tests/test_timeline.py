@@ -205,7 +205,7 @@ def test_summary_carries_timelines():
     from harmony.runtime.launch import merge_iteration
     b = {"h2d_weights": 1000, "h2d_act": 24, "d2h_grads": 500, "d2h_act": 0, "p2p": 0, "allreduce": 0}
     part = lambda r: {"iteration": 1, "time_s": 1.0, "loss_part": 0.5, "bytes": dict(b), "peak_allocated": 0,
-                      "peak_reserved": 0, "rss": 1, "pinned": 2, "memcpy_trace": _rank_trace(r)}
+                      "peak_reserved": 0, "alloc_retries": 0, "rss": 1, "pinned": 2, "memcpy_trace": _rank_trace(r)}
     merged = merge_iteration({0: part(0), 1: part(1)})
     f = _memcpy_fields([merged], 1, "cuda", 3, 2, 2)
     assert len(f["memcpy_trace"]["timelines"]) == 2 and f["memcpy_agrees"] is True

@@ -118,6 +118,7 @@ class Prepared:
                 bytes_p2p=b["p2p"], bytes_allreduce=b["allreduce"],
                 peak_allocated_bytes=m["peak_allocated"] if device == "cuda" else [],
                 peak_reserved_bytes=m["peak_reserved"] if device == "cuda" else [],
+                alloc_retries=m["alloc_retries"] if device == "cuda" else [],
                 host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"])
             self.records.append(rec)
             if writer is not None:

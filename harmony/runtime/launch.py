@@ -53,6 +53,7 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "bytes": by_kind,
         "peak_allocated": [parts[r]["peak_allocated"] for r in ranks],
         "peak_reserved": [parts[r]["peak_reserved"] for r in ranks],
+        "alloc_retries": [parts[r]["alloc_retries"] for r in ranks],
         "rss": sum(parts[r]["rss"] for r in ranks),
         "pinned": max(parts[r]["pinned"] for r in ranks),
         **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harmony.gpumem import autocast
+from harmony.gpumem import alloc_retries, autocast
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
@@ -487,6 +487,7 @@ class Worker:
         for it in range(self.job["iters"]):
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
+            retries0 = alloc_retries(self.device)
             traced = None
             t0 = time.perf_counter()
             if it == trace_it and self.device.type == "cuda":
@@ -502,7 +503,8 @@ class Worker:
             dt = time.perf_counter() - t0
             alloc, reserved = self._memory()
             payload = {"iteration": it, "time_s": dt, "loss_part": loss, "bytes": self.counters.take(),
-                       "peak_allocated": alloc, "peak_reserved": reserved, "rss": proc.memory_info().rss,
+                       "peak_allocated": alloc, "peak_reserved": reserved,
+                       "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
             if traced is not None:
                 payload["memcpy_trace"] = traced

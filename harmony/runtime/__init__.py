@@ -178,6 +178,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
     env = env_record(device, precision, gpu_memory_cap)
+    if device == "cuda":                # what the workers will run with (launch sets it before spawning them)
+        from harmony.runtime.launch import CUDA_ALLOC_CONF
+        env["cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None

@@ -2,7 +2,7 @@
 
 Stages (each a `harmony` subcommand, each writing one JSON artifact):
   decompose -> model.json, profile -> profile.json, calibrate -> calibration.json,
-  schedule -> schedule.json (+ search.csv, trace.json), run -> run.jsonl.
+  schedule -> schedule.json (+ search.csv, trace.json.gz), run -> run.jsonl.
 Baselines (`harmony baseline NAME ...`) write run.jsonl with the same schema.
 """
 __version__ = "0.1.0"

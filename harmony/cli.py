@@ -12,7 +12,7 @@ SUBCOMMANDS = [
     ("decompose", "harmony.decompose", "model name or user nn.Module -> model.json (chain of vLayers)"),
     ("profile", "harmony.profile", "model.json -> profile.json (per-vLayer time and memory per microbatch size)"),
     ("calibrate", "harmony.calibrate", "measure this machine's bandwidths and rates -> calibration.json"),
-    ("schedule", "harmony.schedule.cli", "search the best schedule -> schedule.json, search.csv, trace.json"),
+    ("schedule", "harmony.schedule.cli", "search the best schedule -> schedule.json, search.csv, trace.json.gz"),
     ("simulate", "harmony.schedule.simulate_cli", "simulate a schedule.json: time, memory, bytes, trace"),
     ("table1", "harmony.schedule.table1", "the paper's Table 1: search cost and chosen configurations"),
     ("run", "harmony.runtime.cli", "execute a schedule.json on GPUs (or CPU workers) -> run.jsonl"),

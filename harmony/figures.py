@@ -122,7 +122,7 @@ def gpus_of_hardware(hardware: str) -> int | None:
 
 def _glob_results(root: Path) -> list[str]:
     pats = ["runs/*/*/*.jsonl", "convergence/*/*/*.jsonl", "schedules/*/*.json", "table1-search.csv"]
-    return sorted(f for p in pats for f in glob.glob(str(root / p)) if not f.endswith(".trace.json"))
+    return sorted(f for p in pats for f in glob.glob(str(root / p)) if not f.endswith((".trace.json", ".trace.json.gz")))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,6 +1,11 @@
-"""Artifact I/O: JSON with a schema_version, written atomically (tmp file + rename)."""
+"""Artifact I/O: JSON with a schema_version, written atomically (tmp file + rename).
+
+A path ending in `.gz` is gzip-compressed JSON, for writing and reading alike (the simulator's traces,
+`*.trace.json.gz`: they are large and only ever opened by a trace viewer, which reads gzip)."""
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import tempfile
@@ -13,13 +18,22 @@ class ArtifactError(ValueError):
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> None:
+    """Write `obj` as JSON to `path` atomically; gzip-compressed when `path` ends in `.gz`.
+    `indent=None`: one line (`", "` and `": "` separators), for large artifacts."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=indent, default=_default)
-            f.write("\n")
+        if path.name.endswith(".gz"):
+            # mtime=0: the same object gives the same bytes (no timestamp in the gzip header)
+            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as gz, \
+                    io.TextIOWrapper(gz, encoding="utf-8") as f:
+                json.dump(obj, f, indent=indent, default=_default)
+                f.write("\n")
+        else:
+            with os.fdopen(fd, "w") as f:
+                json.dump(obj, f, indent=indent, default=_default)
+                f.write("\n")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -43,8 +57,8 @@ def read_json(path: str | os.PathLike, kind: str | None = None, schema_version: 
     if not path.exists():
         raise ArtifactError(f"{path}: file not found")
     try:
-        obj = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        obj = json.loads(_read_text(path))
+    except (json.JSONDecodeError, gzip.BadGzipFile, EOFError) as e:
         raise ArtifactError(f"{path}: not valid JSON ({e})") from e
     if kind is not None and obj.get("artifact") != kind:
         raise ArtifactError(
@@ -55,6 +69,13 @@ def read_json(path: str | os.PathLike, kind: str | None = None, schema_version: 
             f"{path}: schema_version {obj.get('schema_version')} but this harmony reads {schema_version}; "
             f"regenerate the file with this version")
     return obj
+
+
+def _read_text(path: Path) -> str:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read()
+    return path.read_text()
 
 
 class JsonlWriter:

@@ -533,7 +533,7 @@ def main(args) -> int:
     if rng:
         from harmony.pack_check import check_pack
         prof["pack_check"] = check_pack(mj, prof, rng, args.check_ubatch, opts.device, opts.precision)
-    write_json(args.output, prof)
+    write_json(args.output, prof, indent=None)      # large: one line (see experiments/compact_results.py)
     if not args.quiet:
         print_summary(prof, file=sys.stderr)
     print(f"wrote {args.output}: {len(prof['vlayers'])} vLayers ({prof['unique_vlayers']} profiled), "

@@ -4,7 +4,7 @@ Snakemake (workflows/common.smk) and `harmony figure --from` both use this modul
 under results/<scale>/<hardware>/ is defined once:
 
   env.json  calibration.json  models/<model>.json  profiles/<model>.json
-  schedules/<model>/<mode>-N<n>-D<d>-<cfg>.json   (+ .csv every candidate, .trace.json)
+  schedules/<model>/<mode>-N<n>-D<d>-<cfg>.json   (+ .csv every candidate, .trace.json.gz)
   runs/<system>/<model>/N<n>-D<d>-<cfg>.jsonl      throughput runs (Harmony and baselines)
   convergence/<figure>/<model>/<system>-N<n>.jsonl loss curves (figures 13, 21)
   <figure>.csv .png .pdf .env.json                 the plotted numbers, the plots, their environment
@@ -427,7 +427,7 @@ def joblist(args) -> int:
     new jobs once $JOB_BUDGET_S seconds have passed (the device tool allows 10 minutes per command).
 
     Several listings are taken in the order given (priority: under a time budget the first ones run first);
-    a job in more than one is kept where it first appears. Jobs of `--parallel-rules` (single-GPU jobs such
+    a job in more than one is kept where it first appears; jobs writing a `--defer` output go last. Jobs of `--parallel-rules` (single-GPU jobs such
     as `profile`, which use cuda:0) run side by side, one per GPU, when $GPU_SLOTS > 1; any other job waits
     for them first, since it may read what they write."""
     inputs = args.input or ["-"]
@@ -439,6 +439,9 @@ def joblist(args) -> int:
             if key not in seen:
                 seen.add(key)
                 jobs.append(j)
+    if args.defer:         # jobs that would take a whole device call go after everything else
+        late = set(args.defer.split(","))
+        jobs = [j for j in jobs if not late & set(j["outputs"])] + [j for j in jobs if late & set(j["outputs"])]
     jobs = toposort(jobs)
     if args.skip_rules:
         jobs = [j for j in jobs if j["rule"] not in set(args.skip_rules.split(","))]
@@ -571,6 +574,9 @@ def main(argv=None) -> int:
     j.add_argument("input", nargs="*", help="dry-run listings in priority order (default: stdin)")
     j.add_argument("-o", "--out", required=True)
     j.add_argument("--skip-rules", default="", help="comma list of rules to leave out (e.g. figure)")
+    j.add_argument("--defer", default="", metavar="OUTPUTS",
+                   help="comma list of output files whose jobs go last, whatever listing they came from "
+                        "(e.g. a run that takes a whole device call)")
     j.add_argument("--parallel-rules", default="profile",
                    help="comma list of single-GPU rules whose jobs run one per GPU when $GPU_SLOTS > 1 (default: profile)")
     args = p.parse_args(argv)

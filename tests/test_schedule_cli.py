@@ -1,5 +1,6 @@
 """`harmony schedule`, `harmony simulate`, `harmony table1` end to end on ANALYTIC profiles (CPU, fast)."""
 import csv
+import gzip
 import json
 
 import pytest
@@ -24,7 +25,7 @@ def test_schedule_and_simulate(gpt2xl):
     d = gpt2xl
     rc = main([
         "schedule", str(d / "profile.json"), "--minibatch", "64", "--gpus", "4", "--gpu-memory", "9e9",
-        "-o", str(d / "s.json"), "--candidates", str(d / "c.csv"), "--trace", str(d / "t.json")])
+        "-o", str(d / "s.json"), "--candidates", str(d / "c.csv"), "--trace", str(d / "t.trace.json.gz")])
     assert rc == 0
     rec, g = load_schedule(d / "s.json")             # model found next to the profile, graph consistent
     pred = rec["prediction"]
@@ -37,8 +38,11 @@ def test_schedule_and_simulate(gpt2xl):
     rows = list(csv.DictReader(open(d / "c.csv")))
     assert len(rows) == rec["search"]["candidates"]
     assert min(float(r["iter_time_s"]) for r in rows if r["feasible"] == "True") == pytest.approx(pred["iter_time_s"])
-    tr = json.load(open(d / "t.json"))
+    assert (d / "t.trace.json.gz").read_bytes()[:2] == b"\x1f\x8b"      # the trace is gzip
+    with gzip.open(d / "t.trace.json.gz", "rt") as f:
+        tr = json.load(f)
     assert any(e["ph"] == "X" for e in tr["traceEvents"])
+    assert (d / "s.json").read_text().count("\n") == 1                 # the schedule: one line of JSON
     rc = main(["simulate", str(d / "s.json"), "--profile", str(d / "profile.json"), "-o", str(d / "p.json")])
     assert rc == 0
     p = json.load(open(d / "p.json"))["prediction"]

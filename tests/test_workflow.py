@@ -406,6 +406,20 @@ def test_joblist_takes_listings_in_priority_order_and_runs_profiles_one_per_gpu(
     assert "skipped 4" in again.stdout and again.returncode == 0
 
 
+def test_joblist_defers_a_long_job_to_the_end(tmp_path):
+    """--defer: a job that would take a whole device call runs after everything else, even though the
+    first listing has it; its producers still come before it."""
+    a = (_dry_job("profile", [], ["p"], "touch p") + _dry_job("baseline", ["p"], ["slow"], "touch slow")
+         + _dry_job("baseline", ["p"], ["quick"], "touch quick"))
+    b = _dry_job("run", ["p"], ["r"], "touch r")
+    (tmp_path / "a.txt").write_text(a)
+    (tmp_path / "b.txt").write_text(b)
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "a.txt"), str(tmp_path / "b.txt"),
+        "--defer", "slow,not-a-job", "-o", str(script)])
+    outs = [line.rsplit("'", 2)[-2] for line in script.read_text().splitlines() if line.startswith("job ")]
+    assert outs == ["p", "quick", "r", "slow"]
+
 def test_joblist_counts_a_failed_parallel_job(tmp_path):
     (tmp_path / "a.txt").write_text(_dry_job("profile", [], ["pa"], "exit 3") + _dry_job("profile", [], ["pb"], "touch pb"))
     script = tmp_path / "jobs.sh"

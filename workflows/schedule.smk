@@ -17,7 +17,7 @@ rule schedule:
         fixed=schedule_args,
         cap=CAP,
         candidates=f"{R}/schedules/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.csv",
-        trace=f"{R}/schedules/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.trace.json",
+        trace=f"{R}/schedules/{{model}}/{{mode}}-N{{gpus}}-D{{minibatch}}-{{cfg}}.trace.json.gz",
     conda:
         ENV
     shell:

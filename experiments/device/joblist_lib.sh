@@ -2,7 +2,7 @@
 # listings, in priority order (python -m harmony.workflow joblist keeps a job listed twice once).
 #   HW=... CONF=(scale=paper hardware=$HW gpus_present=N iters=4); source this file
 #   listing [CONFIG...] -- TARGET...     one dry-run listing (CONFIG: extra --config items for it alone)
-#   write_joblist OUT                      the job list, figures left to the CPU machine
+#   write_joblist OUT [JOBLIST-OPTION...]  the job list, figures left to the CPU machine (e.g. --defer OUTPUTS)
 set -euo pipefail
 R=results/paper/$HW
 JOBLIST_TMP=$(mktemp -d); trap 'rm -rf "$JOBLIST_TMP"' EXIT
@@ -15,5 +15,5 @@ listing() {
     || { echo "snakemake -n failed for: $*" >&2; exit 1; }
 }
 write_joblist() {
-  python -m harmony.workflow joblist "$JOBLIST_TMP"/*.txt --skip-rules figure -o "$1"
+  python -m harmony.workflow joblist "$JOBLIST_TMP"/*.txt --skip-rules figure -o "$1" "${@:2}"
 }

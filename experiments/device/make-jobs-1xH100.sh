@@ -7,6 +7,7 @@
 #             2 figures 17/18 at N = 1 (vDP; vPP is the same plan on one GPU)   3 figure 8
 #             4 zero-offload at figure 10's middle D (about 4 minutes each: 110 s of setup, 20-50 s iterations)
 #             5 the rest of figure 10
+#             last: zero-offload resnet1026 D=256 (u = 16 was still in its first iteration 250 s in: a call of its own)
 # Every run takes 4 iterations (1 warm-up), not the paper scale's 10: `--config iters=4`. Baselines take the
 # microbatch of the N = 1 searches already on record (swap-dp's best, results/paper/1xH100-80GB-HBM3/runs):
 # swap-pp, fsdp-offload and resident that u; zero-offload, whose GPU footprint is larger, half of it (bert96 at
@@ -24,4 +25,4 @@ listing -- figure8
 for mdu in "bert96 64 8" "vgg416 64 8" "resnet1026 256 16"; do set -- $mdu
   listing baseline_ubatch=$3 -- "$R/runs/zero-offload/$1/N1-D$2-best.jsonl"; done
 listing -- figure10 figure12
-write_joblist experiments/device/jobs-1xH100.sh
+write_joblist experiments/device/jobs-1xH100.sh --defer "$R/runs/zero-offload/resnet1026/N1-D256-best.jsonl"

@@ -43,7 +43,7 @@ if [[ " $STEPS " == *" gpt2xl "* ]]; then
     fi
     timeout "$(left 120)" "$PY" -m harmony.cli schedule "$PROF" --model "$OUT/$MODEL.model.json" -D "$D" -N 1 \
         --mode vPP --gpu-memory "$CAP" --calibration "$CAL" -o "$OUT/$MODEL.schedule.json" \
-        --candidates "$OUT/$MODEL.search.csv" --trace "$OUT/$MODEL.trace.json" 2>&1 | tee -a "$OUT/$MODEL.log"
+        --candidates "$OUT/$MODEL.search.csv" --trace "$OUT/$MODEL.trace.json.gz" 2>&1 | tee -a "$OUT/$MODEL.log"
     step "$MODEL decompose+calibrate+profile+schedule" "${PIPESTATUS[0]}" $((SECONDS - t))
     t=$SECONDS
     timeout "$(left 400)" "$PY" -m harmony.cli run "$OUT/$MODEL.schedule.json" --iters "$ITERS" --warmup "$WARMUP" \

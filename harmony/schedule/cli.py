@@ -2,7 +2,7 @@
 
   harmony schedule profile.json --minibatch 64 --gpus 4 [--mode vPP|vDP|auto] [--gpu-memory 11GiB]
       [--calibration calibration.json] [--model model.json] -o schedule.json
-      [--candidates search.csv] [--trace trace.json] [--ubatch-fwd U] [--ubatch-bwd U] [--pack-size P]
+      [--candidates search.csv] [--trace trace.json.gz] [--ubatch-fwd U] [--ubatch-bwd U] [--pack-size P]
       [--host-memory SIZE|none]
 
 The schedule embeds the model.json record. It is taken from --model, else from the profile's own

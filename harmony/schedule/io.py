@@ -27,7 +27,7 @@ def make_schedule_record(model_json: dict, graph: TaskGraph, *, gpu_memory_cap: 
 
 
 def save_schedule(path, record: dict) -> None:
-    write_json(path, record)
+    write_json(path, record, indent=None)           # large: one line (see experiments/compact_results.py)
 
 
 def load_schedule(path) -> tuple[dict, TaskGraph]:

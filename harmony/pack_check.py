@@ -1,8 +1,13 @@
-"""Validating the pack memory rule: run vLayers [start, end) as one pack on the device and compare its
-measured peak with what the additive rule (harmony.profile_data.pack_fwd_memory / pack_bwd_memory)
-predicts from per-vLayer profiles. `harmony profile --check-pack START:END` records the result in
+"""Validating the pack rules: run vLayers [start, end) as one pack on the device and compare its measured
+peak with what the additive memory rule (harmony.profile_data.pack_fwd_memory / pack_bwd_memory) predicts
+from per-vLayer profiles, and its measured forward and backward times with the sum of the per-vLayer times
+(what the simulator charges a pack). Each vLayer is profiled alone; in a pack the host launches the next
+layer's kernels while the GPU runs the previous ones, so where launching costs more than computing (small
+microbatches) the sum over-counts. `harmony profile --check-pack START:END` records the result in
 profile.json as `pack_check`."""
 from __future__ import annotations
+
+import statistics
 
 import torch
 
@@ -11,12 +16,14 @@ from harmony.profile import WALK_BATCH, LayerSource, Runner, make_inputs
 from harmony.profile_data import Profile, pack_bwd_memory, pack_fwd_memory
 
 
-def measure_pack_memory(model_json, layers_range, u: int, device, precision: str = "fp32", seed: int = 0,
-                        materialize: str = "auto") -> dict:
+def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp32", seed: int = 0,
+                 materialize: str = "auto", trials: int = 0) -> dict:
     """Run vLayers [start, end) as a pack on `device` at microbatch u (their real inputs, from a walk of
     the chain) and measure, relative to the memory in use before the pack's weights and input arrive:
     the peak of a no-grad forward (`fwd_peak_bytes`) and of recompute forward + backward with dW
-    already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger."""
+    already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger. With `trials` > 0 also the median
+    time of the pack's forward (`fwd_s`) and recompute forward + backward (`bwd_s`), timed as the profiler
+    times one vLayer (harmony.profile.Runner.time)."""
     from harmony.decompose import load_model_json, spec_from_model_json
     if not isinstance(model_json, dict):
         model_json = load_model_json(model_json)
@@ -53,15 +60,19 @@ def measure_pack_memory(model_json, layers_range, u: int, device, precision: str
         m.reset_peak()
         r.bwd()
         bwd_peak = m.peak() - base0
+    out = {"range": [start, end], "u": u, "fwd_peak_bytes": int(fwd_peak), "bwd_peak_bytes": int(bwd_peak),
+           "peak_bytes": int(max(fwd_peak, bwd_peak))}
+    if trials > 0:
+        out["fwd_s"] = statistics.median(r.time(r.fwd, trials))
+        out["bwd_s"] = statistics.median(r.time(r.bwd, trials))
     del r, layers
     gpumem.free_cached(dev)
-    return {"range": [start, end], "u": u, "fwd_peak_bytes": int(fwd_peak), "bwd_peak_bytes": int(bwd_peak),
-            "peak_bytes": int(max(fwd_peak, bwd_peak))}
+    return out
 
 
 def measure_pack_peak(model_json, layers_range, u: int, device, precision: str = "fp32") -> int:
-    """Measured peak bytes of a pack's forward and backward (see measure_pack_memory)."""
-    return measure_pack_memory(model_json, layers_range, u, device, precision)["peak_bytes"]
+    """Measured peak bytes of a pack's forward and backward (see measure_pack)."""
+    return measure_pack(model_json, layers_range, u, device, precision)["peak_bytes"]
 
 
 def predict_pack_peak(profile, layers_range, u: float) -> float:
@@ -72,7 +83,10 @@ def predict_pack_peak(profile, layers_range, u: float) -> float:
     return max(pack_fwd_memory(profile, s, e, u), pack_bwd_memory(profile, s, e, u))
 
 
-def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device, precision: str) -> dict:
+def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device, precision: str,
+               trials: int = 5) -> dict:
+    """The pack's measured peak memory and times against the per-vLayer profile's predictions. u=None: the
+    largest profiled u at which the pack fits in 80% of the profile's cap."""
     p = Profile(prof)
     s, e = layers_range
     if u is None:
@@ -82,7 +96,7 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
         if cap:
             fits = [v for v in fits if predict_pack_peak(p, layers_range, v) <= 0.8 * cap] or fits[:1]
         u = max(fits) if fits else 1
-    meas = measure_pack_memory(model_json, layers_range, u, device, precision)
+    meas = measure_pack(model_json, layers_range, u, device, precision, trials=trials)
     pred_f, pred_b = pack_fwd_memory(p, s, e, u), pack_bwd_memory(p, s, e, u)
     resident = sum(p.weight_bytes(i) + p.grad_bytes(i) for i in range(s, e))
     pred = max(pred_f, pred_b)
@@ -93,6 +107,12 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
            "weights_and_grads_bytes": resident,
            "rel_error_activations": ((pred_b - resident) - (meas["bwd_peak_bytes"] - resident))
            / max(meas["bwd_peak_bytes"] - resident, 1)}
+    if trials > 0:
+        from harmony.schedule.memory import LayerCosts
+        c = LayerCosts(p).at(u)         # the simulator's compute model: the per-vLayer times, summed
+        for kind, pred in (("fwd", c.fwd_time(s, e)), ("bwd", c.bwd_time(s, e))):
+            out[f"predicted_{kind}_s"], out[f"measured_{kind}_s"] = pred, meas[f"{kind}_s"]
+            out[f"time_ratio_{kind}"] = meas[f"{kind}_s"] / pred if pred > 0 else None
     return out
 
 

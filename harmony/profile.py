@@ -508,7 +508,8 @@ def add_arguments(p) -> None:
                    help="how vLayers get weights (see harmony.profile.LayerSource)")
     p.add_argument("--check-pack", default=None, metavar="START:END",
                    help="after profiling, run vLayers [START, END) as a pack and compare its measured peak "
-                        "memory with the prediction from the profile (stored as pack_check)")
+                        "memory and its forward/backward times with the predictions from the profile "
+                        "(stored as pack_check)")
     p.add_argument("--check-ubatch", type=int, default=None, help="u of --check-pack (default: the largest "
                    "measured u whose predicted pack peak is under 80%% of the cap)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the timed optimizer step (default: "
@@ -532,7 +533,8 @@ def main(args) -> int:
     prof = profile_model(mj, opts)
     if rng:
         from harmony.pack_check import check_pack
-        prof["pack_check"] = check_pack(mj, prof, rng, args.check_ubatch, opts.device, opts.precision)
+        prof["pack_check"] = check_pack(mj, prof, rng, args.check_ubatch, opts.device, opts.precision,
+                                        trials=opts.trials)
     write_json(args.output, prof, indent=None)      # large: one line (see experiments/compact_results.py)
     if not args.quiet:
         print_summary(prof, file=sys.stderr)
@@ -576,3 +578,8 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
         print(f"pack {pc['range'][0]}:{pc['range'][1]} at u={pc['u']}: predicted "
               f"{format_bytes(pc['predicted_bytes'])}, measured {format_bytes(pc['measured_bytes'])} "
               f"({pc['rel_error'] * 100:+.1f}%; activations {pc['rel_error_activations'] * 100:+.1f}%)", file=file)
+        if pc.get("measured_fwd_s") is not None:
+            print(f"  time: forward {pc['measured_fwd_s'] * 1e3:.2f} ms measured as a pack, "
+                  f"{pc['predicted_fwd_s'] * 1e3:.2f} ms summed over its vLayers ({pc['time_ratio_fwd']:.2f}x); "
+                  f"backward {pc['measured_bwd_s'] * 1e3:.2f} / {pc['predicted_bwd_s'] * 1e3:.2f} ms "
+                  f"({pc['time_ratio_bwd']:.2f}x)", file=file)

@@ -159,7 +159,7 @@ def test_pack_memory_rule_matches_a_measured_pack(tmp_path):
     """CPU analogue of the GPU acceptance check: profiled pack peak vs the peak of the pack run."""
     mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
     prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4], trials=5, progress=False))
-    meas = pc.measure_pack_memory(mj, (1, 5), 4, "cpu")
+    meas = pc.measure_pack(mj, (1, 5), 4, "cpu")
     p = Profile(prof)
     assert pack_bwd_memory(p, 1, 5, 4) == pytest.approx(meas["bwd_peak_bytes"], rel=0.10)
     assert pack_fwd_memory(p, 1, 5, 4) == pytest.approx(meas["fwd_peak_bytes"], rel=0.10)
@@ -186,6 +186,19 @@ def test_gpu_memory_flag_on_cpu_is_recorded(tmp_path):
     prof = json.loads(out.read_text())
     assert prof["gpu_memory_cap"] == 11 * 2**30 and prof["memory_cap"]["applied"] is False
 
+
+def test_pack_check_times_the_pack_against_the_summed_vlayer_times(tmp_path):
+    """The time half of the pack check: the pack run as one forward / backward, against the simulator's
+    sum of per-vLayer times at the same u. On the CPU both are host time, so they agree loosely."""
+    mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
+    prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4], trials=5, progress=False))
+    res = pc.check_pack(mj, prof, (1, 5), 4, "cpu", "fp32", trials=5)
+    for kind in ("fwd", "bwd"):
+        assert res[f"measured_{kind}_s"] > 0 and res[f"predicted_{kind}_s"] > 0
+        assert res[f"time_ratio_{kind}"] == pytest.approx(res[f"measured_{kind}_s"] / res[f"predicted_{kind}_s"])
+        assert 0.2 < res[f"time_ratio_{kind}"] < 5, res
+    assert res["predicted_bwd_s"] > res["predicted_fwd_s"]      # recompute forward + backward
+    assert "measured_fwd_s" not in pc.check_pack(mj, prof, (1, 5), 4, "cpu", "fp32", trials=0)
 
 @pytest.mark.parametrize("extra", [["--ubatch", "0,2"], ["--ubatch", "1,x"], ["--gpu-memory", "11 potatoes"],
                                    ["--gpu-memory=-5GiB"], ["--trials", "0"], ["--check-pack", "3"],
@@ -221,6 +234,7 @@ def test_cuda_pack_check(tmp_path):
     prof = hp.profile_model(mj, hp.ProfileOptions(device="cuda", ubatch=[4, 8], progress=False))
     res = pc.check_pack(mj, prof, (1, 5), 8, "cuda", "fp32")
     assert abs(res["rel_error"]) < 0.10, res
+    assert res["measured_fwd_s"] > 0 and res["measured_bwd_s"] > 0 and res["time_ratio_bwd"] > 0, res
 
 
 def test_optimizer_threads_are_a_run_workers_share(monkeypatch):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baselines.common import Infeasible, RunWriter, Settings, load_model, status_only
+from baselines.common import Infeasible, Settings, load_model, status_only
 from harmony.schedule.io import make_schedule_record, save_schedule
 from harmony.schedule.tasks import _spec_bytes, Range, ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
 

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from harmony.cli import main as cli_main
 from harmony.jsonio import ArtifactError, JsonlWriter, partial_path, read_json, read_jsonl, write_json

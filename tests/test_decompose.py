@@ -12,7 +12,7 @@ import torch
 
 from harmony.cli import main as harmony_main
 from harmony.decompose import decompose_model, load_model_json, spec_from_model_json
-from harmony.models import get_model, list_models, paper_facts, run_chain
+from harmony.models import get_model, list_models, paper_facts
 
 
 @pytest.mark.parametrize("name", list_models())

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from harmony.models import get_model, list_models, paper_facts, run_chain

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harmony.decompose import decompose_model
-from harmony.models import get_model, list_models, run_chain
+from harmony.models import get_model, list_models
 from harmony.optim import make_optimizer, set_lr
 from harmony.reference import max_relative_difference, minibatches, train_reference
 from harmony.runtime import train_many

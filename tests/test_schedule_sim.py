@@ -5,7 +5,7 @@ import pytest
 
 from harmony.schedule.bound import physical_roofline, schedule_bound
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.packing import (PACKERS_BWD, PackContext, PackingError, bwd_packings, fwd_packings,
+from harmony.schedule.packing import (PackContext, bwd_packings, fwd_packings,
                                       objective)
 from harmony.schedule.search import search
 from harmony.schedule.simulate import SimParams, simulate

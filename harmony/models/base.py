@@ -10,7 +10,7 @@ minibatch split into microbatches of sizes u_i is trained exactly by back-propag
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch

@@ -357,7 +357,7 @@ class Worker:
         gin_src = self.get_grad(t) if t.grad_in is not None else None
         xs_full = inp.tensors
         is_loss = t.pack[1] == self.cfg.num_layers
-        s0, n, D = t.samples[0], t.num_samples, self.cfg.minibatch
+        s0, D = t.samples[0], self.cfg.minibatch
         grad_consumer = self.grad_consumer.get(t.id)
         need_in_grad = grad_consumer is not None
         remote = need_in_grad and grad_consumer.rank != self.rank

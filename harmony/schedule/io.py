@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from harmony.jsonio import read_json, write_json
-from harmony.schedule.tasks import TaskGraph, build_task_graph, ScheduleConfig, ScheduleError
+from harmony.schedule.tasks import TaskGraph, build_task_graph, ScheduleError
 
 ARTIFACT, SCHEMA_VERSION = "schedule", 1
 

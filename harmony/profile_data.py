@@ -22,6 +22,9 @@ profile.json (artifact "profile", schema_version 1):
                                   allocated as backward starts and freed by autograd once consumed (as
                                   inside a pack), so it counts while it is alive; also includes the saved
                                   activations, the input gradient and backward temporaries
+             bwd_peak_held_bytes [per u]: the same, but with the output gradient allocated before and
+                                  held by the caller throughout (so not counted): how the top vLayer of a
+                                  pack runs. Profiles written before it existed lack it (see pack_bwd_memory)
              measured [per u]: true where measured, false where interpolated}]
   Memory is measured by harmony.gpumem.MemoryMeter: on CUDA max_memory_allocated deltas, on the CPU a
   tracker of tensor storages alive (docs/profiling.md). Pack memory follows from these per-vLayer
@@ -38,6 +41,7 @@ calibration.json (artifact "calibration", schema_version 1): keys ending in _Bps
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 
 from harmony.jsonio import read_json
@@ -101,6 +105,14 @@ class Profile:
 
     def bwd_peak(self, i: int, u: float) -> float:
         return self._series(i, "bwd_peak_bytes", u)
+
+    @functools.cached_property
+    def has_held_peaks(self) -> bool:
+        """Whether every vLayer has bwd_peak_held_bytes (profiles from before it was measured do not)."""
+        return all("bwd_peak_held_bytes" in v for v in self.raw["vlayers"])
+
+    def bwd_peak_held(self, i: int, u: float) -> float:
+        return self._series(i, "bwd_peak_held_bytes", u)
 
     def weight_bytes(self, i: int) -> int:
         v = self.raw["vlayers"][i]
@@ -188,16 +200,29 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     then backward), everything on the GPU counted:
 
         W + B + dW of the pack + X_start*u + dY_(end-1)*u
-        + max over l in [start, end) of ( sum_{k<l} saved_k(u) + bwd_peak_l(u) )
+        + max over l in [start, end) of ( sum_{k<l} saved_k(u) + bwd_peak_l(u) [+ Y_(end-1)*u] )
 
     While vLayer l runs its backward, the activations saved by the vLayers below it are still held and
     l itself peaks at bwd_peak_l (its own saved activations, its output gradient while alive, its input
-    gradient and temporaries). The pack's output gradient dY is held by the caller for the whole
-    backward, so for the top vLayer it is counted twice (at most one output's bytes too many)."""
+    gradient and temporaries).
+
+    The pack's output Y and its gradient dY are held by the caller for the whole backward. dY is in the
+    edges. With a profile that measured bwd_peak_held (the top vLayer run with its output gradient held
+    by the caller, as in a pack), the top vLayer l = end-1 takes bwd_peak_held (its own Y included, dY
+    not), and every vLayer below it adds Y, still alive while they run their backward. Older profiles keep
+    the earlier form, bwd_peak for every vLayer, which counts dY twice at the top and Y nowhere below:
+    one output's bytes too many at the top, and too few below when a lower vLayer sets the peak (CPU
+    pack checks: docs/performance.md entry 11)."""
     resident = sum(profile.weight_bytes(i) + profile.grad_bytes(i) for i in range(start, end))
-    edges = profile.input_bytes(start) * u + profile.output_bytes(end - 1) * u
+    top, y_top = end - 1, profile.output_bytes(end - 1) * u
+    edges = profile.input_bytes(start) * u + y_top
+    held = profile.has_held_peaks
     below, act = 0.0, 0.0
     for l in range(start, end):
-        act = max(act, below + profile.bwd_peak(l, u))
+        if not held:
+            peak = profile.bwd_peak(l, u)
+        else:
+            peak = profile.bwd_peak_held(l, u) if l == top else profile.bwd_peak(l, u) + y_top
+        act = max(act, below + peak)
         below += profile.saved(l, u)
     return resident + edges + act

@@ -192,3 +192,24 @@ def test_optimizer_step_uses_the_fastest_trial():
     raw["vlayers"][1]["opt_spread"] = [0.02, 0.5]
     costs = LayerCosts(raw)
     assert costs.opt[:3] == [0.01, 0.02, 0.5]
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_vectorised_pack_fits_agree_with_the_pack_rule(held):
+    """LayerCosts.feasible_ends (every pack end at once, with an early cut) gives exactly the ends whose
+    task_bytes fit, for profiles with and without the top vLayer's held-gradient peak."""
+    prof = make_profile(L=7, w=100, g=100, x=40, us=(1, 2, 4, 8), saved=30, peak=50, seed=3)
+    rng = random.Random(5)
+    for v in prof["vlayers"]:
+        v["output_bytes_per_sample"] = rng.randint(5, 80)
+        if held:       # below the seeded-gradient peak, as measured (the pack's dY is not the vLayer's)
+            v["bwd_peak_held_bytes"] = [p * rng.uniform(0.4, 1.0) for p in v["bwd_peak_bytes"]]
+    costs = LayerCosts(prof)
+    assert costs.profile.has_held_peaks is held
+    for kind in ("FWD", "BWD"):
+        for s in range(costs.L):
+            for u, n in ((2, 8), (4, 4), (8, 16)):
+                sizes = [costs.task_bytes(kind, s, e, u, n) for e in range(s + 1, costs.L + 1)]
+                for cap in sorted(set(sizes))[::2] + [min(sizes) - 1, max(sizes) + 1]:
+                    want = [e for e, b in zip(range(s + 1, costs.L + 1), sizes) if b <= cap]
+                    assert costs.feasible_ends(kind, s, u, n, cap).tolist() == want, (kind, s, u, n, cap)

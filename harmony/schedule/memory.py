@@ -10,6 +10,7 @@ One microbatch's working set is the profiler's additive rule, harmony.profile_da
 pack_bwd_memory (checked against measured packs by `harmony profile --check-pack`):
   FWD  W[s,e) + max_l ( X_in[l]*u + fwd_peak_l(u) )
   BWD  W[s,e) + dW[s,e) + X_in[s]*u + dY[e-1]*u + max_l ( sum_{s<=k<l} saved_k(u) + bwd_peak_l(u) )
+       where the profile has them: bwd_peak_held for the top vLayer e-1, and + Y[e-1]*u below it
 On top, the whole-group tensors a Harmony task keeps on the GPU (group_buffers):
   FWD  n*X_in[s] (the group's input) + n*X_out[e-1] (its output, held for the next task / the stash copy)
   BWD  n*X_in[s] (stashed or forwarded input) + [e<L] n*X_out[e-1] (incoming output grads)
@@ -40,6 +41,7 @@ class UCosts:
     fwd_peak: list[float]
     saved: list[float]
     bwd_peak: list[float]
+    bwd_peak_held: list[float] | None       # None: the profile predates it (pack_bwd_memory says how it differs)
     fwd_prefix: list[float]
     bwd_prefix: list[float]
     saved_prefix: list[float]
@@ -107,12 +109,15 @@ class LayerCosts:
             lay = self.profile.layers
             series = {k: [_interp(us, v[k], u) for v in lay]
                       for k in ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")}
+            held = ([self.profile.bwd_peak_held(i, u) for i in range(self.L)]
+                    if self.profile.has_held_peaks else None)
             c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], series["saved_bytes"],
-                       series["bwd_peak_bytes"], _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
+                       series["bwd_peak_bytes"], held, _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
                        _prefix(series["saved_bytes"]))
             c.np_ = {"fwd_prefix": np.array(c.fwd_prefix), "bwd_prefix": np.array(c.bwd_prefix),
                      "fwd_peak": np.array(c.fwd_peak), "saved": np.array(c.saved),
-                     "bwd_peak": np.array(c.bwd_peak)}
+                     "bwd_peak": np.array(c.bwd_peak),
+                     "bwd_peak_held": None if held is None else np.array(held)}
             self._us[u] = c
         return c
 
@@ -184,11 +189,18 @@ class LayerCosts:
         else:                  # pack_bwd_memory + group buffers
             sv = c["saved"][s:stop]
             acc_excl = np.concatenate(([0.0], np.cumsum(sv[:-1])))
-            act = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop])
+            terms = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop])
             buf_in = n * self.xin[s] * (2 if s > 0 else 1)
-            mono = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
-                    - a["g_prefix"][s] + buf_in + uu * self.xin[s] + act)
-            full = mono + uu * xout + n * xout * (idx < self.L)   # no incoming dY buffer at the loss
+            base = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
+                    - a["g_prefix"][s] + buf_in + uu * self.xin[s])
+            if c["bwd_peak_held"] is None:    # the older form (pack_bwd_memory)
+                mono = base + terms
+                act = terms
+            else:                             # end e: vLayers below e-1 with Y[e-1] alive, e-1 at its held peak
+                below_top = np.concatenate(([-np.inf], terms[:-1]))
+                act = np.maximum(below_top + uu * xout, acc_excl + c["bwd_peak_held"][s:stop])
+                mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
+            full = base + act + uu * xout + n * xout * (idx < self.L)   # no incoming dY buffer at the loss
         bad = mono > cap_                             # every term of mono grows with the pack
         k = int(np.argmax(bad)) if bad.any() else len(mono)
         out = idx[:k][full[:k] <= cap_]

@@ -35,7 +35,13 @@ slots=${GPU_SLOTS:-1}
 echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
 GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
   | tee -a "$RESULTS/calls/$TAG.console.log"
-echo "[$TAG] job list rc=${PIPESTATUS[0]} (124: stopped at the call's budget; the job in flight left no record and runs again next call)" \
-  | tee -a "$RESULTS/calls/$TAG.console.log"
+rc=${PIPESTATUS[0]}
+case $rc in   # the job list exits 1 when a job failed or jobs were left for lack of time (its last line says which)
+  0) why="every job done" ;;
+  1) why="see the 'ran/skipped/failed/left' line above: failed jobs have error records, left ones run next call" ;;
+  124|137) why="stopped at the call's budget; the job in flight left no record and runs again next call" ;;
+  *) why="unexpected" ;;
+esac
+echo "[$TAG] job list rc=$rc ($why)" | tee -a "$RESULTS/calls/$TAG.console.log"
 pkill -f "harmony.cli" 2>/dev/null; sleep 2
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/$TAG.tgz" "$RESULTS" && ls -la "$OUT"; fi

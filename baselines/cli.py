@@ -188,5 +188,6 @@ def _report(rec: dict, path: str) -> None:
         line += f" ({rec['message']})"
     print(line + f" -> {path}", file=sys.stderr)
     from harmony.metrics import allocator_warning
-    if allocator_warning(rec):
-        print(allocator_warning(rec), file=sys.stderr)
+    warning = allocator_warning(rec)
+    if warning:
+        print(warning, file=sys.stderr)

@@ -251,7 +251,8 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     from harmony.memcpy_trace import agreement, measure_memcpy_bytes
 
     s = settings
-    use_cuda = any(d.type == "cuda" for d in devices)
+    gpus = [d for d in devices if d.type == "cuda"]
+    use_cuda = bool(gpus)
     trace_at = s.warmup if (use_cuda and s.memcpy_trace and len(batches) > s.warmup + 1) else None
     warmup = s.warmup + (1 if trace_at is not None else 0)
     traced: dict | None = None
@@ -261,7 +262,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             for d in devices:
                 if d.type == "cuda":
                     torch.cuda.reset_peak_memory_stats(d)
-            retries0 = [alloc_retries(d) for d in devices if d.type == "cuda"]
+            retries0 = [alloc_retries(d) for d in gpus]
             _sync(devices)
             t0 = time.perf_counter()
             if i == trace_at:
@@ -288,9 +289,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         if trace_bytes_as_counters and traced is not None:
             b = {"h2d": traced["h2d"] or 0, "d2h": traced["d2h"] or 0, "p2p": traced["p2p"] or 0,
                  "allreduce": b.get("allreduce", 0)}
-        alloc = [torch.cuda.max_memory_allocated(d) for d in devices if d.type == "cuda"]
-        resv = [torch.cuda.max_memory_reserved(d) for d in devices if d.type == "cuda"]
-        retries = [alloc_retries(d) - r0 for d, r0 in zip([d for d in devices if d.type == "cuda"], retries0)]
+        alloc = [torch.cuda.max_memory_allocated(d) for d in gpus]
+        resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
+        retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
         if gather is not None:
             alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
         writer.iteration(IterationRecord(

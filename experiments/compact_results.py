@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import math
 import os
@@ -28,23 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harmony.jsonio import _default     # the same serialisation as write_json
+from harmony.jsonio import encode_json, gzip_bytes     # exactly what write_json writes
 
 KINDS = ("profile", "schedule")
 TRACE = ".trace.json"
-
-
-def gzip_bytes(data: bytes) -> bytes:
-    """gzip as harmony.jsonio.write_json writes it (no name, mtime 0 in the header: reproducible bytes)."""
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", filename="", mtime=0) as gz:
-        gz.write(data)
-    return buf.getvalue()
-
-
-def compact_bytes(obj) -> bytes:
-    """What write_json(path, obj, indent=None) writes."""
-    return (json.dumps(obj, indent=None, default=_default) + "\n").encode()
 
 
 def _same(a, b) -> bool:
@@ -93,7 +79,7 @@ def plan_json(path: Path) -> tuple[Path, bytes] | None:
         return None
     if not isinstance(obj, dict) or obj.get("artifact") not in KINDS:
         return None
-    new = compact_bytes(obj)
+    new = encode_json(obj, indent=None)
     if new == old:
         return None                                      # already compact
     if not _same(json.loads(new), obj):

@@ -17,23 +17,31 @@ class ArtifactError(ValueError):
     """An input artifact is missing, malformed or of the wrong kind/version."""
 
 
+def encode_json(obj: Any, indent: int | None = 1) -> bytes:
+    """The bytes write_json writes (before any gzip). `indent=None`: one line (`", "` and `": "`
+    separators), for large artifacts."""
+    return (json.dumps(obj, indent=indent, default=_default) + "\n").encode()
+
+
+def gzip_bytes(data: bytes) -> bytes:
+    """gzip with no name and mtime 0 in the header: the same data always gives the same bytes."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", filename="", mtime=0) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
 def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> None:
-    """Write `obj` as JSON to `path` atomically; gzip-compressed when `path` ends in `.gz`.
-    `indent=None`: one line (`", "` and `": "` separators), for large artifacts."""
+    """Write `obj` as JSON (encode_json) to `path` atomically; gzip-compressed when `path` ends in `.gz`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = encode_json(obj, indent)
+    if path.name.endswith(".gz"):
+        data = gzip_bytes(data)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        if path.name.endswith(".gz"):
-            # mtime=0: the same object gives the same bytes (no timestamp in the gzip header)
-            with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="", mtime=0) as gz, \
-                    io.TextIOWrapper(gz, encoding="utf-8") as f:
-                json.dump(obj, f, indent=indent, default=_default)
-                f.write("\n")
-        else:
-            with os.fdopen(fd, "w") as f:
-                json.dump(obj, f, indent=indent, default=_default)
-                f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

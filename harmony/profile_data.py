@@ -221,8 +221,10 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     for l in range(start, end):
         if not held:
             peak = profile.bwd_peak(l, u)
+        elif l == top:
+            peak = profile.bwd_peak_held(l, u)
         else:
-            peak = profile.bwd_peak_held(l, u) if l == top else profile.bwd_peak(l, u) + y_top
+            peak = profile.bwd_peak(l, u) + y_top
         act = max(act, below + peak)
         below += profile.saved(l, u)
     return resident + edges + act

@@ -427,9 +427,9 @@ def joblist(args) -> int:
     new jobs once $JOB_BUDGET_S seconds have passed (the device tool allows 10 minutes per command).
 
     Several listings are taken in the order given (priority: under a time budget the first ones run first);
-    a job in more than one is kept where it first appears; jobs writing a `--defer` output go last. Jobs of `--parallel-rules` (single-GPU jobs such
-    as `profile`, which use cuda:0) run side by side, one per GPU, when $GPU_SLOTS > 1; any other job waits
-    for them first, since it may read what they write."""
+    a job in more than one is kept where it first appears; jobs writing a `--defer` output go last. Jobs of
+    `--parallel-rules` (single-GPU jobs such as `profile`, which use cuda:0) run side by side, one per GPU,
+    when $GPU_SLOTS > 1; any other job waits for them first, since it may read what they write."""
     inputs = args.input or ["-"]
     jobs, seen = [], set()
     for src in inputs:

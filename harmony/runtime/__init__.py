@@ -9,7 +9,6 @@ optim (per-pack CPU optimizer in threads), launch (spawn, supervise, tear down),
 """
 from __future__ import annotations
 
-import os
 import time
 
 import torch
@@ -179,8 +178,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     writer = JsonlWriter(output) if output else None
     env = env_record(device, precision, gpu_memory_cap)
     if device == "cuda":                # what the workers will run with (launch sets it before spawning them)
-        from harmony.runtime.launch import CUDA_ALLOC_CONF
-        env["cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
+        from harmony.runtime.launch import worker_cuda_alloc_conf
+        env["cuda_alloc_conf"] = worker_cuda_alloc_conf()
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None

@@ -51,8 +51,9 @@ def main(args) -> int:
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
     from harmony.metrics import allocator_warning
-    if allocator_warning(summary):
-        print(allocator_warning(summary), file=sys.stderr)
+    warning = allocator_warning(summary)
+    if warning:
+        print(warning, file=sys.stderr)
     su = summary.get("setup_s") or {}
     if su.get("workers_ready_after_s") is not None:
         slow = sorted({**su.get("host", {}), **su.get("worker_slowest_rank", {})}.items(), key=lambda kv: -kv[1])[:3]

@@ -71,6 +71,11 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
 CUDA_ALLOC_CONF = "expandable_segments:True"
 
 
+def worker_cuda_alloc_conf() -> str:
+    """The PYTORCH_CUDA_ALLOC_CONF the GPU workers run with: the user's, else CUDA_ALLOC_CONF."""
+    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
+
+
 def _sum_traces(traces: list[dict]) -> dict:
     from harmony.memcpy_trace import sum_traces
     return sum_traces(traces)
@@ -108,7 +113,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
         # same cores; spinning teams starve each other (seconds per op on a small machine)
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     else:
-        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = worker_cuda_alloc_conf()
     init = f"tcp://127.0.0.1:{free_port()}"
     jobs = [dict(j, init_method=init) for j in jobs]
     callbacks = on_iteration or [None] * len(jobs)

@@ -107,10 +107,10 @@ class LayerCosts:
         if c is None:
             us = self.profile.ubatch_sizes
             lay = self.profile.layers
-            series = {k: [_interp(us, v[k], u) for v in lay]
-                      for k in ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")}
-            held = ([self.profile.bwd_peak_held(i, u) for i in range(self.L)]
-                    if self.profile.has_held_peaks else None)
+            keys = ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")
+            keys += ("bwd_peak_held_bytes",) if self.profile.has_held_peaks else ()
+            series = {k: [_interp(us, v[k], u) for v in lay] for k in keys}
+            held = series.get("bwd_peak_held_bytes")
             c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], series["saved_bytes"],
                        series["bwd_peak_bytes"], held, _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
                        _prefix(series["saved_bytes"]))

@@ -3,7 +3,9 @@
 NAME: swap-dp | swap-pp | fsdp-offload | zero-offload | resident (see docs/baselines.md).
 MODEL: a zoo name (`harmony models`) or a model.json path.
 `--ubatch 2,4,8` searches the microbatch size (its records go to <output stem>.u<u>.jsonl); the fastest that
-ran is copied to the output, with the search listed in its summary under `ubatch_search`. The default
+ran is copied to the output, with the search listed in its summary under `ubatch_search`. A candidate
+whose record file already holds a finished run of the same settings is not run again, so a search cut
+short (a device call's time limit) resumes where it stopped. The default
 search climbs: it starts at the middle candidate, goes up while each larger u trains faster, and down
 from the start only when the first step up did not beat it. Candidates it skips are listed as
 `not tried`. Every run costs its whole set-up, so on a GPU this is 2-4 runs instead of all of them. It
@@ -110,7 +112,12 @@ def main(args) -> int:
         if i not in done:
             s = settings[i]
             s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
-            rec = run_one(s)
+            rec = finished_candidate(s)
+            if rec is None:
+                rec = run_one(s)
+            else:
+                print(f"{s.system}: u={s.ubatch} already on record ({rec['status']}), not run again: {s.output}",
+                      file=sys.stderr)
             _report(rec, s.output)
             done[i] = (s, rec)
         rec = done[i][1]
@@ -151,6 +158,26 @@ def main(args) -> int:
         f"u={x['ubatch']}: {x['status']}" + (f" {x['samples_per_s']:.3f} samples/s" if x['samples_per_s'] else "")
         for x in search) + f"; best -> {out}", file=sys.stderr)
     return 0 if ok or all(r["status"] != "error" for _, r in results) else 1
+
+
+def finished_candidate(s: Settings) -> dict | None:
+    """The summary of candidate `s` when its record file already holds a finished run of these same
+    settings (a search cut short by a device call's time limit goes on where it stopped), else None.
+    Error records are run again; a candidate with --set overrides always runs (they are not recorded)."""
+    path = Path(s.output)
+    if s.overrides or not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    env = rec.get("env") or {}
+    same = (rec.get("record") == "summary" and rec.get("system") == s.system
+            and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
+            and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch
+            and rec.get("iterations") == s.iters and env.get("device") == s.device
+            and env.get("precision") == s.precision and env.get("gpu_memory_cap") == s.gpu_memory_cap)
+    return rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable") else None
 
 
 def climb(trial, n: int) -> None:

@@ -321,3 +321,30 @@ def test_infeasible_only_when_the_lower_bound_says_so():
     assert cfg.bwd_packs[-1] == (50, 52)
     with pytest.raises(Infeasible, match=r"pack of vLayers \[50,52\) needs at least"):
         swap_dp_config(mj, 64, 1, 64, cap=cap, profile=prof)                    # logits alone: 13 GB at u=64
+
+
+def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, capsys):
+    """A microbatch search cut short (a device call ends mid-search) goes on where it stopped: candidates
+    whose record files hold a finished run of the same settings are read back, not run again; a record of
+    other settings (here: other iterations) or an error record is run again."""
+    import baselines.cli as bcli
+    out = tmp_path / "r.jsonl"
+    args = ["baseline", "resident", "mlp-tiny", "--minibatch", "8", "--ubatch", "2,4", "--iters", "2",
+            "-o", str(out)]
+    assert harmony_main(args) == 0
+    first = read_jsonl(out)[-1]
+    ran = []
+    real = bcli.run_one
+    monkeypatch.setattr(bcli, "run_one", lambda s: ran.append(s.ubatch) or real(s))
+    out.unlink()
+    assert harmony_main(args) == 0
+    assert ran == [] and "already on record" in capsys.readouterr().err
+    assert read_jsonl(out)[-1]["ubatch"] == first["ubatch"]
+    # an error record of u=2 and a u=4 record of 3 iterations: both run again with --iters 2
+    u2, u4 = tmp_path / "r.u2.jsonl", tmp_path / "r.u4.jsonl"
+    rec = read_jsonl(u2)[-1]
+    u2.write_text(json.dumps({**rec, "status": "error"}) + "\n")
+    rec = read_jsonl(u4)[-1]
+    u4.write_text(json.dumps({**rec, "iterations": 3}) + "\n")
+    assert harmony_main(args) == 0
+    assert sorted(ran) == [2, 4]

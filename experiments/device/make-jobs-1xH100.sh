@@ -6,8 +6,11 @@
 #   priority: 0 the profiles figures 17/18 and 8 need      1 figure 10's baselines at its middle D but zero-offload
 #             2 figures 17/18 at N = 1 (vDP; vPP is the same plan on one GPU)   3 figure 8
 #             4 zero-offload at figure 10's middle D (about 4 minutes each: 110 s of setup, 20-50 s iterations)
-#             5 the rest of figure 10
-#             last: zero-offload resnet1026 D=256 (u = 16 was still in its first iteration 250 s in: a call of its own)
+#             5 figure 10's smallest D but zero-offload (short runs: most grid points per call)
+#             6 the rest of figure 10
+#             last: zero-offload resnet1026 at every D (a call of its own each: at D=64, u=8 took 400 s with
+#             44 s iterations, h100-call10; at D=256, u=16 was still in its first iteration 250 s in). Their
+#             microbatch searches resume from the candidates already on record.
 # Every run takes 4 iterations (1 warm-up), not the paper scale's 10: `--config iters=4`. Baselines take the
 # microbatch of the N = 1 searches already on record (swap-dp's best, results/paper/1xH100-80GB-HBM3/runs):
 # swap-pp, fsdp-offload and resident that u; zero-offload, whose GPU footprint is larger, half of it (bert96 at
@@ -24,5 +27,8 @@ listing -- "${t[@]}"
 listing -- figure8
 for mdu in "bert96 64 8" "vgg416 64 8" "resnet1026 256 16"; do set -- $mdu
   listing baseline_ubatch=$3 -- "$R/runs/zero-offload/$1/N1-D$2-best.jsonl"; done
+t=(); for m in gpt2-xl bert96 vgg416; do for sys in swap-pp fsdp-offload resident; do t+=("$R/runs/$sys/$m/N1-D16-best.jsonl"); done; done
+listing -- "${t[@]}" "$R/runs/harmony-vDP/bert96/N1-D16-auto.jsonl"
 listing -- figure10 figure12
-write_joblist experiments/device/jobs-1xH100.sh --defer "$R/runs/zero-offload/resnet1026/N1-D256-best.jsonl"
+zr=$R/runs/zero-offload/resnet1026
+write_joblist experiments/device/jobs-1xH100.sh --defer "$zr/N1-D64-best.jsonl,$zr/N1-D256-best.jsonl,$zr/N1-D1024-best.jsonl"

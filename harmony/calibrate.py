@@ -5,6 +5,9 @@ Schema: harmony/profile_data.py (artifact "calibration"). Method (docs/profiling
     256 MiB), issued on a dedicated stream and timed with CUDA events; both directions at once on two
     streams, timed from before the first issue to after both end (sum of the two directions' bytes).
     GPU<->GPU: every ordered pair, 256 MiB, with torch.cuda.can_device_access_peer recorded.
+    Every GPU of the host at once (two or more GPUs): 512 MiB pinned per GPU, one stream each, host-timed
+    from the first issue to the last completion -> h2d/d2h_pinned_total_Bps; the simulator shares one host
+    link among the GPUs when the H2D total is under 1.5x one GPU's.
   - CPU only: there is no PCIe link, so every "H2D/D2H" figure is a host memcpy (torch copy_ between two
     host buffers) and both-at-once is two such copies in two threads; p2p_Bps is null.
   - matmul: n x n x n products (n = 8192 on CUDA, 1024 on CPU) at fp32 (strict), tf32 and bf16.
@@ -140,6 +143,42 @@ class Calibrator:
         torch.cuda.empty_cache()
         return out
 
+    def all_gpu_transfers(self) -> dict:
+        """Pinned copies on every GPU of the host at once, one stream and one host buffer per GPU, timed
+        from the first issue to the last GPU's completion: the host link as N workers see it when they swap
+        at the same moment (vDP runs every pack on every GPU together). `h2d_pinned_total_Bps` below 1.5x
+        one GPU's makes the simulator treat the link as shared (SimParams.from_calibration). Empty with
+        fewer than two GPUs."""
+        ng = torch.cuda.device_count() if self.cuda else 0
+        if ng < 2:
+            return {}
+        n = (64 if self.quick else 512) * MiB
+        self.sizes["all_gpu_pinned"] = n
+        devs = [torch.device("cuda", i) for i in range(ng)]
+        hosts = [torch.empty(n, dtype=torch.uint8, pin_memory=True).fill_(1) for _ in devs]
+        gpus = [torch.empty(n, dtype=torch.uint8, device=d) for d in devs]
+        streams = [torch.cuda.Stream(d) for d in devs]
+
+        def issue(h2d: bool):
+            for h, g, s in zip(hosts, gpus, streams):
+                with torch.cuda.stream(s):
+                    (g.copy_(h, non_blocking=True) if h2d else h.copy_(g, non_blocking=True))
+
+        def sync():
+            for s in streams:
+                s.synchronize()
+        for d in devs:
+            torch.cuda.synchronize(d)
+        out = {"h2d_pinned_total_Bps": self._rate("h2d_pinned_total_Bps", ng * n, _host_timed(
+                   lambda: issue(True), self.trials, self.warmup, sync)),
+               "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, _host_timed(
+                   lambda: issue(False), self.trials, self.warmup, sync))}
+        del hosts, gpus
+        for d in devs:
+            with torch.cuda.device(d):
+                torch.cuda.empty_cache()
+        return out
+
     def p2p(self) -> tuple[list | None, list | None]:
         ng = torch.cuda.device_count() if self.cuda else 0
         if ng < 2:
@@ -226,6 +265,7 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
         bar.update(note="transfers")
         if cal.cuda:
             rec.update(cal.cuda_transfers())
+            rec.update(cal.all_gpu_transfers())
         else:
             m = rec["host_memcpy_Bps"]
             rec.update(h2d_pinned_Bps=m, d2h_pinned_Bps=m, h2d_pageable_Bps=m, d2h_pageable_Bps=m,
@@ -249,7 +289,8 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
         **rec,
         "cpu_threads": torch.get_num_threads(), "host_memory_bytes": psutil.virtual_memory().total,
         "torch": torch.__version__, "trials": trials, "sizes": cal.sizes, "spread": cal.spread,
-        "method": ("cuda: pinned/pageable copies on a dedicated stream, CUDA events; duplex on two streams"
+        "method": ("cuda: pinned/pageable copies on a dedicated stream, CUDA events; duplex on two streams; "
+                   "*_total: every GPU at once, host-timed"
                    if cal.cuda else "cpu: every h2d/d2h figure is a host memcpy; duplex = two memcpy threads"),
         "wall_s": time.perf_counter() - t0,
     }
@@ -280,8 +321,9 @@ def print_summary(rec: dict, file=sys.stdout) -> None:
     print(f"\ncalibration of {rec['gpu'] or 'cpu'} ({rec['device']}), {rec['cpu_threads']} CPU threads, "
           f"host {format_bytes(rec['host_memory_bytes'])}", file=file)
     for k in ("h2d_pinned_Bps", "d2h_pinned_Bps", "duplex_pinned_Bps", "h2d_pageable_Bps", "d2h_pageable_Bps",
-              "host_memcpy_Bps"):
-        print(f"  {k:<20} {gb(rec[k])}", file=file)
+              "host_memcpy_Bps", "h2d_pinned_total_Bps", "d2h_pinned_total_Bps"):
+        if k in rec:
+            print(f"  {k:<20} {gb(rec[k])}", file=file)
     if rec.get("p2p_Bps"):
         for i, row in enumerate(rec["p2p_Bps"]):
             print(f"  p2p from {i}: " + " ".join(gb(v) if v else "    --      " for v in row), file=file)

@@ -33,6 +33,7 @@ def test_fields_present_and_positive(cal):
     assert rec["cpu_threads"] == torch.get_num_threads()
     assert rec["host_memory_bytes"] > 0 and rec["gpu_count"] == 0
     assert rec["p2p_Bps"] is None            # CPU: no GPU pairs
+    assert "h2d_pinned_total_Bps" not in rec  # nor GPUs to copy to at once: the link is read as per-GPU
     assert rec["device"] == "cpu" and "memcpy" in rec["method"]
 
 
@@ -49,3 +50,27 @@ def test_bad_arguments(tmp_path, capsys):
     if not torch.cuda.is_available():
         assert cli(["calibrate", "-o", str(tmp_path / "c.json"), "--device", "cuda"]) == 2
     assert not (tmp_path / "c.json").exists()
+
+
+def test_shared_host_link_is_read_from_the_all_gpu_copies():
+    """With no `host_link` key, the simulator shares the host link among GPUs exactly when copying to all
+    GPUs at once moved less than 1.5x what one GPU's copy did."""
+    from harmony.schedule.simulate import SimParams
+    base = {"h2d_pinned_Bps": 50e9, "d2h_pinned_Bps": 50e9}
+    assert not SimParams.from_calibration(base).shared_link                       # not measured: per GPU
+    assert SimParams.from_calibration({**base, "h2d_pinned_total_Bps": 60e9}).shared_link
+    assert not SimParams.from_calibration({**base, "h2d_pinned_total_Bps": 95e9}).shared_link
+    assert not SimParams.from_calibration({**base, "h2d_pinned_total_Bps": 60e9}, host_link="per-gpu").shared_link
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_all_gpu_copies_are_measured_on_a_multi_gpu_host():
+    from harmony.calibrate import Calibrator
+    cal = Calibrator("cuda:0", trials=3, quick=True)
+    one = cal.cuda_transfers()
+    total = cal.all_gpu_transfers()
+    n = torch.cuda.device_count()
+    for k, single in (("h2d_pinned_total_Bps", one["h2d_pinned_Bps"]), ("d2h_pinned_total_Bps", one["d2h_pinned_Bps"])):
+        # at least what one GPU moves alone would be, at most every GPU at full speed (with 30% slack)
+        assert 0.7 * single <= total[k] <= 1.3 * n * single, (k, total[k], single)

@@ -3,7 +3,7 @@
 # predicted with its reserved memory at the 11 GiB cap. Run the same schedule again; its record now counts
 # the caching allocator's retries per iteration (alloc_retries) and names the allocator settings.
 #   bash experiments/device/grid_gpu.sh experiments/device/checks-2xH200.sh results/paper/2xH200 x2-checks
-# Re-runnable: a finished run is skipped (about 60 s).
+# Re-runnable: a finished run is skipped (the first about 60 s; all of them about 5 minutes).
 set -u
 R=results/paper/2xH200; D=$R/remeasure/bert96-vDP-N2-D64
 mkdir -p "$D"
@@ -27,3 +27,27 @@ for h in 0.12 0.20; do
     tail -3 "$H/run-h$h.log"
   fi
 done
+# Headroom 0.20 ran without retries and as slowly (2.18 s against 1.31 s predicted): the retries are not the
+# cost. Where the time goes instead: the same vDP point and the vPP point that meets its prediction, each with
+# one iteration traced (--memcpy-trace traces iteration 1 on every GPU and leaves it out of the medians).
+# `harmony timeline RUN.jsonl` then gives, per rank, compute busy/idle, copy, NCCL and overlap times.
+T=$R/remeasure/bert96-N2-D64-timeline
+mkdir -p "$T"
+for mode in vDP vPP; do
+  if [ ! -s "$T/$mode.jsonl" ]; then
+    echo "[$SECONDS s] bert96 $mode N=2 D=64, one iteration traced"
+    harmony run "$R/schedules/bert96/$mode-N2-D64-auto.json" --iters 5 --data synthetic --gpu-memory 11GiB \
+      --precision tf32 --device cuda --memcpy-trace -o "$T/$mode.jsonl" > "$T/$mode.log" 2>&1 || echo "FAILED: $T/$mode.jsonl"
+    tail -3 "$T/$mode.log"
+    harmony timeline "$T/$mode.jsonl" > "$T/$mode.timeline.txt" 2>&1 && cat "$T/$mode.timeline.txt"
+  fi
+done
+# The host link as both workers see it when they copy at once (vDP loads every pack on both GPUs together):
+# `harmony calibrate` now also times pinned copies to every GPU at the same moment (h2d/d2h_pinned_total_Bps).
+# The committed calibration predates that, so the simulator took per-GPU links on trust.
+C=$R/remeasure/calibration-all-gpu.json
+if [ ! -s "$C" ]; then
+  echo "[$SECONDS s] calibrate, every GPU at once included"
+  harmony calibrate --device cuda --precision tf32 -o "$C" > "${C%.json}.log" 2>&1 || echo "FAILED: $C"
+  grep -E "h2d_pinned|d2h_pinned" "${C%.json}.log"
+fi

@@ -9,7 +9,8 @@
 #          host-side optimizer timings then share the host's memory bandwidth, as the workers of a run on
 #          every GPU do; docs/performance.md entry 12 says what running them side by side with every core
 #          each did to the 4x H200 profiles)
-# Writes RESULTS/calls/TAG.{console.log,gpus.txt,topo.txt,env.json} and $OUT/TAG.tgz (RESULTS, logs included).
+# Writes RESULTS/calls/TAG.{console.log,gpus.txt,topo.txt,env.json,calibration.json} and $OUT/TAG.tgz (RESULTS,
+# logs included).
 set -uo pipefail
 JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
 BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-150}
@@ -31,6 +32,11 @@ mkdir -p "$RESULTS/calls"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1
 python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG.env.json" 2>/dev/null
+# This host's links and CPU optimizer rate (about 10 s): the lent machines of one kind differ (the same
+# bert96 schedule ran 0.82 and 1.05 s per iteration on two H100 hosts, docs/performance.md entry 18), so
+# every call records what its host measured, next to the calibration the schedules were made with.
+python3 -m harmony.cli calibrate --device cuda --precision tf32 --quiet -o "$RESULTS/calls/$TAG.calibration.json" \
+  > "$RESULTS/calls/$TAG.calibration.log" 2>&1 || echo "[$TAG] calibrate failed: $RESULTS/calls/$TAG.calibration.log"
 slots=${GPU_SLOTS:-1}
 echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
 GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \

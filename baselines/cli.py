@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings
+from harmony.jsonio import read_jsonl
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -168,8 +169,8 @@ def finished_candidate(s: Settings) -> dict | None:
     if s.overrides or not path.is_file():
         return None
     try:
-        rec = json.loads(path.read_text().splitlines()[-1])
-    except (ValueError, IndexError):
+        rec = read_jsonl(path)[-1]
+    except (ValueError, IndexError):   # a torn or empty file: run the candidate again
         return None
     env = rec.get("env") or {}
     same = (rec.get("record") == "summary" and rec.get("system") == s.system

@@ -161,8 +161,9 @@ class Calibrator:
 
         def issue(h2d: bool):
             for h, g, s in zip(hosts, gpus, streams):
+                dst, src = (g, h) if h2d else (h, g)
                 with torch.cuda.stream(s):
-                    (g.copy_(h, non_blocking=True) if h2d else h.copy_(g, non_blocking=True))
+                    dst.copy_(src, non_blocking=True)
 
         def sync():
             for s in streams:

@@ -108,6 +108,20 @@ def allocator_warning(summary: dict) -> str | None:
             "for a baseline, a smaller microbatch")
 
 
+def format_host_phases(phases: list[dict] | None) -> list[str]:
+    """One line per rank of a summary's `host_phases` (runtime workers): where each rank's host time went
+    in a steady-state iteration, and the optimizer's measured rate (parameters per thread-second)."""
+    lines = []
+    for r, p in enumerate(phases or []):
+        step = p.get("upd_step_s") or 0.0
+        rate = f", {p['upd_params'] / step / 1e9:.2f} G params/s per thread" if step and p.get("upd_params") else ""
+        lines.append(f"rank {r} host: issue {p['issue_s']:.3f} s (update-flag waits {p['flag_wait_s']:.3f}), then "
+                     f"sends {p['sends_drain_s']:.3f}, GPU drain {p['gpu_drain_s']:.3f}, optimizer drain "
+                     f"{p['upd_drain_s']:.3f} s; {p.get('upd_steps', 0)} updates: waiting for gradients "
+                     f"{p.get('upd_wait_grads_s', 0):.3f}, stepping {step:.3f} thread-s{rate}")
+    return lines
+
+
 def validate_summary(rec: dict) -> None:
     missing = [k for k in SUMMARY_KEYS if k not in rec]
     missing += [f"env.{k}" for k in ENV_KEYS if k not in rec.get("env", {})]

@@ -289,6 +289,9 @@ def main(args) -> int:
         if t:
             print(f"  steady-state iteration {t:.4f} s (median, untraced)"
                   + (f"; predicted {p:.4f} s, measured/predicted {t / p:.2f}x" if p else ""))
+        from harmony.metrics import format_host_phases
+        for line in format_host_phases(rec.get("host_phases")):
+            print("  " + line + " (median, untraced)")
     if not tls:
         src = ((rec or {}).get("memcpy_trace") or {}).get("source")
         print(f"{args.run}: no timeline in this record" + (f" (memcpy trace: {src})" if src else "") + f"; {HOW}")

@@ -120,6 +120,21 @@ def test_cli_run_record_and_counters(tmp_path):
     assert summary["bytes_by_kind"] == {k: want[k] for k in summary["bytes_by_kind"]}
     assert summary["predicted_bytes"]["h2d_weights"] == want["h2d_weights"]
     assert summary["env"]["precision"] == "fp32" and summary["ubatch_fwd"] == 4
+    # where each rank's host time went: the phases partition the rank's iteration (nothing else runs in
+    # it but the loss read), every pack of the rank was stepped once, and the log prints a line per rank
+    upd = [t for t in g.tasks if t.kind == "UPD"]
+    grad_bytes = layer_sizes_from_model(rec["model"]).grad_bytes      # fp32: 4 bytes per trainable parameter
+    rank_params = [sum(sum(grad_bytes[slice(*t.pack)]) // 4 for t in upd if t.rank == r) for r in range(2)]
+    for it in its:
+        assert len(it["host_phases"]) == 2
+        for r, ph in enumerate(it["host_phases"]):
+            spent = ph["issue_s"] + ph["sends_drain_s"] + ph["gpu_drain_s"] + ph["upd_drain_s"]
+            assert 0.5 * it["rank_time_s"][r] <= spent <= it["rank_time_s"][r] + 1e-6
+            assert 0 <= ph["flag_wait_s"] <= ph["issue_s"]
+            assert ph["upd_steps"] == sum(1 for t in upd if t.rank == r)
+            assert ph["upd_params"] == rank_params[r] > 0 and ph["upd_step_s"] > 0
+    assert [ph["upd_steps"] for ph in summary["host_phases"]] == [sum(1 for t in upd if t.rank == r) for r in range(2)]
+    assert err.count(" host: issue ") == 2, err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -39,3 +39,12 @@ for mode in vDP vPP; do
 done
 # The host link as both workers see it when they copy at once (vDP loads every pack on both GPUs together):
 # grid_gpu.sh's calibration of the call (RESULTS/calls/TAG.calibration.json) now has h2d/d2h_pinned_total_Bps.
+# The traces above: both vDP ranks keep their GPU busy for 1.33 s (span) of a 2.2-2.4 s iteration, the
+# vPP ranks for 1.32-1.36 s of 1.33-1.39 s. Where the other second goes on the host: every run record now has
+# per-rank host phases (issuing tasks, update-flag waits, draining sends, GPU work and optimizer steps, and
+# the optimizer's measured rate). Same two schedules, untraced.
+P=$R/remeasure/bert96-N2-D64-host-phases
+for mode in vDP vPP; do
+  run_once "bert96 $mode N=2 D=64, host phases" "$R/schedules/bert96/$mode-N2-D64-auto.json" "$P/$mode.jsonl" --iters 5 \
+    && grep " host: " "$P/$mode.log"
+done

@@ -121,7 +121,8 @@ class Prepared:
                 host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"])
             self.records.append(rec)
             if writer is not None:
-                writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"]})
+                writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
+                              **({"host_phases": m["host_phases"]} if "host_phases" in m else {})})
         return cb
 
     def parameters(self) -> list[torch.Tensor]:
@@ -205,7 +206,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             ubatch_fwd=cfg.ubatch_fwd, ubatch_bwd=cfg.ubatch_bwd, bwd_packs=[list(p) for p in cfg.bwd_packs],
             fwd_packs=[list(p) for p in cfg.fwd_packs], group_size=cfg.group_size, placement=cfg.placement,
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
-            bytes_by_kind=_median_by_kind(merged, warmup), predicted_bytes=predicted_bytes,
+            bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
+            predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
             host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,
             failure={k: v for k, v in (failure or {}).items() if k != "traceback"} or None,
@@ -256,6 +258,21 @@ def _median_by_kind(iterations: list[dict], warmup: int) -> dict | None:
     if not steady:
         return None
     return {k: int(statistics.median(m["bytes"][k] for m in steady)) for k in steady[0]["bytes"]}
+
+
+def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | None:
+    """Per rank, the medians over the steady-state iterations of where its host time went (the worker's
+    `host_phases`: issuing tasks, waiting for update flags, draining sends, GPU work and optimizer steps,
+    and the update jobs' thread-seconds); null when the workers reported none."""
+    import statistics
+    steady = [m for m in (iterations[warmup:] if len(iterations) > warmup else iterations[-1:]) if "host_phases" in m]
+    if not steady:
+        return None
+    ranks = len(steady[0]["host_phases"])
+    def med(vals: list):
+        return statistics.median_low(vals) if isinstance(vals[0], int) else round(statistics.median(vals), 6)
+    return [{k: med([m["host_phases"][r][k] for m in steady]) for k in steady[0]["host_phases"][r]}
+            for r in range(ranks)]
 
 
 def train_with_schedule(record: dict, graph: TaskGraph, *, iters: int, **kw):

@@ -50,10 +50,12 @@ def main(args) -> int:
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
-    from harmony.metrics import allocator_warning
+    from harmony.metrics import allocator_warning, format_host_phases
     warning = allocator_warning(summary)
     if warning:
         print(warning, file=sys.stderr)
+    for line in format_host_phases(summary.get("host_phases")):
+        print(line, file=sys.stderr)
     su = summary.get("setup_s") or {}
     if su.get("workers_ready_after_s") is not None:
         slow = sorted({**su.get("host", {}), **su.get("worker_slowest_rank", {})}.items(), key=lambda kv: -kv[1])[:3]

@@ -56,6 +56,8 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "alloc_retries": [parts[r]["alloc_retries"] for r in ranks],
         "rss": sum(parts[r]["rss"] for r in ranks),
         "pinned": max(parts[r]["pinned"] for r in ranks),
+        **({"host_phases": [parts[r]["host_phases"] for r in ranks]}
+           if all("host_phases" in parts[r] for r in ranks) else {}),
         **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}
            if all("memcpy_trace" in parts[r] for r in ranks) else {}),
     }

@@ -13,6 +13,8 @@ single ordered "signal" thread; the UPD job waits for its pack's arrivals, steps
 """
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -48,6 +50,19 @@ class PackUpdater:
         self._arrivals: dict[int, list[Future]] = {}
         self._missing: dict[int, set[int]] = {}      # pack -> indices of params without a gradient
         self._pending: list[Future] = []
+        self._stats_lock = threading.Lock()
+        self._stats = self._zero_stats()
+
+    @staticmethod
+    def _zero_stats() -> dict:
+        # thread-seconds (the pool's threads may overlap): waiting for a pack's gradients, stepping it
+        return {"upd_wait_grads_s": 0.0, "upd_step_s": 0.0, "upd_params": 0, "upd_steps": 0}
+
+    def take_stats(self) -> dict:
+        """The update jobs' waits and steps since the last call (one iteration's, after wait_all)."""
+        with self._stats_lock:
+            out, self._stats = self._stats, self._zero_stats()
+        return out
 
     def _optimizer(self, pi: int):
         if pi not in self._opts:
@@ -90,15 +105,26 @@ class PackUpdater:
         missing = self._missing.pop(pi, set())
 
         def job():
+            t0 = time.perf_counter()
             for f in arrivals:
                 f.result()
             opt, params, grads = self._optimizer(pi)
+            t1 = time.perf_counter()
+            n = 0
             if opt is not None:
                 for i, (p, g) in enumerate(zip(params, grads)):
                     p.grad = None if i in missing else g     # no gradient: torch skips the parameter
+                    n += 0 if i in missing else p.numel()
                 set_lr(opt, self.cfg, iteration)
                 opt.step()
             self.arena.upd_done[pi] = iteration + 1
+            t2 = time.perf_counter()
+            with self._stats_lock:
+                st = self._stats
+                st["upd_wait_grads_s"] += t1 - t0
+                st["upd_step_s"] += t2 - t1
+                st["upd_params"] += n
+                st["upd_steps"] += 1
         fut = self.pool.submit(job)
         self._pending.append(fut)
         return fut

@@ -185,6 +185,9 @@ class Worker:
     # weights
     # ------------------------------------------------------------------------------------------
     def _wait_flag(self, flags: torch.Tensor, idx: int, value: int, what: str) -> None:
+        if int(flags[idx]) >= value:
+            return
+        t0 = time.perf_counter()
         deadline = time.monotonic() + self.timeout
         delay = 2e-5
         while int(flags[idx]) < value:
@@ -192,6 +195,7 @@ class Worker:
                 raise TimeoutError(f"rank {self.rank}: timed out after {self.timeout:.0f} s waiting for {what}")
             time.sleep(delay)
             delay = min(delay * 2, 2e-3)
+        self.flag_wait_s += time.perf_counter() - t0
 
     def _packs_of(self, layers: range) -> set[int]:
         return {i for i, (s, e) in enumerate(self.cfg.bwd_packs) if s < layers.stop and layers.start < e}
@@ -203,8 +207,7 @@ class Worker:
         out = {}
         flags = self.upd_flags
         for pi in self.load_packs[t.id]:
-            if int(flags[pi]) < it:       # cheap check first: usually published long ago
-                self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
+            self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
         for layer in range(lo, hi):
             out[layer] = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer])
         if t.act_in[0] == "stash":
@@ -506,6 +509,7 @@ class Worker:
                        "peak_allocated": alloc, "peak_reserved": reserved,
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
+            payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
             if traced is not None:
                 payload["memcpy_trace"] = traced
             self.results.put(("iteration", self.rank, payload))
@@ -513,6 +517,8 @@ class Worker:
 
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
+        clock = time.perf_counter
+        t0, self.flag_wait_s = clock(), 0.0
         self.loss_acc = torch.zeros((), device=self.device)
         fetched = self.prefetch(self.compute_tasks[0], it) if self.compute_tasks else {}
         k = 0
@@ -527,11 +533,19 @@ class Worker:
             fetched = self.prefetch(nxt, it) if nxt is not None else {}
             self.release(t)
         self.current = None
+        t1 = clock()
         for w, _ in self.sends:
             w.wait()
+        t2 = clock()
         self.copier.synchronize()
         self.sends = []
+        t3 = clock()
         self.updater.wait_all()
+        t4 = clock()
+        # where the rank's host time went (docs/runtime.md, "Host phases"): a slow iteration whose GPU span
+        # is short spends the rest here, e.g. in optimizer steps left after the last kernel (upd_drain_s)
+        self.host_phases = {"issue_s": t1 - t0, "flag_wait_s": self.flag_wait_s, "sends_drain_s": t2 - t1,
+                            "gpu_drain_s": t3 - t2, "upd_drain_s": t4 - t3, **self.updater.take_stats()}
 
     def failure_info(self, e: BaseException) -> dict:
         from harmony.gpumem import is_oom

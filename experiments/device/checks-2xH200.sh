@@ -48,3 +48,15 @@ for mode in vDP vPP; do
   run_once "bert96 $mode N=2 D=64, host phases" "$R/schedules/bert96/$mode-N2-D64-auto.json" "$P/$mode.jsonl" --iters 5 \
     && grep " host: " "$P/$mode.log"
 done
+# Host phases (x2-checks4): vDP's optimizer steps ran at 0.30-0.34 G params/s per update thread against
+# vPP's 2.84-2.87, and left 0.79-0.94 s of steps after the GPU finished. Both workers step at once in vDP,
+# each with 2 update threads of 16 OpenMP threads: 64 spinning threads on 32 cores beside the two issuing
+# threads. If that oversubscription is the cost, fewer or passive threads restore the rate.
+for v in "u1:--update-threads 1" "u1-w15:--update-threads 1 --worker-threads 15" "u2-w7:--update-threads 2 --worker-threads 7"; do
+  run_once "bert96 vDP N=2 D=64, ${v#*:}" "$R/schedules/bert96/vDP-N2-D64-auto.json" "$P/vDP-${v%%:*}.jsonl" --iters 4 ${v#*:} \
+    && grep " host: " "$P/vDP-${v%%:*}.log"
+done
+for mode in vDP vPP; do
+  OMP_WAIT_POLICY=PASSIVE run_once "bert96 $mode N=2 D=64, OMP_WAIT_POLICY=PASSIVE" "$R/schedules/bert96/$mode-N2-D64-auto.json" \
+    "$P/$mode-passive.jsonl" --iters 4 && grep " host: " "$P/$mode-passive.log"
+done

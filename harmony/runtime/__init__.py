@@ -79,7 +79,8 @@ class Prepared:
     def __init__(self, record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
-                 update_threads: int = 2, memcpy_trace_iteration: int | None = None):
+                 update_threads: int = 2, worker_threads: int | None = None,
+                 memcpy_trace_iteration: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
         from harmony.metrics import PhaseClock
@@ -102,6 +103,7 @@ class Prepared:
                     "arena_path": self.arena.path, "device": device, "precision": precision,
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
                     "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
+                    "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
 
@@ -160,7 +162,8 @@ def _rss() -> int:
 def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
-                 timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False) -> dict:
+                 timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
+                 worker_threads: int | None = None, update_threads: int = 2) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -181,6 +184,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     if device == "cuda":                # what the workers will run with (launch sets it before spawning them)
         from harmony.runtime.launch import worker_cuda_alloc_conf
         env["cuda_alloc_conf"] = worker_cuda_alloc_conf()
+    import os
+    if os.environ.get("OMP_WAIT_POLICY"):     # how idle OpenMP threads wait: it decides oversubscribed speed
+        env["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
@@ -190,7 +196,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
         try:
             out = _execute(record, graph, iters=iters, device=device, data=data, precision=precision,
                            gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
-                           timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it)
+                           timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
+                           worker_threads=worker_threads, update_threads=update_threads)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -206,6 +213,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             ubatch_fwd=cfg.ubatch_fwd, ubatch_bwd=cfg.ubatch_bwd, bwd_packs=[list(p) for p in cfg.bwd_packs],
             fwd_packs=[list(p) for p in cfg.fwd_packs], group_size=cfg.group_size, placement=cfg.placement,
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
+            worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
@@ -258,6 +266,12 @@ def _median_by_kind(iterations: list[dict], warmup: int) -> dict | None:
     if not steady:
         return None
     return {k: int(statistics.median(m["bytes"][k] for m in steady)) for k in steady[0]["bytes"]}
+
+
+def default_worker_threads(gpus: int) -> int:
+    """CPU threads per worker process unless set: the host's cores shared evenly by the workers."""
+    import os
+    return max(1, (os.cpu_count() or 1) // gpus)
 
 
 def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | None:

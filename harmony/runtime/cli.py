@@ -23,6 +23,11 @@ def add_arguments(p) -> None:
                    help="trace iteration WARMUP in every worker with torch.profiler (CUDA memcpy activity) and "
                         "report its bytes next to our counters (memcpy_trace, memcpy_agrees); that iteration is "
                         "not timed, so use --iters >= WARMUP + 2")
+    p.add_argument("--worker-threads", type=int, default=None,
+                   help="CPU threads per worker process (torch intra-op: kernels on the CPU device, each "
+                        "optimizer step; default: the host's cores divided by the GPUs)")
+    p.add_argument("--update-threads", type=int, default=2,
+                   help="optimizer steps a worker runs at once, each with --worker-threads threads (default 2)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -36,6 +41,9 @@ def main(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
     precision = args.precision or record.get("precision") or "fp32"
+    for name in ("worker_threads", "update_threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     if args.iters < 1:
         raise ValueError("--iters must be at least 1")
     import json
@@ -44,7 +52,8 @@ def main(args) -> int:
     summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data, precision=precision,
                            gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
                            system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
-                           fault=fault, memcpy_trace=args.memcpy_trace)
+                           fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
+                           update_threads=args.update_threads)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

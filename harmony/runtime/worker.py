@@ -105,7 +105,8 @@ class Worker:
             self.device = torch.device("cuda", self.rank)
         else:
             self.device = torch.device("cpu")
-        torch.set_num_threads(max(1, job.get("threads_per_worker") or (os.cpu_count() or 1) // self.N))
+        from harmony.runtime import default_worker_threads
+        torch.set_num_threads(job.get("threads_per_worker") or default_worker_threads(self.N))
         self.precision = job["precision"]
         set_precision(self.precision)
         if os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":

@@ -210,6 +210,8 @@ def _silent(s: Settings) -> Settings:
 
 
 def _spawn_entry(rank: int, s: Settings, port: int, path: str | None):
+    from harmony.runtime import default_worker_threads
+    torch.set_num_threads(default_worker_threads(s.gpus))   # the ranks share the host's cores
     out: dict = {}
     try:
         _worker(rank, s, port, out if path else None)
@@ -239,11 +241,13 @@ def run(s: Settings, _result: dict | None = None) -> dict:
     import tempfile
     import torch.multiprocessing as mp
     from harmony.jsonio import read_jsonl
+    from harmony.runtime.launch import worker_omp_wait_policy
     path = None
     if _result is not None:
         fd, path = tempfile.mkstemp(suffix=".pt")
         os.close(fd)
     try:
+        os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()   # the ranks' CPU optimizer steps at once: entry 19
         mp.spawn(_spawn_entry, args=(s, port, path), nprocs=s.gpus, join=True)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)

@@ -160,6 +160,8 @@ def _train(rank: int, s: Settings, port: int):
 
 
 def _spawn_entry(rank: int, s: Settings, port: int):
+    from harmony.runtime import default_worker_threads
+    torch.set_num_threads(default_worker_threads(s.gpus))   # the ranks share the host's cores (DeepSpeed's CPU Adam too)
     try:
         _train(rank, s, port)
     except Exception:  # noqa: BLE001
@@ -182,7 +184,9 @@ def run(s: Settings) -> dict:
             return status_only(s, spec.name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}")
     import torch.multiprocessing as mp
     from harmony.jsonio import read_jsonl
+    from harmony.runtime.launch import worker_omp_wait_policy
     try:
+        os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()   # the ranks' CPU optimizer steps at once: entry 19
         mp.spawn(_spawn_entry, args=(s, port), nprocs=s.gpus, join=True)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)

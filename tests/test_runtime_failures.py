@@ -95,13 +95,13 @@ def test_worker_crash_ends_every_process_and_keeps_the_partial_record(tmp_path):
     assert _no_children_left()
 
 
-def _cli(tmp_path, rec, extra_env=None, iters=3):
+def _cli(tmp_path, rec, extra_env=None, iters=3, extra_args=()):
     sched = tmp_path / "schedule.json"
     save_schedule(sched, rec)
     out = tmp_path / "run.jsonl"
     env = dict(os.environ, **(extra_env or {}))
     cmd = [sys.executable, "-m", "harmony.cli", "run", str(sched), "--iters", str(iters), "--device", "cpu",
-           "--warmup", "1", "-o", str(out)]
+           "--warmup", "1", "-o", str(out), *extra_args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out
 
 
@@ -135,6 +135,22 @@ def test_cli_run_record_and_counters(tmp_path):
             assert ph["upd_params"] == rank_params[r] > 0 and ph["upd_step_s"] > 0
     assert [ph["upd_steps"] for ph in summary["host_phases"]] == [sum(1 for t in upd if t.rank == r) for r in range(2)]
     assert err.count(" host: issue ") == 2, err
+    # every worker's OpenMP threads wait passively unless the user says otherwise (performance log 19)
+    assert summary["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    assert summary["update_threads"] == 2 and summary["worker_threads"] == max(1, (os.cpu_count() or 1) // 2)
+
+
+def test_cli_run_thread_options(tmp_path):
+    _, rec, _ = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
+    p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=["--update-threads", "1", "--worker-threads", "1"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    summary = read_jsonl(out)[-1]
+    assert (summary["update_threads"], summary["worker_threads"]) == (1, 1)
+    assert summary["env"]["omp_wait_policy"] == "ACTIVE"       # the user's setting wins
+    p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "--update-threads must be at least 1 (got 0)" in err, err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -184,9 +184,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     if device == "cuda":                # what the workers will run with (launch sets it before spawning them)
         from harmony.runtime.launch import worker_cuda_alloc_conf
         env["cuda_alloc_conf"] = worker_cuda_alloc_conf()
-    import os
-    if os.environ.get("OMP_WAIT_POLICY"):     # how idle OpenMP threads wait: it decides oversubscribed speed
-        env["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
+    from harmony.runtime.launch import worker_omp_wait_policy
+    env["omp_wait_policy"] = worker_omp_wait_policy()
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None

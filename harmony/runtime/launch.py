@@ -78,6 +78,28 @@ def worker_cuda_alloc_conf() -> str:
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", CUDA_ALLOC_CONF)
 
 
+# How idle OpenMP threads wait, for every worker process (ours and the baselines'). Each worker runs its
+# compute or kernel issue in the main thread and optimizer steps in pool threads, each step an OpenMP team
+# of the worker's threads; with N workers the teams outnumber the cores. Spinning (the default) then
+# starves the rest: on 2x H200, bert96 vDP's steps ran at 0.30 G params/s per update thread instead of
+# 2.9 and the iteration took 2.29 s instead of 1.35 (docs/performance.md entry 19); the CPU workers saw
+# seconds per op. Read when a worker loads OpenMP, so it is set before the workers are spawned; a user's
+# own OMP_WAIT_POLICY wins.
+OMP_WAIT_POLICY = "PASSIVE"
+
+
+def worker_omp_wait_policy() -> str:
+    """The OMP_WAIT_POLICY the workers run with: the user's, else OMP_WAIT_POLICY."""
+    return os.environ.get("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
+
+
+def prepare_worker_environment(device: str) -> None:
+    """Set what worker processes read at start-up (they inherit this process's environment)."""
+    os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
+    if device == "cuda":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = worker_cuda_alloc_conf()
+
+
 def _sum_traces(traces: list[dict]) -> dict:
     from harmony.memcpy_trace import sum_traces
     return sum_traces(traces)
@@ -110,12 +132,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    if jobs and jobs[0]["device"] == "cpu":
-        # CPU workers: compute (main thread) and optimizer updates (pool thread) are two OpenMP teams on the
-        # same cores; spinning teams starve each other (seconds per op on a small machine)
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    else:
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = worker_cuda_alloc_conf()
+    prepare_worker_environment(jobs[0]["device"] if jobs else "cpu")
     init = f"tcp://127.0.0.1:{free_port()}"
     jobs = [dict(j, init_method=init) for j in jobs]
     callbacks = on_iteration or [None] * len(jobs)

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Write a job list that runs stale run records again: those whose environment lacks a key that runs made
+after a fix carry (default `omp_wait_policy`: performance log entry 19, spinning OpenMP teams).
+
+Finds the stale records under RESULTS/runs/, asks Snakemake for the command of each (`snakemake -n -p
+--force TARGET`, with the CONFIG the grids ran with; a baseline keeps the microbatch its search picked,
+`baseline_ubatch=U`, so its search is not repeated), and writes them in priority order (Harmony first,
+farthest from its prediction first; then swap-dp/swap-pp, then fsdp-offload and zero-offload, whose set-up is slowest) through `rerun`: on the
+GPU machine, just before the job runs, its record and its search candidates (`<record>.u<u>.jsonl`) move
+to RESULTS/superseded/REASON/ (committed with the call's tarball), so a figure keeps its old point until
+the new one exists. A record that is fresh by then (a previous call ran it) is left alone, so the list is
+re-runnable like every job list. Run it here, where snakemake is:
+  python experiments/device/rerun-stale.py results/paper/2xH200 --gpus 2 \
+      --config scale=paper hardware=2xH200 gpus_present=2 iters=4 -o experiments/device/rerun-2xH200.sh
+  bash experiments/device/grid_gpu.sh experiments/device/rerun-2xH200.sh results/paper/2xH200 TAG
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ORDER = {"harmony": 0, "swap-dp": 1, "swap-pp": 1, "fsdp-offload": 2, "zero-offload": 2}
+RERUN = r'''SUP=${SUPERSEDED:-%(sup)s}
+rerun() {  # rerun RECORD RULE 'SHELL' OUTPUT...: move the stale RECORD and its candidates aside, then run the job
+  local rec=$1 f; shift
+  if grep -q '"%(key)s"' "$rec" 2>/dev/null; then n_skip=$((n_skip+1)); return; fi   # fresh: ran after the fix
+  if [ "$budget" -gt 0 ] && [ "$SECONDS" -ge "$budget" ]; then n_left=$((n_left+1)); return; fi
+  for f in "$rec" "${rec%%.jsonl}".u*.jsonl; do
+    [ -e "$f" ] || continue
+    mkdir -p "$SUP/$(dirname "${f#%(results)s/}")" && mv "$f" "$SUP/${f#%(results)s/}"
+  done
+  job "$@"
+}
+'''
+
+
+def summary_of(path: Path) -> dict | None:
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    rec = json.loads(lines[-1]) if lines else None
+    return rec if isinstance(rec, dict) and rec.get("record") == "summary" else None
+
+
+def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | None) -> list[tuple[tuple, str, dict]]:
+    """(priority, record path, summary) of the run records under RESULTS/runs/ whose env lacks `key`; Harmony
+    first, farthest from its prediction first."""
+    out = []
+    for rec in sorted(Path(results, "runs").glob("*/*/*.jsonl")):
+        if rec.name.count(".") > 1:                     # <record>.u<u>.jsonl: a search candidate
+            continue
+        s = summary_of(rec)
+        if s is None or key in (s.get("env") or {}):
+            continue
+        system = s.get("system") or ""
+        if (gpus is not None and s.get("gpus") != gpus) or (systems is not None and system not in systems):
+            continue
+        t, pred = s.get("iter_time_s"), s.get("predicted_iter_time_s")
+        off = abs(math.log(t / pred)) if t and pred else 0.0   # within a system: farthest from its prediction first
+        out.append(((ORDER.get(system, 3), -off), str(rec), s))
+    return sorted(out, key=lambda t: t[0])
+
+
+def listing(targets: list[str], config: list[str], tmp: Path, n: int) -> Path:
+    """One `snakemake -n -p --force` dry-run listing of the targets (their own jobs only, re-run)."""
+    path = tmp / f"{n:03d}.txt"
+    with open(path, "w") as f:
+        subprocess.run(["snakemake", "-n", "-p", "--nolock", "--force", *targets, "--config", *config],
+                       stdout=f, stderr=subprocess.DEVNULL, check=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", help="results folder, e.g. results/paper/2xH200")
+    ap.add_argument("--config", nargs="+", required=True,
+                    help="the grids' Snakemake config, e.g. scale=paper hardware=2xH200 gpus_present=2 iters=4")
+    ap.add_argument("--key", default="omp_wait_policy", help="env key a fresh record has (default omp_wait_policy)")
+    ap.add_argument("--reason", default="omp-spin", help="superseded/REASON/ folder name (default omp-spin)")
+    ap.add_argument("--gpus", type=int, default=None, help="only records of this many GPUs")
+    ap.add_argument("--systems", default=None, help="comma list of systems (default: all)")
+    ap.add_argument("-o", "--output", required=True)
+    a = ap.parse_args(argv)
+    results = a.results.rstrip("/")
+    systems = set(a.systems.split(",")) if a.systems else None
+    stale = stale_records(results, a.key, a.gpus, systems)
+    if not stale:
+        print(f"no stale records under {results}/runs/", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        listings, harmony = [], [rec for _, rec, s in stale if s.get("system", "").startswith("harmony")]
+        if harmony:
+            listings.append(listing(harmony, a.config, Path(tmp), 0))
+        for i, (_, rec, s) in enumerate(stale):
+            if not s.get("system", "").startswith("harmony"):
+                u = s.get("ubatch")
+                listings.append(listing([rec], a.config + ([f"baseline_ubatch={u}"] if u else []), Path(tmp), i + 1))
+        raw = Path(tmp) / "joblist.sh"
+        subprocess.run([sys.executable, "-m", "harmony.workflow", "joblist", *map(str, listings),
+                        "--skip-rules", "figure", "-o", str(raw)], check=True)
+        lines = raw.read_text().splitlines()
+    records = {rec for _, rec, _ in stale}
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(("job ", "mkdir -p ")))
+    out = lines[:first]
+    out[1:1] = [f"# Then rewritten by experiments/device/rerun-stale.py: {len(stale)} records under {results}/runs/ "
+                f"without env.{a.key}, each moved to superseded/{a.reason}/ just before it runs again."]
+    out.append(RERUN % {"sup": f"{results}/superseded/{a.reason}", "key": a.key, "results": results})
+    blocks: dict[str, list[str]] = {}        # record -> its job's lines (mkdir -p, job), put in priority order
+    pending: list[str] = []
+    tail: list[str] = []
+    for ln in lines[first:]:
+        if ln.startswith("mkdir -p "):
+            pending.append(ln)
+        elif ln.startswith("job "):
+            rec = next((o for o in shlex.split(ln)[3:] if o in records), None)
+            if rec is None:
+                raise SystemExit(f"a forced job that makes no stale record (an upstream job?): {ln[:200]}")
+            blocks[rec], pending = pending + [f"rerun {shlex.quote(rec)} " + ln[len("job "):]], []
+        else:
+            tail.append(ln)
+    n = len(blocks)
+    for _, rec, _ in stale:
+        out += blocks.get(rec, [])
+    out += tail
+    Path(a.output).write_text("\n".join(out) + "\n")
+    print(f"wrote {a.output}: {n} of {len(stale)} stale records", file=sys.stderr)
+    return 0 if n == len(stale) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

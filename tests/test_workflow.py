@@ -553,3 +553,61 @@ def test_split_microbatch_configs_use_models_without_dropout(scale):
             assert not any(rates.values()), f"{figure} at {scale}: {model} has dropout {rates} but splits u"
             checked += 1
     assert checked >= 1
+
+
+def _rerun_stale_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("rerun_stale", ROOT / "experiments/device/rerun-stale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_path):
+    """experiments/device/rerun-stale.py: records without env.omp_wait_policy are stale (Harmony first,
+    farthest from its prediction first; a fresh one, a search candidate and another N are left out); the
+    rewritten job list moves a stale record and its candidates to superseded/ right before re-running it,
+    and a second pass skips what is fresh by then."""
+    rs = _rerun_stale_module()
+    R = "results/paper/2xH200"
+
+    def record(rel, system, gpus, t, pred, env):
+        f = tmp_path / R / "runs" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"record": "iteration"}) + "\n" + json.dumps(
+            {"record": "summary", "system": system, "gpus": gpus, "iter_time_s": t,
+             "predicted_iter_time_s": pred, "env": env}) + "\n")
+        return f"{R}/runs/{rel}"
+
+    near = record("harmony-vPP/m/N2-D64-auto.jsonl", "harmony", 2, 1.05, 1.0, {})
+    far = record("harmony-vDP/m/N2-D64-auto.jsonl", "harmony", 2, 2.0, 1.0, {})
+    base = record("swap-dp/m/N2-D64-best.jsonl", "swap-dp", 2, 3.0, None, {})
+    (tmp_path / R / "runs/swap-dp/m/N2-D64-best.u8.jsonl").write_text("{}\n")
+    record("harmony-vPP/m/N2-D16-auto.jsonl", "harmony", 2, 1.0, 1.0, {"omp_wait_policy": "PASSIVE"})
+    record("harmony-vPP/m/N1-D64-auto.jsonl", "harmony", 1, 1.0, 1.0, {})
+    os.chdir(tmp_path)
+    try:
+        stale = rs.stale_records(R, "omp_wait_policy", 2, None)
+    finally:
+        os.chdir(ROOT)
+    assert [rec for _, rec, _ in stale] == [far, near, base]
+    (tmp_path / "fresh.jsonl").write_text(json.dumps({"record": "summary", "env": {"omp_wait_policy": "PASSIVE"}}))
+    dry = "".join(_dry_job("run_harmony" if "harmony" in rec else "baseline", [], [rec], f"cp fresh.jsonl {rec}")
+                  for rec in (near, base, far))
+    (tmp_path / "dry.txt").write_text(dry)
+    raw = tmp_path / "raw.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "dry.txt"), "-o", str(raw)])
+    text, n = rs.rewrite_joblist(raw.read_text().splitlines(), stale, R, "omp_wait_policy", "omp-spin")
+    assert n == 3 and [ln.split()[1] for ln in text.splitlines() if ln.startswith("rerun ")] == [far, near, base]
+    script = tmp_path / "rerun.sh"
+    script.write_text(text)
+    out = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "ran 3, skipped 0" in out.stdout, out.stdout + out.stderr
+    sup = tmp_path / R / "superseded/omp-spin/runs"
+    assert sorted(str(p.relative_to(sup)) for p in sup.rglob("*.jsonl")) == [
+        "harmony-vDP/m/N2-D64-auto.jsonl", "harmony-vPP/m/N2-D64-auto.jsonl",
+        "swap-dp/m/N2-D64-best.jsonl", "swap-dp/m/N2-D64-best.u8.jsonl"]
+    for rec in (near, far, base):
+        assert json.loads((tmp_path / rec).read_text())["env"]["omp_wait_policy"] == "PASSIVE"
+    again = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "ran 0, skipped 3" in again.stdout and again.returncode == 0

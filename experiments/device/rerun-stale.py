@@ -74,6 +74,36 @@ def listing(targets: list[str], config: list[str], tmp: Path, n: int) -> Path:
     return path
 
 
+def rewrite_joblist(lines: list[str], stale: list[tuple[tuple, str, dict]], results: str, key: str,
+                    reason: str) -> tuple[str, int]:
+    """The job list (`harmony.workflow joblist` lines of the forced stale jobs) with every job run through
+    `rerun`, in the stale records' priority order; and how many records it re-runs."""
+    records = {rec for _, rec, _ in stale}
+    first = next(i for i, ln in enumerate(lines) if ln.startswith(("job ", "mkdir -p ")))
+    out = lines[:first]
+    out[1:1] = [f"# Then rewritten by experiments/device/rerun-stale.py: {len(stale)} records under {results}/runs/ "
+                f"without env.{key}, each moved to superseded/{reason}/ just before it runs again."]
+    out.append(RERUN % {"sup": f"{results}/superseded/{reason}", "key": key, "results": results})
+    blocks: dict[str, list[str]] = {}        # record -> its job's lines (mkdir -p, job), put in priority order
+    pending: list[str] = []
+    tail: list[str] = []
+    for ln in lines[first:]:
+        if ln.startswith("mkdir -p "):
+            pending.append(ln)
+        elif ln.startswith("job "):
+            rec = next((o for o in shlex.split(ln)[3:] if o in records), None)
+            if rec is None:
+                raise SystemExit(f"a forced job that makes no stale record (an upstream job?): {ln[:200]}")
+            blocks[rec], pending = pending + [f"rerun {shlex.quote(rec)} " + ln[len("job "):]], []
+        else:
+            tail.append(ln)
+    n = len(blocks)
+    for _, rec, _ in stale:
+        out += blocks.get(rec, [])
+    out += tail
+    return "\n".join(out) + "\n", n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="results folder, e.g. results/paper/2xH200")
@@ -103,30 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "harmony.workflow", "joblist", *map(str, listings),
                         "--skip-rules", "figure", "-o", str(raw)], check=True)
         lines = raw.read_text().splitlines()
-    records = {rec for _, rec, _ in stale}
-    first = next(i for i, ln in enumerate(lines) if ln.startswith(("job ", "mkdir -p ")))
-    out = lines[:first]
-    out[1:1] = [f"# Then rewritten by experiments/device/rerun-stale.py: {len(stale)} records under {results}/runs/ "
-                f"without env.{a.key}, each moved to superseded/{a.reason}/ just before it runs again."]
-    out.append(RERUN % {"sup": f"{results}/superseded/{a.reason}", "key": a.key, "results": results})
-    blocks: dict[str, list[str]] = {}        # record -> its job's lines (mkdir -p, job), put in priority order
-    pending: list[str] = []
-    tail: list[str] = []
-    for ln in lines[first:]:
-        if ln.startswith("mkdir -p "):
-            pending.append(ln)
-        elif ln.startswith("job "):
-            rec = next((o for o in shlex.split(ln)[3:] if o in records), None)
-            if rec is None:
-                raise SystemExit(f"a forced job that makes no stale record (an upstream job?): {ln[:200]}")
-            blocks[rec], pending = pending + [f"rerun {shlex.quote(rec)} " + ln[len("job "):]], []
-        else:
-            tail.append(ln)
-    n = len(blocks)
-    for _, rec, _ in stale:
-        out += blocks.get(rec, [])
-    out += tail
-    Path(a.output).write_text("\n".join(out) + "\n")
+    text, n = rewrite_joblist(lines, stale, results, a.key, a.reason)
+    Path(a.output).write_text(text)
     print(f"wrote {a.output}: {n} of {len(stale)} stale records", file=sys.stderr)
     return 0 if n == len(stale) else 1
 

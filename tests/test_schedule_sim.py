@@ -1,4 +1,5 @@
 """Scheduler: hand-computed simulations, bytes == count_bytes, bounds, packing properties, bad input."""
+import dataclasses
 import random
 
 import pytest
@@ -192,6 +193,32 @@ def test_optimizer_step_uses_the_fastest_trial():
     raw["vlayers"][1]["opt_spread"] = [0.02, 0.5]
     costs = LayerCosts(raw)
     assert costs.opt[:3] == [0.01, 0.02, 0.5]
+
+
+def test_optimizer_step_is_at_least_the_workers_share_of_the_calibrated_rate():
+    """With a measured calibration (cpu_threads), a pack's step takes at least its parameters at one
+    worker's calibrated rate: all cores at N = 1, cores // N of them at N > 1 (the runtime's default
+    threads per worker), on that worker's own CPU stream; the profiled time stands where it is longer,
+    and without cpu_threads as before.
+    The schedule bound charges the all-core rate (workers may step at once)."""
+    from harmony.schedule.simulate import upd_duration
+    costs = LayerCosts(make_profile(L=3, w=40, opt=0.5))           # 10 parameters per layer (fp32)
+    cal = {"h2d_pinned_Bps": 10.0, "d2h_pinned_Bps": 10.0, "cpu_adam_params_per_s": 10.0, "cpu_threads": 32}
+    p = SimParams.from_calibration(cal)
+    assert (p.cpu_threads, p.worker_opt_rate(1), p.worker_opt_rate(2), p.worker_opt_rate(3)) == (32, 10.0, 5.0, 10.0 * 10 / 32)
+    assert upd_duration(costs, p, (0, 2), 1) == pytest.approx(2.0)     # 20 params / 10 per s > 2 x 0.5 s profiled
+    assert upd_duration(costs, p, (0, 2), 2) == pytest.approx(4.0)
+    slow = LayerCosts(make_profile(L=3, w=40, opt=3.0))
+    assert upd_duration(slow, p, (0, 2), 2) == pytest.approx(6.0)      # profiled is longer: it stands
+    unmeasured = SimParams.from_calibration({k: v for k, v in cal.items() if k != "cpu_threads"})
+    assert upd_duration(costs, unmeasured, (0, 2), 2) == pytest.approx(1.0)
+    g = graph("vDP", 2, 4, 2, 2)
+    sim = simulate(g, costs, dataclasses.replace(PARAMS, opt_params_per_s=10.0, cpu_threads=32), record=True)
+    assert sim.cpu_update_s == pytest.approx(4.0 + 2.0)               # UPD (0,2) 20 params + UPD (2,3) 10, at 5/s
+    # each worker steps on its own share of the cores: one CPU stream per rank (UPD (2,3) on rank 1)
+    assert {e[1] for e in sim.events if str(e[2]).startswith("UPD")} == {"cpu0", "cpu1"}
+    bound = schedule_bound(g, costs, cal)
+    assert bound["terms"]["cpu_update_s"] == pytest.approx(2.0 + 1.0)
 
 
 @pytest.mark.parametrize("held", [False, True])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from harmony.profile_data import Calibration, Profile
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.simulate import SimParams
+from harmony.schedule.simulate import SimParams, upd_duration
 from harmony.schedule.tasks import TaskGraph, layer_sizes_from_model, task_transfers
 
 
@@ -36,8 +36,7 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
     cpu = 0.0
     for t in graph.tasks:
         if t.kind == "UPD":
-            d = costs.opt_time(*t.pack)
-            cpu += d if d > 0 else sum(costs.params[t.pack[0]:t.pack[1]]) / params.opt_params_per_s
+            cpu += upd_duration(costs, params, t.pack, 1)   # a bound: all cores on it (workers may step at once)
             continue
         comp[t.rank] += costs.task_time(t.kind, t.pack[0], t.pack[1], t.ubatch, t.num_samples)[0]
         for tr in task_transfers(graph, t, sizes):

@@ -3,8 +3,10 @@
 Resources (each a serial stream; an operation starts when its inputs are ready and its stream is free;
 overlap happens only across streams):
   per GPU r   swap-in (H2D), p2p-in, compute, p2p-out, swap-out (D2H)
-  host        the CPU optimizer stream (one per process, or one shared by all: `cpu_shared`, default,
-              because the profiled/calibrated optimizer rate already uses all cores)
+  host        the CPU optimizer: one stream per process, each at that worker's share of the calibrated
+              all-core rate (the runtime gives each of N workers cores // N threads), when the calibration
+              says how many cores it measured with (`cpu_threads`); otherwise one stream shared by all
+              (`cpu_shared`), because the profiled optimizer rate already uses all cores
   host links  with `shared_link` all GPUs' swap-in use one H2D stream and all swap-outs one D2H stream
               (the paper's box); otherwise each GPU has its own link (the H200x2: 55.5 GB/s each, 110.6
               together). From calibration, overridable.
@@ -41,11 +43,19 @@ class SimParams:
     p2p_fallback_Bps: float = 0.0
     shared_link: bool = False           # all GPUs share one host link (contend)
     duplex_factor: float = 1.0          # both directions at once: each direction gets this fraction
-    cpu_shared: bool = True             # one CPU optimizer stream for all processes
-    opt_params_per_s: float = 1e9       # fallback when the profile has no opt_step_s
+    cpu_shared: bool = True             # one CPU optimizer stream for all processes (without cpu_threads)
+    opt_params_per_s: float = 1e9       # CPU optimizer, all cores (calibrated); fallback without opt_step_s
+    cpu_threads: int = 0                # the cores that rate was measured with (0: not measured, no share)
     task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S
     mb_pipeline: bool = True
     iterations: int = 3
+
+    def worker_opt_rate(self, gpus: int) -> float:
+        """CPU optimizer parameters/s of one worker: the calibrated all-core rate times the worker's share
+        of the cores (the runtime gives each of N workers cores // N threads; docs/performance.md entry 20)."""
+        if not self.cpu_threads or gpus <= 1:
+            return self.opt_params_per_s
+        return self.opt_params_per_s * max(1, self.cpu_threads // gpus) / self.cpu_threads
 
     def p2p(self, src: int, dst: int) -> float:
         m = self.p2p_Bps
@@ -73,7 +83,20 @@ class SimParams:
         p2p = tuple(tuple(row) for row in (raw.get("p2p_Bps") or ()))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
-                         opt_params_per_s=rate, **kw)
+                         opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)
+
+
+def upd_duration(costs: LayerCosts, params: SimParams, pack: tuple[int, int], gpus: int) -> float:
+    """Seconds of one pack's CPU optimizer step. The profile's opt_step_s is timed per vLayer, each layer's
+    state hot in the cache, with every core; a run steps a whole pack from memory with one worker's share of
+    the cores. With a measured calibration (`cpu_threads`), the step takes at least parameters / that
+    worker's calibrated rate: on 2x H200 the profile said 11.5 G params/s for bert96 and the run's steps
+    measured 2.2-3.5 (host phases), against 2.8 from the calibration (docs/performance.md entry 20)."""
+    s, e = pack
+    profiled = costs.opt_time(s, e)
+    if profiled > 0 and not params.cpu_threads:
+        return profiled
+    return max(profiled, sum(costs.params[s:e]) / params.worker_opt_rate(gpus))
 
 
 @dataclass
@@ -137,11 +160,7 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.upd_dur = 0.0
         x.stash_src = None
         if t.kind == "UPD":
-            s, e = t.pack
-            d = costs.opt_time(s, e)
-            if d <= 0:
-                d = sum(costs.params[s:e]) / params.opt_params_per_s
-            x.upd_dur = d
+            x.upd_dur = upd_duration(costs, params, t.pack, g.config.gpus)
             infos.append(x)
             continue
         s, e = t.pack
@@ -242,7 +261,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
                         else:
                             grad_done[d] = a1
                 ready = max(grad_done[d] for d in deps)
-                proc = 0 if params.cpu_shared else t.rank
+                proc = 0 if params.cpu_shared and not params.cpu_threads else t.rank
                 u0 = max(cpu_free[proc], ready)
                 u1 = u0 + x.upd_dur
                 cpu_free[proc] = u1

@@ -122,3 +122,11 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
     assert s["memcpy_trace"]["ranks"] == N and s["memcpy_trace"]["h2d"] > 0
     assert len(s["alloc_retries"]) == N and all(r >= 0 for r in s["alloc_retries"])   # read on every GPU
     assert s["memcpy_agrees"] is True, (s["memcpy_trace"], s["memcpy_counted"], s["memcpy_agreement"])
+    # where each rank's host time went (performance log 19): on every GPU, the phases are there, every
+    # pack of the rank was stepped, and the workers waited passively unless the user said otherwise
+    assert len(s["host_phases"]) == N
+    upd = [t for t in g.tasks if t.kind == "UPD"]
+    for r, ph in enumerate(s["host_phases"]):
+        assert ph["upd_steps"] == sum(1 for t in upd if t.rank == r) and ph["upd_step_s"] > 0
+        assert ph["issue_s"] + ph["sends_drain_s"] + ph["gpu_drain_s"] + ph["upd_drain_s"] <= s["iter_time_s"] * 1.5
+    assert s["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")

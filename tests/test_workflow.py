@@ -583,6 +583,8 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
     far = record("harmony-vDP/m/N2-D64-auto.jsonl", "harmony", 2, 2.0, 1.0, {})
     base = record("swap-dp/m/N2-D64-best.jsonl", "swap-dp", 2, 3.0, None, {})
     (tmp_path / R / "runs/swap-dp/m/N2-D64-best.u8.jsonl").write_text("{}\n")
+    fresh_candidate = tmp_path / R / "runs/swap-dp/m/N2-D64-best.u16.jsonl"    # a cut-off re-run's, kept
+    fresh_candidate.write_text(json.dumps({"record": "summary", "env": {"omp_wait_policy": "PASSIVE"}}) + "\n")
     record("harmony-vPP/m/N2-D16-auto.jsonl", "harmony", 2, 1.0, 1.0, {"omp_wait_policy": "PASSIVE"})
     record("harmony-vPP/m/N1-D64-auto.jsonl", "harmony", 1, 1.0, 1.0, {})
     os.chdir(tmp_path)
@@ -609,5 +611,6 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
         "swap-dp/m/N2-D64-best.jsonl", "swap-dp/m/N2-D64-best.u8.jsonl"]
     for rec in (near, far, base):
         assert json.loads((tmp_path / rec).read_text())["env"]["omp_wait_policy"] == "PASSIVE"
+    assert fresh_candidate.exists()
     again = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "ran 0, skipped 3" in again.stdout and again.returncode == 0

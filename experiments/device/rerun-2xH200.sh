@@ -41,8 +41,8 @@ rerun() {  # rerun RECORD RULE 'SHELL' OUTPUT...: move the stale RECORD and its 
   local rec=$1 f; shift
   if grep -q '"omp_wait_policy"' "$rec" 2>/dev/null; then n_skip=$((n_skip+1)); return; fi   # fresh: ran after the fix
   if [ "$budget" -gt 0 ] && [ "$SECONDS" -ge "$budget" ]; then n_left=$((n_left+1)); return; fi
-  for f in "$rec" "${rec%.jsonl}".u*.jsonl; do
-    [ -e "$f" ] || continue
+  for f in "$rec" "${rec%.jsonl}".u*.jsonl; do   # a fresh candidate (an earlier call's cut-off search) stays
+    [ -e "$f" ] && ! grep -q '"omp_wait_policy"' "$f" || continue
     mkdir -p "$SUP/$(dirname "${f#results/paper/2xH200/}")" && mv "$f" "$SUP/${f#results/paper/2xH200/}"
   done
   job "$@"

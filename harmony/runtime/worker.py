@@ -485,6 +485,7 @@ class Worker:
         self.acts, self.grads_out, self.stash_events, self.kept_grads = {}, {}, {}, {}
         self.sends = []
         self.current = None
+        self.flag_wait_s = 0.0            # per iteration (reset in _iteration): host time in _wait_flag
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")

@@ -47,11 +47,16 @@ class IterationRecord:
         return {"record": "iteration", **dataclasses.asdict(self)}
 
 
+def steady_state(items: list, warmup: int) -> list:
+    """The iterations after the first `warmup` (or the last one alone if there are not more)."""
+    return items[warmup:] if len(items) > warmup else items[-1:]
+
+
 def median_steady_state(times: list[float], warmup: int) -> float | None:
     """Median of iteration times after dropping the first `warmup` (or all but the last if too few)."""
     if not times:
         return None
-    steady = times[warmup:] if len(times) > warmup else times[-1:]
+    steady = steady_state(times, warmup)
     return statistics.median(steady)
 
 
@@ -62,7 +67,7 @@ def make_summary(*, system: str, model: str, mode: str | None, gpus: int, miniba
     """The summary record. Steady-state medians exclude `warmup` iterations; bytes are per iteration."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
-    steady = iterations[warmup:] if len(iterations) > warmup else iterations[-1:]
+    steady = steady_state(iterations, warmup)
     t = median_steady_state([it.time_s for it in iterations], warmup)
 
     def med(attr: str) -> int | None:

@@ -17,7 +17,6 @@ re-runnable like every job list. Run it here, where snakemake is:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shlex
 import subprocess
@@ -41,8 +40,8 @@ rerun() {  # rerun RECORD RULE 'SHELL' OUTPUT...: move the stale RECORD and its 
 
 
 def summary_of(path: Path) -> dict | None:
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    rec = json.loads(lines[-1]) if lines else None
+    from harmony.jsonio import read_jsonl
+    rec = (read_jsonl(path) or [None])[-1]
     return rec if isinstance(rec, dict) and rec.get("record") == "summary" else None
 
 

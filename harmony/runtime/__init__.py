@@ -180,12 +180,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
 
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
+    from harmony.runtime.launch import prepare_worker_environment
+    prepare_worker_environment(device)  # what the workers will run with, so the env record names it
     env = env_record(device, precision, gpu_memory_cap)
-    if device == "cuda":                # what the workers will run with (launch sets it before spawning them)
-        from harmony.runtime.launch import worker_cuda_alloc_conf
-        env["cuda_alloc_conf"] = worker_cuda_alloc_conf()
-    from harmony.runtime.launch import worker_omp_wait_policy
-    env["omp_wait_policy"] = worker_omp_wait_policy()
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
@@ -261,7 +258,8 @@ def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters:
 def _median_by_kind(iterations: list[dict], warmup: int) -> dict | None:
     """Per-kind bytes per iteration: medians over the steady-state iterations (warm-up excluded)."""
     import statistics
-    steady = iterations[warmup:] if len(iterations) > warmup else iterations[-1:]
+    from harmony.metrics import steady_state
+    steady = steady_state(iterations, warmup)
     if not steady:
         return None
     return {k: int(statistics.median(m["bytes"][k] for m in steady)) for k in steady[0]["bytes"]}
@@ -278,7 +276,8 @@ def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | Non
     `host_phases`: issuing tasks, waiting for update flags, draining sends, GPU work and optimizer steps,
     and the update jobs' thread-seconds); null when the workers reported none."""
     import statistics
-    steady = [m for m in (iterations[warmup:] if len(iterations) > warmup else iterations[-1:]) if "host_phases" in m]
+    from harmony.metrics import steady_state
+    steady = [m for m in steady_state(iterations, warmup) if "host_phases" in m]
     if not steady:
         return None
     ranks = len(steady[0]["host_phases"])

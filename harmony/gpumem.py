@@ -39,6 +39,27 @@ def alloc_retries(device) -> int:
     return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
 
 
+def reserved_by_stream(device, names: dict[int, str]) -> dict[str, dict[str, int]]:
+    """The caching allocator's segments on `device` now, per CUDA stream: {name: {reserved, allocated}} in
+    bytes; `names` maps a stream handle (`Stream.cuda_stream`) to its name, other streams count as "other".
+    A block cached on one stream is reused only by allocations on that stream, so when copies allocate on
+    their own stream, memory freed by one stream's tensors is not there for the other's: reserved can reach
+    the cap with much less allocated, and every allocation that then fails makes the allocator free its
+    cache and retry (`alloc_retries`). Empty on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    out: dict[str, dict[str, int]] = {}
+    for seg in torch.cuda.memory_snapshot():
+        if seg.get("device") != idx:
+            continue
+        part = out.setdefault(names.get(seg.get("stream"), "other"), {"reserved": 0, "allocated": 0})
+        part["reserved"] += int(seg.get("total_size", 0))
+        part["allocated"] += int(seg.get("allocated_size", 0))
+    return out
+
+
 def parse_cap(text) -> int | None:
     """'11GiB' -> bytes; None/''/'none' -> None. A bad size raises ValueError with the accepted forms."""
     cap = parse_bytes(text)

@@ -113,6 +113,18 @@ def allocator_warning(summary: dict) -> str | None:
             "for a baseline, a smaller microbatch")
 
 
+def format_reserved_by_stream(per_rank: list[dict] | None) -> list[str]:
+    """One line per rank of a summary's `reserved_by_stream` (the caching allocator's segments per CUDA
+    stream at the end of the last iteration, harmony.gpumem.reserved_by_stream)."""
+    lines = []
+    for r, streams in enumerate(per_rank or []):
+        parts = [f"{name} {v['reserved'] / 2**30:.2f} ({v['allocated'] / 2**30:.2f} in use)"
+                 for name, v in sorted(streams.items(), key=lambda kv: -kv[1]["reserved"])]
+        if parts:
+            lines.append(f"rank {r} reserved GiB by stream after the last iteration: " + ", ".join(parts))
+    return lines
+
+
 def format_host_phases(phases: list[dict] | None) -> list[str]:
     """One line per rank of a summary's `host_phases` (runtime workers): where each rank's host time went
     in a steady-state iteration, and the optimizer's measured rate (parameters per thread-second)."""

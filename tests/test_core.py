@@ -133,6 +133,19 @@ def test_allocator_retries_are_summarised_over_steady_iterations_and_warned_abou
                          iterations=its[:2], warmup=1, env={})
     assert quiet["alloc_retries"] == [0, 0] and allocator_warning(quiet) is None   # no retry: nothing to say
 
+
+def test_reserved_by_stream_is_gpu_only_and_printed_largest_stream_first():
+    from harmony.gpumem import reserved_by_stream
+    from harmony.metrics import format_reserved_by_stream
+    assert reserved_by_stream("cpu", {}) == {}
+    g = 2**30
+    lines = format_reserved_by_stream([{"h2d": {"reserved": 2 * g, "allocated": 0},
+                                        "compute": {"reserved": 9 * g, "allocated": g // 2}}, {}])
+    assert lines == ["rank 0 reserved GiB by stream after the last iteration: compute 9.00 (0.50 in use), "
+                     "h2d 2.00 (0.00 in use)"]
+    assert format_reserved_by_stream(None) == []
+
+
 def test_reference_training_is_deterministic():
     spec = get_model("mlp-tiny")
     batches = minibatches(spec, 8, 3)

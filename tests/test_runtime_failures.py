@@ -135,6 +135,8 @@ def test_cli_run_record_and_counters(tmp_path):
             assert ph["upd_params"] == rank_params[r] > 0 and ph["upd_step_s"] > 0
     assert [ph["upd_steps"] for ph in summary["host_phases"]] == [sum(1 for t in upd if t.rank == r) for r in range(2)]
     assert err.count(" host: issue ") == 2, err
+    # the allocator's segments per stream exist only on a GPU (tests/test_runtime_gpu.py checks them there)
+    assert summary["reserved_by_stream"] is None and "by stream" not in err
     # every worker's OpenMP threads wait passively unless the user says otherwise (performance log 19)
     assert summary["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     assert summary["update_threads"] == 2 and summary["worker_threads"] == max(1, (os.cpu_count() or 1) // 2)

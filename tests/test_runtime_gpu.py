@@ -130,3 +130,9 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
         assert ph["upd_steps"] == sum(1 for t in upd if t.rank == r) and ph["upd_step_s"] > 0
         assert ph["issue_s"] + ph["sends_drain_s"] + ph["gpu_drain_s"] + ph["upd_drain_s"] <= s["iter_time_s"] * 1.5
     assert s["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    # the allocator's segments per stream (performance log 21): weights come in on the copy stream, the
+    # activations they make on the compute stream, and a stream holds no more in use than it has reserved
+    assert len(s["reserved_by_stream"]) == N
+    for streams in s["reserved_by_stream"]:
+        assert {"compute", "h2d"} <= set(streams), streams
+        assert all(0 <= v["allocated"] <= v["reserved"] for v in streams.values()), streams

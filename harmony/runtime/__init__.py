@@ -124,7 +124,7 @@ class Prepared:
             self.records.append(rec)
             if writer is not None:
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
-                              **({"host_phases": m["host_phases"]} if "host_phases" in m else {})})
+                              **({k: m[k] for k in ("host_phases", "reserved_by_stream") if k in m})})
         return cb
 
     def parameters(self) -> list[torch.Tensor]:
@@ -211,6 +211,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
+            reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
             host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,

@@ -59,11 +59,12 @@ def main(args) -> int:
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
-    from harmony.metrics import allocator_warning, format_host_phases
+    from harmony.metrics import allocator_warning, format_host_phases, format_reserved_by_stream
     warning = allocator_warning(summary)
     if warning:
         print(warning, file=sys.stderr)
-    for line in format_host_phases(summary.get("host_phases")):
+    for line in format_host_phases(summary.get("host_phases")) + format_reserved_by_stream(
+            summary.get("reserved_by_stream")):
         print(line, file=sys.stderr)
     su = summary.get("setup_s") or {}
     if su.get("workers_ready_after_s") is not None:

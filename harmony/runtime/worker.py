@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harmony.gpumem import alloc_retries, autocast
+from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
@@ -478,6 +478,10 @@ class Worker:
             return torch.cuda.max_memory_allocated(self.device), torch.cuda.max_memory_reserved(self.device)
         return 0, 0
 
+    def stream_names(self) -> dict[int, str]:
+        c = self.copier
+        return {c.compute.cuda_stream: "compute", c.h2d_stream.cuda_stream: "h2d", c.d2h_stream.cuda_stream: "d2h"}
+
     def run(self) -> None:
         import psutil
         proc = psutil.Process()
@@ -512,6 +516,8 @@ class Worker:
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
             payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
+            if self.device.type == "cuda":   # after the iteration's end, outside its time
+                payload["reserved_by_stream"] = reserved_by_stream(self.device, self.stream_names())
             if traced is not None:
                 payload["memcpy_trace"] = traced
             self.results.put(("iteration", self.rank, payload))

@@ -56,6 +56,11 @@ def _cases():
             out += [(m, "vPP", 2, *u, "P2"), (m, "vDP", 2, 3 if not bn else 2, 3 if not bn else 2, "P1")]
         if n >= 4:       # 4x H200: vPP over 4 stages (lazy per-microbatch sends) and vDP over 4 replicas
             out += [(m, "vPP", 4, *u, "P1"), (m, "vDP", 4, 2, 2, "P2")]
+        # loaded weights and stashes in the compute stream's pool (--load-buffers compute-stream): the copy
+        # waits for the compute work issued before its buffers were reserved, never for later work
+        out += [(m, "vDP", 1, *u, "P2", "compute-stream")]
+        if n >= 2:
+            out += [(m, "vPP", 2, *u, "P2", "compute-stream")]
     return out
 
 
@@ -74,7 +79,8 @@ def results():
         if not cs:
             continue
         built = [schedule(c[0], c[1], N, c[3], c[4], c[5], **OVERRIDES.get(c[0], {})) for c in cs]
-        res = train_many([(rec, g, {"iters": ITERS, "device": "cuda"}) for _, rec, g in built])
+        res = train_many([(rec, g, {"iters": ITERS, "device": "cuda", **({"load_buffers": c[6]} if len(c) > 6 else {})})
+                          for c, (_, rec, g) in zip(cs, built)])
         for c, b, r in zip(cs, built, res):
             out[c] = (b, r)
     return out

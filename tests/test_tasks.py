@@ -4,7 +4,7 @@ import itertools
 import pytest
 
 from harmony.schedule.tasks import (LayerSizes, ScheduleConfig, ScheduleError, TaskGraph, build_task_graph,
-                                    count_bytes, rank_samples, sample_groups)
+                                    count_bytes, rank_samples, sample_groups, validate_graph)
 
 L = 10
 SIZES = LayerSizes(weight_bytes=tuple(100 + i for i in range(L)), grad_bytes=tuple(100 + i for i in range(L)),
@@ -61,6 +61,63 @@ def test_vdp_shares_allreduce_and_single_gradient_copy():
     assert b["allreduce"] == 2 * W
     upd_ranks = sorted(t.rank for t in g.tasks if t.kind == "UPD")
     assert upd_ranks == [0, 0, 1]                     # packs spread over ranks (i mod N)
+
+
+@pytest.mark.parametrize("group", [None, 1])
+def test_vdp_update_follows_the_updating_ranks_own_last_backward(group):
+    """A worker submits its UPDs in its task order. Placed after the last rank's BWD of the pack, rank 0's
+    updates came after all of its own tasks and ran once its GPU had finished (performance log 22): each
+    must follow the updating rank's own last BWD of the pack, the other replicas' gradients coming
+    through that BWD's all-reduce."""
+    g = build_task_graph(cfg(mode="vDP", gpus=3, minibatch=12, ubatch_fwd=2, ubatch_bwd=2, group_size=group))
+    validate_graph(g)
+    for r in range(3):
+        mine = g.rank_tasks(r)
+        for i, t in enumerate(mine):
+            if t.kind == "UPD":
+                own_bwd = [k for k, x in enumerate(mine) if x.kind == "BWD" and x.pack == t.pack]
+                assert i == max(own_bwd) + 1, (r, t.pack, [(x.kind, x.pack) for x in mine])
+                assert {g.tasks[d].rank for d in t.deps} == {0, 1, 2}      # it still waits for every replica
+    assert sum(t.kind == "UPD" and t.rank == 0 for t in g.tasks) == 1
+
+
+def test_schedule_with_the_old_update_placement_loads_with_the_new_one(tmp_path):
+    """schedule.json files written before the change differ only in where the UPDs sit: they load (with
+    the current placement), while any other difference from the rebuilt task list is still refused."""
+    from harmony.schedule.io import load_schedule, make_schedule_record, save_schedule
+    g = build_task_graph(cfg(mode="vDP", gpus=2, minibatch=8, ubatch_fwd=2, ubatch_bwd=2))
+    # the old placement: each UPD after the pack's last BWD on any rank, ids renumbered
+    compute = [t for t in g.tasks if t.kind != "UPD"]
+    upds = {t.pack: t for t in g.tasks if t.kind == "UPD"}
+    last = {p: max((t for t in compute if t.kind == "BWD" and t.pack == p), key=lambda t: t.id) for p in upds}
+    order = []
+    for t in compute:
+        order.append(t)
+        order += [upds[p] for p in upds if last[p] is t]
+    old_id = {id(t): t.id for t in g.tasks}
+    new_id = {old_id[id(t)]: i for i, t in enumerate(order)}
+    old = TaskGraph.from_json(g.to_json())
+    old.tasks = []
+    for i, t in enumerate(order):
+        d = t.to_json()
+        d["id"] = i
+        if d["act_in"][0] in ("task", "stash"):
+            d["act_in"] = [d["act_in"][0], new_id[d["act_in"][1]]]
+        if d["grad_in"] is not None:
+            d["grad_in"] = new_id[d["grad_in"]]
+        d["deps"] = [new_id[x] for x in d["deps"]]
+        old.tasks.append(type(t).from_json(d))
+    assert [t.to_json() for t in old.tasks] != [t.to_json() for t in g.tasks]
+    model = {"model": "m", "num_vlayers": L}
+    path = tmp_path / "old.json"
+    save_schedule(path, make_schedule_record(model, old))
+    rec, loaded = load_schedule(path)
+    assert [t.to_json() for t in loaded.tasks] == [t.to_json() for t in g.tasks]
+    assert rec["graph"] == g.to_json()
+    old.tasks[1].ubatch += 1                                    # any other difference: refused
+    save_schedule(path, make_schedule_record(model, old))
+    with pytest.raises(ScheduleError, match="does not match its config"):
+        load_schedule(path)
 
 
 def test_pin_keeps_shared_weights_between_last_fwd_and_first_bwd():

@@ -593,6 +593,17 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
     finally:
         os.chdir(ROOT)
     assert [rec for _, rec, _ in stale] == [far, near, base]
+    # a summary key marks fresh records too (load_buffers: runs with entry 22's update order), by mode
+    fresh_vdp = record("harmony-vDP/m/N2-D32-auto.jsonl", "harmony", 2, 1.0, 1.0, {})
+    summary = json.loads((tmp_path / fresh_vdp).read_text().splitlines()[-1])
+    (tmp_path / fresh_vdp).write_text(json.dumps(dict(summary, mode="vDP", load_buffers="copy-stream")) + "\n")
+    os.chdir(tmp_path)
+    try:
+        assert [rec for _, rec, _ in rs.stale_records(R, "load_buffers", 2, None, {"vDP"})] == []
+        assert fresh_vdp not in [rec for _, rec, _ in rs.stale_records(R, "load_buffers", 2, None)]
+    finally:
+        os.chdir(ROOT)
+    (tmp_path / fresh_vdp).unlink()
     (tmp_path / "fresh.jsonl").write_text(json.dumps({"record": "summary", "env": {"omp_wait_policy": "PASSIVE"}}))
     dry = "".join(_dry_job("run_harmony" if "harmony" in rec else "baseline", [], [rec], f"cp fresh.jsonl {rec}")
                   for rec in (near, base, far))
@@ -614,3 +625,8 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
     assert fresh_candidate.exists()
     again = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "ran 0, skipped 3" in again.stdout and again.returncode == 0
+    # unpacked on the CPU machine: the tarball brings superseded/ but not the deletion of the moved candidate
+    stale_copy = tmp_path / R / "runs/swap-dp/m/N2-D64-best.u8.jsonl"
+    stale_copy.write_text("{}\n")
+    assert rs.prune_moved(str(tmp_path / R), "omp_wait_policy", "omp-spin") == [stale_copy]
+    assert not stale_copy.exists() and all((tmp_path / rec).exists() for rec in (near, far, base))

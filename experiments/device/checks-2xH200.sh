@@ -75,12 +75,13 @@ run_once "vgg416 vDP N=2 D=256, committed schedule, segments per stream" "$R/sch
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,garbage_collection_threshold:0.8 run_once \
   "vgg416 vDP N=2 D=256, garbage_collection_threshold 0.8" "$R/schedules/vgg416/vDP-N2-D256-auto.json" \
   "$V/gc0.8.jsonl" --iters 4 && grep "by stream\|retried" "$V/gc0.8.log"
-# (2) schedules made on the CPU with more headroom (predicted 4.68 s at 12%, peak 9.67 GiB; 4.77 s at 20%,
-# peak 8.75 GiB): if the retries are the cost, they go and the time falls to the prediction
-for h in 0.12 0.20; do
-  run_once "vgg416 vDP N=2 D=256, headroom $h" "$V-headroom/schedule-h$h.json" "$V-headroom/run-h$h.jsonl" --iters 4 \
-    && grep "by stream\|retried" "$V-headroom/run-h$h.log"
-done
+# (2) one pool: loaded weights and stashes from the compute stream's cache (--load-buffers compute-stream)
+run_once "vgg416 vDP N=2 D=256, --load-buffers compute-stream" "$R/schedules/vgg416/vDP-N2-D256-auto.json" \
+  "$V/compute-stream.jsonl" --iters 4 --load-buffers compute-stream && grep "by stream\|retried" "$V/compute-stream.log"
+# (3) a schedule made on the CPU with 20% headroom (predicted 4.77 s, peak 8.75 GiB): if the retries are the
+# cost, they go and the time falls to its prediction
+run_once "vgg416 vDP N=2 D=256, headroom 0.20" "$V-headroom/schedule-h0.20.json" "$V-headroom/run-h0.20.jsonl" --iters 4 \
+  && grep "by stream\|retried" "$V-headroom/run-h0.20.log"
 # Where the time goes in the other two gaps: resnet1026 vDP D = 64 (1.20x its prediction; rank 0 steps
 # 0.11 s after its GPU is done) and gpt2-xl vPP D = 64 (1.17x), one iteration traced each
 T=$R/remeasure/N2-timeline

@@ -45,18 +45,20 @@ def summary_of(path: Path) -> dict | None:
     return rec if isinstance(rec, dict) and rec.get("record") == "summary" else None
 
 
-def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | None) -> list[tuple[tuple, str, dict]]:
-    """(priority, record path, summary) of the run records under RESULTS/runs/ whose env lacks `key`; Harmony
-    first, farthest from its prediction first."""
+def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | None,
+                  modes: set[str] | None = None) -> list[tuple[tuple, str, dict]]:
+    """(priority, record path, summary) of the run records under RESULTS/runs/ whose summary and env both
+    lack `key`; Harmony first, farthest from its prediction first."""
     out = []
     for rec in sorted(Path(results, "runs").glob("*/*/*.jsonl")):
         if rec.name.count(".") > 1:                     # <record>.u<u>.jsonl: a search candidate
             continue
         s = summary_of(rec)
-        if s is None or key in (s.get("env") or {}):
+        if s is None or key in s or key in (s.get("env") or {}):
             continue
         system = s.get("system") or ""
-        if (gpus is not None and s.get("gpus") != gpus) or (systems is not None and system not in systems):
+        if (gpus is not None and s.get("gpus") != gpus) or (systems is not None and system not in systems) \
+                or (modes is not None and s.get("mode") not in modes):
             continue
         t, pred = s.get("iter_time_s"), s.get("predicted_iter_time_s")
         off = abs(math.log(t / pred)) if t and pred else 0.0   # within a system: farthest from its prediction first
@@ -81,7 +83,7 @@ def rewrite_joblist(lines: list[str], stale: list[tuple[tuple, str, dict]], resu
     first = next(i for i, ln in enumerate(lines) if ln.startswith(("job ", "mkdir -p ")))
     out = lines[:first]
     out[1:1] = [f"# Then rewritten by experiments/device/rerun-stale.py: {len(stale)} records under {results}/runs/ "
-                f"without env.{key}, each moved to superseded/{reason}/ just before it runs again."]
+                f"without {key}, each moved to superseded/{reason}/ just before it runs again."]
     out.append(RERUN % {"sup": f"{results}/superseded/{reason}", "key": key, "results": results})
     blocks: dict[str, list[str]] = {}        # record -> its job's lines (mkdir -p, job), put in priority order
     pending: list[str] = []
@@ -103,20 +105,45 @@ def rewrite_joblist(lines: list[str], stale: list[tuple[tuple, str, dict]], resu
     return "\n".join(out) + "\n", n
 
 
+def prune_moved(results: str, key: str, reason: str) -> list[Path]:
+    """After a re-run's tarball is unpacked here: delete RESULTS/<path> for each file the device moved to
+    RESULTS/superseded/REASON/<path> whose copy here still lacks `key` (tar adds files, it cannot delete
+    the ones the device moved). A record the device ran again has the key and stays. Returns the deleted."""
+    sup, gone = Path(results) / "superseded" / reason, []
+    for moved in sorted(sup.rglob("*.jsonl")):
+        here = Path(results) / moved.relative_to(sup)
+        if here.is_file() and f'"{key}"' not in here.read_text():
+            here.unlink()
+            gone.append(here)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="results folder, e.g. results/paper/2xH200")
-    ap.add_argument("--config", nargs="+", required=True,
+    ap.add_argument("--config", nargs="+",
                     help="the grids' Snakemake config, e.g. scale=paper hardware=2xH200 gpus_present=2 iters=4")
-    ap.add_argument("--key", default="omp_wait_policy", help="env key a fresh record has (default omp_wait_policy)")
+    ap.add_argument("--prune-moved", action="store_true",
+                    help="after unpacking a re-run's tarball: delete the stale copies here of the records the "
+                         "device moved to superseded/REASON/ (no job list is written)")
+    ap.add_argument("--key", default="omp_wait_policy",
+                    help="summary or env key a fresh record has (default omp_wait_policy, an env key; "
+                         "load_buffers marks runs with docs/performance.md entry 22's update order)")
     ap.add_argument("--reason", default="omp-spin", help="superseded/REASON/ folder name (default omp-spin)")
     ap.add_argument("--gpus", type=int, default=None, help="only records of this many GPUs")
     ap.add_argument("--systems", default=None, help="comma list of systems (default: all)")
-    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("--modes", default=None, help="comma list of modes, e.g. vDP (default: all)")
+    ap.add_argument("-o", "--output")
     a = ap.parse_args(argv)
     results = a.results.rstrip("/")
+    if a.prune_moved:
+        for path in prune_moved(results, a.key, a.reason):
+            print(f"deleted {path} (moved to superseded/{a.reason}/ on the device)", file=sys.stderr)
+        return 0
+    if not a.config or not a.output:
+        ap.error("--config and -o are required to write a job list")
     systems = set(a.systems.split(",")) if a.systems else None
-    stale = stale_records(results, a.key, a.gpus, systems)
+    stale = stale_records(results, a.key, a.gpus, systems, set(a.modes.split(",")) if a.modes else None)
     if not stale:
         print(f"no stale records under {results}/runs/", file=sys.stderr)
         return 1

@@ -7,6 +7,7 @@ import sys
 
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
+    from harmony.runtime.transfer import LOAD_BUFFERS
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
     p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")
@@ -28,6 +29,10 @@ def add_arguments(p) -> None:
                         "optimizer step; default: the host's cores divided by the GPUs)")
     p.add_argument("--update-threads", type=int, default=2,
                    help="optimizer steps a worker runs at once, each with --worker-threads threads (default 2)")
+    p.add_argument("--load-buffers", choices=LOAD_BUFFERS, default="copy-stream",
+                   help="where the GPU buffers of loaded weights and stashes come from: the copy stream's "
+                        "allocator pool (default) or the compute stream's, one pool with the activations "
+                        "(docs/runtime.md, Memory)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -53,7 +58,7 @@ def main(args) -> int:
                            gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
                            system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
                            fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
-                           update_threads=args.update_threads)
+                           update_threads=args.update_threads, load_buffers=args.load_buffers)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

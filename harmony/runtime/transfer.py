@@ -6,6 +6,13 @@ on the whole device. Device buffers are allocated on the stream that writes them
 on the streams that read them, so the caching allocator never hands a block back while a copy or kernel
 still uses it.
 
+`--load-buffers compute-stream` (LOAD_BUFFERS) allocates the buffers of loaded weights and stashes on the
+compute stream instead, so the caching allocator keeps one pool for them and the activations: its cache is
+per stream, and at a memory cap two pools can leave reserved memory at the cap with much less in use
+(docs/performance.md entry 21). A block from the compute stream's pool may still be in use by compute work
+already issued, so the worker reserves the buffers before it issues the task that precedes their use and
+the copy stream waits for the compute work issued up to that point: the copy still overlaps that task.
+
 CPU (`--device cpu`): "device" tensors are worker-local CPU tensors; the same calls make plain copies and
 count the same bytes, so the CI checks of the counters against `count_bytes` cover the real code path.
 """
@@ -30,25 +37,43 @@ class Counters:
         return out
 
 
+LOAD_BUFFERS = ("copy-stream", "compute-stream")
+
+
 class Copier:
-    def __init__(self, device: torch.device, counters: Counters):
+    def __init__(self, device: torch.device, counters: Counters, load_buffers: str = "copy-stream"):
+        if load_buffers not in LOAD_BUFFERS:
+            raise ValueError(f"load_buffers {load_buffers!r}: choose one of {', '.join(LOAD_BUFFERS)}")
         self.device = device
         self.cuda = device.type == "cuda"
         self.counters = counters
+        self.reserves = self.cuda and load_buffers == "compute-stream"   # see the module docstring
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d_stream = torch.cuda.Stream(device)
             self.d2h_stream = torch.cuda.Stream(device)
 
     # -- host -> device --------------------------------------------------------------------------
-    def h2d(self, srcs: list[torch.Tensor], kind: str, nbytes: int | None = None):
-        """Issue copies of host tensors to new device tensors; returns (tensors, event or None).
-        nbytes: the sources' total size when the caller knows it (saves summing it per call)."""
+    def reserve(self, srcs: list[torch.Tensor]):
+        """Device buffers for a later `h2d(srcs, ..., into=...)`, from the compute stream's pool, with an
+        event after the compute work issued so far (the buffers' blocks may be in use until then)."""
+        outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
+        ev = torch.cuda.Event()
+        ev.record(self.compute)
+        return outs, ev
+
+    def h2d(self, srcs: list[torch.Tensor], kind: str, nbytes: int | None = None, into=None):
+        """Issue copies of host tensors to new device tensors (or into `into`, from `reserve`); returns
+        (tensors, event or None). nbytes: the sources' total size when the caller knows it."""
         self.counters.add(kind, sum(t.numel() * t.element_size() for t in srcs) if nbytes is None else nbytes)
         if not self.cuda:
             return [t.clone() for t in srcs], None
         with torch.cuda.stream(self.h2d_stream):
-            outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
+            if into is not None:
+                outs, free_after = into
+                self.h2d_stream.wait_event(free_after)
+            else:
+                outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
             for o, t in zip(outs, srcs):
                 o.copy_(t, non_blocking=True)
             ev = torch.cuda.Event()

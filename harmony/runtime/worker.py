@@ -124,7 +124,7 @@ class Worker:
         self.pinned = self.arena.pin() if self.device.type == "cuda" else 0
         clock.lap("arena")               # attach the shared host arena, page-lock it (cudaHostRegister)
         self.counters = Counters()
-        self.copier = Copier(self.device, self.counters)
+        self.copier = Copier(self.device, self.counters, job.get("load_buffers", "copy-stream"))
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2))
         self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}
@@ -201,16 +201,28 @@ class Worker:
     def _packs_of(self, layers: range) -> set[int]:
         return {i for i, (s, e) in enumerate(self.cfg.bwd_packs) if s < layers.stop and layers.start < e}
 
-    def prefetch(self, t, it: int) -> dict:
+    def reserve_loads(self, t) -> dict | None:
+        """With --load-buffers compute-stream (Copier.reserves): the device buffers of task t's loads, taken
+        before the task that precedes t is issued, so that their copies need not wait for it. Else None."""
+        if not self.copier.reserves:
+            return None
+        out = {layer: self.copier.reserve(self.w_views[layer]) for layer in range(*t.load_layers)}
+        if t.act_in[0] == "stash":
+            out["stash"] = self.copier.reserve(self.stash_views[t.act_in[1]])
+        return out
+
+    def prefetch(self, t, it: int, reserved: dict | None = None) -> dict:
         """Issue the H2D copies of task t's `load_layers` (after their packs' UPD of the previous iteration)
-        and of its stash input. Returns {layer: (tensors, event)}, plus the stash under key 'stash'."""
+        and of its stash input, into `reserved` buffers if given (reserve_loads). Returns
+        {layer: (tensors, event)}, plus the stash under key 'stash'."""
         lo, hi = t.load_layers
         out = {}
+        into = reserved or {}
         flags = self.upd_flags
         for pi in self.load_packs[t.id]:
             self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
         for layer in range(lo, hi):
-            out[layer] = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer])
+            out[layer] = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer], into.get(layer))
         if t.act_in[0] == "stash":
             src = t.act_in[1]
             if src in self.stash_events:      # produced on this rank: order by event, no host wait
@@ -219,7 +231,7 @@ class Worker:
                     self.copier.h2d_stream.wait_event(ev)
             else:
                 self._wait_flag(self.stash_flags, src, it + 1, f"the stash of task {src}")
-            out["stash"] = self.copier.h2d(self.stash_views[src], "h2d_act")
+            out["stash"] = self.copier.h2d(self.stash_views[src], "h2d_act", into=into.get("stash"))
         return out
 
     def install(self, t, fetched: dict) -> None:
@@ -528,17 +540,19 @@ class Worker:
         clock = time.perf_counter
         t0, self.flag_wait_s = clock(), 0.0
         self.loss_acc = torch.zeros((), device=self.device)
-        fetched = self.prefetch(self.compute_tasks[0], it) if self.compute_tasks else {}
+        first = self.compute_tasks[0] if self.compute_tasks else None
+        fetched = self.prefetch(first, it, self.reserve_loads(first)) if first is not None else {}
         k = 0
         for t in self.tasks:
             if t.kind == "UPD":
                 self.run_upd(t, it)
                 continue
             self.install(t, fetched)
-            (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
             k += 1
             nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
-            fetched = self.prefetch(nxt, it) if nxt is not None else {}
+            reserved = self.reserve_loads(nxt) if nxt is not None else None   # before t is issued
+            (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
+            fetched = self.prefetch(nxt, it, reserved) if nxt is not None else {}
             self.release(t)
         self.current = None
         t1 = clock()

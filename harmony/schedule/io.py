@@ -32,11 +32,34 @@ def save_schedule(path, record: dict) -> None:
 
 def load_schedule(path) -> tuple[dict, TaskGraph]:
     """(record, graph). The graph is rebuilt from its config and checked against the stored tasks, so a
-    hand-edited or stale schedule fails here, before any worker starts."""
+    hand-edited or stale schedule fails here, before any worker starts. Stored tasks that differ from the
+    rebuilt ones only in where the UPD tasks sit (schedules written before docs/performance.md entry 22)
+    load with the current placement: an UPD's position decides only when its worker submits it."""
     rec = read_json(path, kind=ARTIFACT, schema_version=SCHEMA_VERSION)
     graph = TaskGraph.from_json(rec["graph"])
     rebuilt = build_task_graph(graph.config, rec["model"]["num_vlayers"])
     if [t.to_json() for t in rebuilt.tasks] != [t.to_json() for t in graph.tasks]:
-        raise ScheduleError(f"{path}: the task list does not match its config (edited by hand or from "
-                            f"another version); regenerate it with `harmony schedule`")
-    return rec, graph
+        if _without_update_order(rebuilt) != _without_update_order(graph):
+            raise ScheduleError(f"{path}: the task list does not match its config (edited by hand or from "
+                                f"another version); regenerate it with `harmony schedule`")
+        rec = dict(rec, graph=rebuilt.to_json())
+    return rec, rebuilt
+
+
+def _without_update_order(g: TaskGraph) -> tuple[list, list]:
+    """The graph's tasks with the UPDs taken out of the order: the compute tasks in order, numbered among
+    themselves, and the UPDs as a sorted list of (pack, rank, the compute tasks they depend on)."""
+    index = {t.id: i for i, t in enumerate(t for t in g.tasks if t.kind != "UPD")}
+    compute = []
+    for t in g.tasks:
+        if t.kind == "UPD":
+            continue
+        d = t.to_json()
+        d["id"] = index[t.id]
+        if d["act_in"][0] in ("task", "stash"):
+            d["act_in"] = [d["act_in"][0], index[d["act_in"][1]]]
+        if d["grad_in"] is not None:
+            d["grad_in"] = index[d["grad_in"]]
+        compute.append(d)
+    updates = sorted((list(t.pack), t.rank, sorted(index[i] for i in t.deps)) for t in g.tasks if t.kind == "UPD")
+    return compute, updates

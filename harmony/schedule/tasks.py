@@ -305,7 +305,8 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
     # pack is updated by the rank of its last backward.
     upd_rank = {pack: pi % N if cfg.mode == "vDP" else bwd_of_pack[pack][-1].rank
                 for pi, pack in enumerate(cfg.bwd_packs)}
-    tasks = _insert_updates(tasks, {p: [t.id for t in b] for p, b in bwd_of_pack.items()}, upd_rank)
+    tasks = _insert_updates(tasks, {p: [t.id for t in b] for p, b in bwd_of_pack.items()}, upd_rank,
+                            cfg.mode == "vDP")
     _assign_weight_residency(tasks, cfg)
     _keep_gradients_on_gpu(tasks, cfg)
     _assign_gradient_sends(tasks, cfg, upd_rank)
@@ -328,9 +329,18 @@ def _stage_placement(cfg: ScheduleConfig) -> dict[Range, int]:
     return out
 
 
-def _insert_updates(tasks: list[Task], bwd_ids: dict[Range, list[int]], upd_rank: dict[Range, int]) -> list[Task]:
-    """Re-number tasks with one UPD per backward pack right after the pack's last BWD (just-in-time update)."""
-    upd_after = {max(ids): pack for pack, ids in bwd_ids.items()}
+def _insert_updates(tasks: list[Task], bwd_ids: dict[Range, list[int]], upd_rank: dict[Range, int],
+                    vdp: bool) -> list[Task]:
+    """Re-number tasks with one UPD per backward pack right after the pack's last BWD (just-in-time update).
+    vDP: right after the pack's last BWD on the updating rank. A worker submits its UPDs in its task order,
+    and each rank's chain follows the previous rank's in this list, so an UPD placed after the last rank's
+    BWD ran after its own GPU had finished (docs/performance.md entry 22). The other replicas' gradients
+    reach the updating rank through the all-reduce in its own BWD."""
+    rank_of = {t.id: t.rank for t in tasks}
+
+    def last_bwd(pack: Range, ids: list[int]) -> int:
+        return max([i for i in ids if rank_of[i] == upd_rank[pack]] if vdp else ids)
+    upd_after = {last_bwd(pack, ids): pack for pack, ids in bwd_ids.items()}
     out: list[Task] = []
     remap: dict[int, int] = {}
     for t in tasks:
@@ -339,9 +349,10 @@ def _insert_updates(tasks: list[Task], bwd_ids: dict[Range, list[int]], upd_rank
         out.append(t)
         pack = upd_after.get(old_id)
         if pack is not None:
-            out.append(Task(id=len(out), kind="UPD", pack=pack, rank=upd_rank[pack],
-                            deps=[remap[i] for i in bwd_ids[pack]]))
+            out.append(Task(id=len(out), kind="UPD", pack=pack, rank=upd_rank[pack], deps=list(bwd_ids[pack])))
     for t in out:
+        if t.kind == "UPD":
+            t.deps = [remap[i] for i in t.deps]
         if t.act_in[0] in ("task", "stash"):
             t.act_in = (t.act_in[0], remap[t.act_in[1]])
         if t.grad_in is not None:
@@ -439,7 +450,9 @@ def validate_graph(g: TaskGraph) -> None:
                 if gp.kind != "BWD" or gp.pack[0] != t.pack[1] or gp.samples != t.samples:
                     raise ScheduleError(f"task {t.id} ({t.pack}) has a mismatched gradient producer {gp.id}")
         elif t.kind == "UPD":
-            if any(d not in seen for d in t.deps):
+            # vDP: the other replicas' gradients arrive through the all-reduce of the updating rank's BWDs
+            own = [d for d in t.deps if g.tasks[d].rank == t.rank] if cfg.mode == "vDP" else t.deps
+            if not own or any(d not in seen for d in own):
                 raise ScheduleError(f"UPD {t.id} of {t.pack} runs before its backward tasks")
         seen.add(t.id)
     # each layer is covered once per pass by each chain (group x rank-share)

@@ -82,8 +82,10 @@ run_once "vgg416 vDP N=2 D=256, --load-buffers compute-stream" "$R/schedules/vgg
 # cost, they go and the time falls to its prediction
 run_once "vgg416 vDP N=2 D=256, headroom 0.20" "$V-headroom/schedule-h0.20.json" "$V-headroom/run-h0.20.jsonl" --iters 4 \
   && grep "by stream\|retried" "$V-headroom/run-h0.20.log"
-# Where the time goes in the other two gaps: resnet1026 vDP D = 64 (1.20x its prediction; rank 0 steps
-# 0.11 s after its GPU is done) and gpt2-xl vPP D = 64 (1.17x), one iteration traced each
+# Where the time goes in the other two gaps, one iteration traced each: resnet1026 vDP D = 64 (1.20x its
+# prediction; rank 0 stepped 0.11 s after its GPU was done, because its UPDs came after all its own tasks:
+# performance log 22; the committed schedule now loads with the new order, so this run measures the fix)
+# and gpt2-xl vPP D = 64 (1.17x)
 T=$R/remeasure/N2-timeline
 for point in "resnet1026:vDP-N2-D64-auto" "gpt2-xl:vPP-N2-D64-auto"; do
   if run_once "${point%%:*} ${point#*:}, one iteration traced" "$R/schedules/${point%%:*}/${point#*:}.json" \

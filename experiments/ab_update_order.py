@@ -4,7 +4,7 @@ order, the iteration time and each rank's optimizer drain (steps still running a
 Runs the harmony on PYTHONPATH; for the code before the change:
   git worktree add /tmp/before 8fb8ced && (cd /tmp/before && PYTHONPATH=. python /path/to/experiments/ab_update_order.py)
 """
-import json, statistics, sys
+import json
 from harmony.models import get_model
 from harmony.decompose import decompose_model
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph

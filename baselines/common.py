@@ -79,6 +79,23 @@ class Settings:
 # ------------------------------------------------------------------------------------------------
 # Model and environment
 # ------------------------------------------------------------------------------------------------
+def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
+    """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload and zero-offload at
+    N >= 2. Their ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
+    workers do (docs/performance.md entry 19); each rank calls `use_rank_share_of_cores` first."""
+    import torch.multiprocessing as mp
+    from harmony.runtime.launch import worker_omp_wait_policy
+    os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
+    mp.spawn(entry, args=args, nprocs=gpus, join=True)
+
+
+def use_rank_share_of_cores(gpus: int) -> None:
+    """A spawned rank's intra-op threads: the host's cores divided among the ranks (DeepSpeed's CPU Adam
+    included), as for Harmony's workers."""
+    from harmony.runtime import default_worker_threads
+    torch.set_num_threads(default_worker_threads(gpus))
+
+
 def load_model(model: str, overrides: dict | None = None):
     """(ModelSpec, model.json record) from a zoo name or a model.json path."""
     from harmony.decompose import decompose_model, load_model_json, resolve_spec, spec_from_model_json

@@ -38,8 +38,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, free_port, is_oom,
-                              load_model, pin_batches, resolve_device, status_only,
-                              train_loop)
+                              load_model, pin_batches, resolve_device, spawn_ranks, status_only,
+                              train_loop, use_rank_share_of_cores)
 from harmony.data import load_batches
 from harmony.optim import make_optimizer, set_lr
 
@@ -210,8 +210,7 @@ def _silent(s: Settings) -> Settings:
 
 
 def _spawn_entry(rank: int, s: Settings, port: int, path: str | None):
-    from harmony.runtime import default_worker_threads
-    torch.set_num_threads(default_worker_threads(s.gpus))   # the ranks share the host's cores
+    use_rank_share_of_cores(s.gpus)
     out: dict = {}
     try:
         _worker(rank, s, port, out if path else None)
@@ -239,16 +238,13 @@ def run(s: Settings, _result: dict | None = None) -> dict:
             spec, _ = load_model(s.model, s.overrides)
             return status_only(s, spec.name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}")
     import tempfile
-    import torch.multiprocessing as mp
     from harmony.jsonio import read_jsonl
-    from harmony.runtime.launch import worker_omp_wait_policy
     path = None
     if _result is not None:
         fd, path = tempfile.mkstemp(suffix=".pt")
         os.close(fd)
     try:
-        os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()   # the ranks' CPU optimizer steps at once: entry 19
-        mp.spawn(_spawn_entry, args=(s, port, path), nprocs=s.gpus, join=True)
+        spawn_ranks(_spawn_entry, (s, port, path), s.gpus)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)
         return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",

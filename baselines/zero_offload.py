@@ -30,8 +30,8 @@ import traceback
 import torch
 
 from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
-                              load_model, log_phase, microbatch_ranges, pin_batches, resolve_device, status_only,
-                              train_loop)
+                              load_model, log_phase, microbatch_ranges, pin_batches, resolve_device, spawn_ranks,
+                              status_only, train_loop, use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
 from harmony.optim import set_lr
@@ -160,8 +160,7 @@ def _train(rank: int, s: Settings, port: int):
 
 
 def _spawn_entry(rank: int, s: Settings, port: int):
-    from harmony.runtime import default_worker_threads
-    torch.set_num_threads(default_worker_threads(s.gpus))   # the ranks share the host's cores (DeepSpeed's CPU Adam too)
+    use_rank_share_of_cores(s.gpus)
     try:
         _train(rank, s, port)
     except Exception:  # noqa: BLE001
@@ -182,12 +181,9 @@ def run(s: Settings) -> dict:
             traceback.print_exc(file=sys.stderr)
             spec, _ = load_model(s.model, s.overrides)
             return status_only(s, spec.name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}")
-    import torch.multiprocessing as mp
     from harmony.jsonio import read_jsonl
-    from harmony.runtime.launch import worker_omp_wait_policy
     try:
-        os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()   # the ranks' CPU optimizer steps at once: entry 19
-        mp.spawn(_spawn_entry, args=(s, port), nprocs=s.gpus, join=True)
+        spawn_ranks(_spawn_entry, (s, port), s.gpus)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)
         return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",

@@ -178,14 +178,13 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
+    from harmony.runtime.launch import prepare_worker_environment
+    from harmony.runtime.transfer import check_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
-    from harmony.runtime.transfer import LOAD_BUFFERS
-    if load_buffers not in LOAD_BUFFERS:
-        raise ValueError(f"load_buffers {load_buffers!r}: choose one of {', '.join(LOAD_BUFFERS)}")
+    check_load_buffers(load_buffers)
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
-    from harmony.runtime.launch import prepare_worker_environment
     prepare_worker_environment(device)  # what the workers will run with, so the env record names it
     env = env_record(device, precision, gpu_memory_cap)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []

@@ -40,14 +40,18 @@ class Counters:
 LOAD_BUFFERS = ("copy-stream", "compute-stream")
 
 
+def check_load_buffers(value: str) -> str:
+    if value not in LOAD_BUFFERS:
+        raise ValueError(f"load_buffers {value!r}: choose one of {', '.join(LOAD_BUFFERS)}")
+    return value
+
+
 class Copier:
     def __init__(self, device: torch.device, counters: Counters, load_buffers: str = "copy-stream"):
-        if load_buffers not in LOAD_BUFFERS:
-            raise ValueError(f"load_buffers {load_buffers!r}: choose one of {', '.join(LOAD_BUFFERS)}")
         self.device = device
         self.cuda = device.type == "cuda"
         self.counters = counters
-        self.reserves = self.cuda and load_buffers == "compute-stream"   # see the module docstring
+        self.reserves = self.cuda and check_load_buffers(load_buffers) == "compute-stream"   # module docstring
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d_stream = torch.cuda.Stream(device)

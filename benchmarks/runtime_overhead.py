@@ -21,6 +21,7 @@ Both use one torch thread; medians over `--iters` timed iterations after `--warm
 
     python benchmarks/runtime_overhead.py                       # table
     python benchmarks/runtime_overhead.py --profile --packs 8   # + cProfile hot spots
+    python benchmarks/runtime_overhead.py --weight-copies per-tensor per-vlayer   # one copy per vLayer, A/B
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from harmony.decompose import decompose_model
 from harmony.models import get_model
 from harmony.optim import make_optimizer, set_lr
 from harmony.runtime import Prepared
+from harmony.runtime.transfer import WEIGHT_COPIES
 from harmony.schedule.io import make_schedule_record
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 
@@ -68,9 +70,9 @@ def build(model: str, overrides: dict, D: int, pack: int):
 class RuntimeLoop:
     """One in-process worker (rank 0, N = 1) of the schedule; `step()` runs and times one iteration."""
 
-    def __init__(self, record, graph, iters: int):
+    def __init__(self, record, graph, iters: int, weight_copies: str = "per-tensor"):
         from harmony.runtime.worker import Worker
-        self.prep = Prepared(record, graph, iters=iters, device="cpu", update_threads=1)
+        self.prep = Prepared(record, graph, iters=iters, device="cpu", update_threads=1, weight_copies=weight_copies)
         w = self.w = Worker(0, dict(self.prep.job, threads_per_worker=1), _Sink())
         w.setup()
         w.resident, w.acts, w.grads_out, w.stash_events, w.kept_grads = {}, {}, {}, {}, {}
@@ -138,9 +140,9 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
-def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool):
+def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = "per-tensor"):
     """Runtime and plain iterations alternated (so load drifts on the machine hit both alike)."""
-    rt_loop, pl_loop = RuntimeLoop(record, graph, iters + warmup), PlainLoop(spec, graph, D)
+    rt_loop, pl_loop = RuntimeLoop(record, graph, iters + warmup, weight_copies), PlainLoop(spec, graph, D)
     prof = cProfile.Profile() if profile else None
     rt, pl = [], []
     try:
@@ -165,6 +167,8 @@ def main(argv=None) -> None:
     ap.add_argument("--image-size", type=int, default=8)
     ap.add_argument("--minibatch", type=int, default=4)
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
+    ap.add_argument("--weight-copies", nargs="+", default=["per-tensor"], choices=WEIGHT_COPIES,
+                    help="harmony run --weight-copies: one run per value and packing (default per-tensor)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the runtime iterations of the first packing")
@@ -174,13 +178,13 @@ def main(argv=None) -> None:
     overrides = {"blocks": (a.blocks,) * 4, "widths": tuple(a.widths),
                                           "stem_width": a.widths[0], "image_size": a.image_size} if a.model.startswith("resnet") else {}
     rows = []
-    for k, pack in enumerate(a.packs):
+    for k, (pack, copies) in enumerate((p, c) for p in a.packs for c in a.weight_copies):
         spec, record, graph, L = build(a.model, overrides, a.minibatch, pack)
-        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0)
+        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies)
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
-        rows.append((pack, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6))
+        rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6))
         if prof is not None:
             for key in ("tottime", "cumulative"):
                 s = io.StringIO()
@@ -189,10 +193,10 @@ def main(argv=None) -> None:
                 print(s.getvalue())
     print(f"model {a.model} {overrides}  D={a.minibatch} (one microbatch)  N=1 vPP  CPU, 1 torch thread  "
           f"{a.iters} timed iterations after {a.warmup} warm-up, medians")
-    print(f"{'pack':>5} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
+    print(f"{'pack':>5} {'weight copies':>13} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
           f"{'(paired)':>9}")
-    for pack, L, nt, r, p, o, od in rows:
-        print(f"{pack:>5} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f}")
+    for pack, copies, L, nt, r, p, o, od in rows:
+        print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f}")
 
 
 if __name__ == "__main__":

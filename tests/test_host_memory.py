@@ -85,6 +85,39 @@ def test_arena_estimate_equals_plan_layout(name):
     assert len(xs) > 1
 
 
+@pytest.mark.parametrize("name", ["resnet-tiny", "gpt2-tiny"])
+def test_w_block_holds_each_vlayers_weights_back_to_back(name):
+    """`--weight-copies per-vlayer` copies a vLayer's W block in one transfer: the block must hold exactly
+    that vLayer's W entries, in slot order, each 64-byte aligned, and the block's views must read what the
+    entries' own views read (BatchNorm's int64 counter among float32 tensors included)."""
+    import torch
+
+    from harmony.runtime.transfer import BlockViews
+    from harmony.schedule.host_memory import aligned
+    spec, mj = tiny(name)
+    spp = spec.optimizer.state_tensors_per_param()
+    layers = spec.build("meta")
+    g = build_task_graph(configs(mj["num_vlayers"])["vPP-N1-u4/2"], mj["num_vlayers"])
+    lay = plan_layout(layers, g, mj, spp)
+    buf = torch.randint(0, 256, (lay.total_bytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    assert len(lay.w_blocks) == len(lay.weights) == mj["num_vlayers"]
+    dtypes = set()
+    for slots, (start, n) in zip(lay.weights, lay.w_blocks):
+        ws = [w for w, _, _ in slots]
+        offsets = [start + sum(aligned(w.nbytes) for w in ws[:i]) for i in range(len(ws))]
+        assert [w.offset for w in ws] == offsets and n == sum(aligned(w.nbytes) for w in ws)
+        for _, dw, ks in slots:         # dW and K live outside every block
+            for e in ([dw] if dw else []) + ks:
+                assert not any(s <= e.offset < s + m for s, m in lay.w_blocks)
+        views = BlockViews.of(ws, start).over(buf[start:start + n].clone())
+        for w, v in zip(ws, views):
+            dtypes.add(w.dtype)
+            assert v.dtype == getattr(torch, w.dtype) and tuple(v.shape) == tuple(w.shape)
+            assert torch.equal(v.reshape(-1).view(torch.uint8), buf[w.offset:w.offset + w.nbytes])   # bits: NaNs
+    if name == "resnet-tiny":
+        assert dtypes == {"float32", "int64"}
+
+
 def test_estimate_counts_the_optimizer_state():
     """K is state_tensors_per_param copies of the trainable weights: AdamW 2, SGD momentum 1, plain SGD 0."""
     _, mj = tiny("mlp-tiny")

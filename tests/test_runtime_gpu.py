@@ -61,7 +61,17 @@ def _cases():
         out += [(m, "vDP", 1, *u, "P2", "compute-stream")]
         if n >= 2:
             out += [(m, "vPP", 2, *u, "P2", "compute-stream")]
+        # one copy per vLayer (--weight-copies per-vlayer): the tensors are views into one device block, also
+        # when the block comes from the compute stream's pool
+        out += [(m, "vPP", 1, 3, 3, "P1", "per-vlayer"), (m, "vDP", 1, *u, "P2", "per-vlayer+compute-stream")]
+        if n >= 2:
+            out += [(m, "vDP", 2, *u, "P1", "per-vlayer")]
     return out
+
+
+# the runtime options a case's 7th element names
+OPTIONS = {"compute-stream": {"load_buffers": "compute-stream"}, "per-vlayer": {"weight_copies": "per-vlayer"},
+           "per-vlayer+compute-stream": {"weight_copies": "per-vlayer", "load_buffers": "compute-stream"}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,7 +89,7 @@ def results():
         if not cs:
             continue
         built = [schedule(c[0], c[1], N, c[3], c[4], c[5], **OVERRIDES.get(c[0], {})) for c in cs]
-        res = train_many([(rec, g, {"iters": ITERS, "device": "cuda", **({"load_buffers": c[6]} if len(c) > 6 else {})})
+        res = train_many([(rec, g, {"iters": ITERS, "device": "cuda", **(OPTIONS[c[6]] if len(c) > 6 else {})})
                           for c, (_, rec, g) in zip(cs, built)])
         for c, b, r in zip(cs, built, res):
             out[c] = (b, r)

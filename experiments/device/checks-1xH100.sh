@@ -18,3 +18,18 @@ for check in 82:164@8 82:117@8 82:117@32; do
       --check-pack "$rng" --check-ubatch "$u" -o "$out" > "${out%.profile.json}.log" 2>&1 || echo "FAILED: $out"
     grep -A1 "^pack " "${out%.profile.json}.log"
 done
+# Performance log 23: one copy per vLayer (--weight-copies per-vlayer) against one per tensor on the H100's
+# most host-bound point, resnet1026 vPP D = 64 N = 1 (13,271 copies per iteration, GPU idle 52%),
+# alternated A B A B; about 40 s per run.
+R=results/paper/1xH100-80GB-HBM3; W=$R/resnet1026-D64-N1/remeasure/weight-copies
+mkdir -p "$W"
+for round in 1 2; do
+  for copies in per-tensor per-vlayer; do
+    out=$W/$copies.$round.jsonl
+    [ -s "$out" ] && continue
+    echo "[$SECONDS s] resnet1026 vPP N=1 D=64, --weight-copies $copies, round $round"
+    harmony run "$R/resnet1026-D64-N1/harmony.schedule.json" --data synthetic --gpu-memory 11GiB --precision tf32 \
+      --device cuda --iters 5 --weight-copies "$copies" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
+    tail -4 "${out%.jsonl}.log"
+  done
+done

@@ -94,3 +94,14 @@ for point in "resnet1026:vDP-N2-D64-auto" "gpt2-xl:vPP-N2-D64-auto"; do
     cat "$T/${point%%:*}-${point#*:}.timeline.txt"
   fi
 done
+# Performance log 23: one copy per vLayer (--weight-copies per-vlayer) against one per tensor, on the most
+# host-bound point (resnet1026 vDP D = 64: 12 tensors per vLayer, one microbatch per task), alternated
+# A B A B so that a drift of the host hits both alike. Compare iter_time_s and host_phases.issue_s.
+W=$R/remeasure/resnet1026-vDP-N2-D64-weight-copies
+for round in 1 2; do
+  for copies in per-tensor per-vlayer; do
+    run_once "resnet1026 vDP N=2 D=64, --weight-copies $copies, round $round" \
+      "$R/schedules/resnet1026/vDP-N2-D64-auto.json" "$W/$copies.$round.jsonl" --iters 5 --weight-copies "$copies" \
+      && grep " host: " "$W/$copies.$round.log"
+  done
+done

@@ -80,7 +80,8 @@ class Prepared:
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
-                 memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream"):
+                 memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
+                 weight_copies: str = "per-tensor"):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
         from harmony.metrics import PhaseClock
@@ -103,7 +104,7 @@ class Prepared:
                     "arena_path": self.arena.path, "device": device, "precision": precision,
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
                     "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
-                    "load_buffers": load_buffers,
+                    "load_buffers": load_buffers, "weight_copies": weight_copies,
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
@@ -165,7 +166,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
-                 load_buffers: str = "copy-stream") -> dict:
+                 load_buffers: str = "copy-stream", weight_copies: str = "per-tensor") -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -179,10 +180,11 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
     from harmony.runtime.launch import prepare_worker_environment
-    from harmony.runtime.transfer import check_load_buffers
+    from harmony.runtime.transfer import check_load_buffers, check_weight_copies
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
     check_load_buffers(load_buffers)
+    check_weight_copies(weight_copies)
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
     prepare_worker_environment(device)  # what the workers will run with, so the env record names it
@@ -198,7 +200,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
                            worker_threads=worker_threads, update_threads=update_threads,
-                           load_buffers=load_buffers)
+                           load_buffers=load_buffers, weight_copies=weight_copies)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -215,7 +217,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             fwd_packs=[list(p) for p in cfg.fwd_packs], group_size=cfg.group_size, placement=cfg.placement,
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
-            load_buffers=load_buffers,
+            load_buffers=load_buffers, weight_copies=weight_copies,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,

@@ -7,7 +7,7 @@ import sys
 
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
-    from harmony.runtime.transfer import LOAD_BUFFERS
+    from harmony.runtime.transfer import LOAD_BUFFERS, WEIGHT_COPIES
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
     p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")
@@ -33,6 +33,9 @@ def add_arguments(p) -> None:
                    help="where the GPU buffers of loaded weights and stashes come from: the copy stream's "
                         "allocator pool (default) or the compute stream's, one pool with the activations "
                         "(docs/runtime.md, Memory)")
+    p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-tensor",
+                   help="copy a loaded vLayer's weights and buffers one tensor at a time (default) or as one "
+                        "block, one allocation and copy per vLayer (docs/runtime.md, Transfers)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -58,7 +61,8 @@ def main(args) -> int:
                            gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
                            system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
                            fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
-                           update_threads=args.update_threads, load_buffers=args.load_buffers)
+                           update_threads=args.update_threads, load_buffers=args.load_buffers,
+                           weight_copies=args.weight_copies)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

@@ -10,9 +10,11 @@ per-worker pinned copy of the model (the original Harmony kept one per GPU: (N+1
 Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
   flags   int64[num_bwd_packs]  upd_done[p]   = iterations whose UPD of backward pack p has finished
           int64[num_tasks]      stash_done[t] = iterations whose stash of FWD task t is in host memory
-  W       per vLayer, per parameter and buffer (model order)
-  dW      per vLayer, per trainable parameter
-  K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD: momentum)
+  per vLayer:
+  W       its W block: every parameter and buffer (model order) back to back, so that one copy can bring
+          the whole vLayer to the device (`harmony run --weight-copies per-vlayer`)
+  dW, K   per trainable parameter: its dW, then `state_tensors_per_param` tensors (Adam: exp_avg,
+          exp_avg_sq; SGD: momentum)
   X       stash regions; each FWD task with stash_out views one, per output tensor: [samples, *per-sample
           shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `plan_stash`).
 The stash plan and the flag sizes live in harmony/schedule/host_memory.py, where `harmony schedule` uses them
@@ -61,6 +63,9 @@ class ArenaLayout:
     stash_flags: Entry | None = None
     # per vLayer: list over slots of (W entry, dW entry or None, [K entries])
     weights: list[list[tuple[Entry, Entry | None, list[Entry]]]] = field(default_factory=list)
+    # per vLayer: (offset, nbytes) of its W block, which holds exactly the W entries of `weights[l]`, in slot
+    # order, each 64-byte aligned (the padding, < 64 bytes per tensor, travels with a block copy)
+    w_blocks: list[tuple[int, int]] = field(default_factory=list)
     stash: dict[int, list[Entry]] = field(default_factory=dict)     # FWD task id -> one entry per output
     bytes_by_part: dict[str, int] = field(default_factory=dict)
 
@@ -85,9 +90,11 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
     lay.upd_flags = alloc(upd_shape, "int64", "flags")
     lay.stash_flags = alloc(stash_shape, "int64", "flags")
     for layer in layers:
-        slots = []
-        for _, _, is_param, t in layer_slots(layer):
-            w = alloc(t.shape, _dtype_name(t.dtype), "W")
+        slots, sl = [], layer_slots(layer)
+        start = pos[0]
+        ws = [alloc(t.shape, _dtype_name(t.dtype), "W") for _, _, _, t in sl]
+        lay.w_blocks.append((start, pos[0] - start))
+        for w, (_, _, is_param, t) in zip(ws, sl):
             trainable = is_param and t.requires_grad
             dw = alloc(t.shape, _dtype_name(t.dtype), "dW") if trainable else None
             ks = [alloc(t.shape, _dtype_name(t.dtype), "K") for _ in range(state_per_param)] if trainable else []
@@ -156,6 +163,11 @@ class HostArena:
         return self.buf[e.offset:e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape)
 
     # -- typed accessors -------------------------------------------------------------------------
+    def w_block(self, layer: int) -> torch.Tensor:
+        """A vLayer's W block (`ArenaLayout.w_blocks`) as one uint8 tensor."""
+        off, n = self.layout.w_blocks[layer]
+        return self.buf[off:off + n]
+
     def weights(self, layer: int) -> list[torch.Tensor]:
         return [self.view(w) for w, _, _ in self.layout.weights[layer]]
 

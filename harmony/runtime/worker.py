@@ -36,7 +36,7 @@ from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
-from harmony.runtime.transfer import Copier, Counters
+from harmony.runtime.transfer import BlockViews, Copier, Counters, check_weight_copies
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
@@ -125,6 +125,7 @@ class Worker:
         clock.lap("arena")               # attach the shared host arena, page-lock it (cudaHostRegister)
         self.counters = Counters()
         self.copier = Copier(self.device, self.counters, job.get("load_buffers", "copy-stream"))
+        self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", "per-tensor")) == "per-vlayer"
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2))
         self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}
@@ -156,6 +157,10 @@ class Worker:
         self.upd_flags, self.stash_flags = arena.upd_done, arena.stash_done
         self.w_views = [arena.weights(l) for l in range(L)]
         self.w_bytes = [sum(w.numel() * w.element_size() for w in ws) for ws in self.w_views]
+        if self.per_vlayer_copies:     # --weight-copies per-vlayer: one copy of each vLayer's W block
+            self.w_blocks = [arena.w_block(l) for l in range(L)]
+            self.w_block_views = [BlockViews.of([w for w, _, _ in arena.layout.weights[l]], arena.layout.w_blocks[l][0])
+                                  for l in range(L)]
         # per layer: [(module._parameters, name, requires_grad, slot index)], [(module._buffers, name, slot index)]
         self.param_slots = [[(mod._parameters, name, meta.requires_grad, k)
                              for k, (mod, name, is_param, meta) in enumerate(sl) if is_param] for sl in self.slots]
@@ -206,7 +211,8 @@ class Worker:
         before the task that precedes t is issued, so that their copies need not wait for it. Else None."""
         if not self.copier.reserves:
             return None
-        out = {layer: self.copier.reserve(self.w_views[layer]) for layer in range(*t.load_layers)}
+        srcs = (lambda l: [self.w_blocks[l]]) if self.per_vlayer_copies else (lambda l: self.w_views[l])
+        out = {layer: self.copier.reserve(srcs(layer)) for layer in range(*t.load_layers)}
         if t.act_in[0] == "stash":
             out["stash"] = self.copier.reserve(self.stash_views[t.act_in[1]])
         return out
@@ -214,7 +220,7 @@ class Worker:
     def prefetch(self, t, it: int, reserved: dict | None = None) -> dict:
         """Issue the H2D copies of task t's `load_layers` (after their packs' UPD of the previous iteration)
         and of its stash input, into `reserved` buffers if given (reserve_loads). Returns
-        {layer: (tensors, event)}, plus the stash under key 'stash'."""
+        {layer: (tensors, event, device buffers)}, plus the stash under key 'stash': (tensors, event)."""
         lo, hi = t.load_layers
         out = {}
         into = reserved or {}
@@ -222,7 +228,13 @@ class Worker:
         for pi in self.load_packs[t.id]:
             self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
         for layer in range(lo, hi):
-            out[layer] = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer], into.get(layer))
+            if self.per_vlayer_copies:
+                out[layer] = self.copier.h2d_block(self.w_blocks[layer], self.w_block_views[layer], "h2d_weights",
+                                                   self.w_bytes[layer], into.get(layer))
+            else:
+                tensors, ev = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer],
+                                              into.get(layer))
+                out[layer] = (tensors, ev, tensors)
         if t.act_in[0] == "stash":
             src = t.act_in[1]
             if src in self.stash_events:      # produced on this rank: order by event, no host wait
@@ -239,8 +251,8 @@ class Worker:
         installed, kept_grads = self.installed, self.kept_grads
         for layer in range(*t.pack):
             if layer in fetched:
-                tensors, ev = fetched[layer]
-                self.copier.ready(tensors, ev)
+                tensors, ev, buffers = fetched[layer]
+                self.copier.ready(buffers, ev)     # per-vlayer: the one block the tensors are views of
                 self.resident[layer] = tensors
                 installed.discard(layer)
             elif layer not in self.resident:

@@ -5,7 +5,7 @@
 #   bash experiments/device/large_gpu.sh OUTDIR        (repository root, on the GPU machine)
 #
 # GPT-2 of width 4096 (the paper's 10 B shape) with NL layers (experiments/scales.yaml `models`:
-# gpt2-4096x24 = 5.25 B parameters, 84 GB of fp32 W + dW + Adam state: more than the 80 GB H100 holds, and
+# gpt2-4096x24 = 5.25 B parameters, 84.0 GB of fp32 W + dW + Adam state: all but 1 GB of the H100's 85.0 GB, too much to train there, and
 # what the 126 GiB host of nvidia-h100-x1 can keep). Writes OUTDIR/gpt2-4096x<NL>-D<D>-N1/<system>.jsonl
 # (+ .log; the device layout `harmony figure --import-device` files), the profile, schedule and search.
 # Through the device tool: give an OUTDIR outside $OUT and tar it into $OUT at the end (`tar czf $OUT/l.tgz

@@ -130,7 +130,7 @@ class Calibrator:
             s2.synchronize()
         out["duplex_pinned_Bps"] = self._rate("duplex_pinned_Bps", 2 * n,
                                               _host_timed(duplex, self.trials, self.warmup, sync))
-        del h_src, h_dst
+        h_src = h_dst = None          # free the pinned buffers before the pageable ones (the lambdas above are done)
         p_src = torch.ones(npg, dtype=torch.uint8)
         p_dst = torch.zeros(npg, dtype=torch.uint8)
         d_p = d_a[:npg]
@@ -139,7 +139,7 @@ class Calibrator:
             lambda: d_p.copy_(p_src), self.trials, self.warmup, csync))
         out["d2h_pageable_Bps"] = self._rate("d2h_pageable_Bps", npg, _host_timed(
             lambda: p_dst.copy_(d_p), self.trials, self.warmup, csync))
-        del d_a, d_b, d_p
+        d_a = d_b = d_p = None
         torch.cuda.empty_cache()
         return out
 
@@ -174,7 +174,7 @@ class Calibrator:
                    lambda: issue(True), self.trials, self.warmup, sync)),
                "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, _host_timed(
                    lambda: issue(False), self.trials, self.warmup, sync))}
-        del hosts, gpus
+        hosts = gpus = None          # free them now (issue() is done with them)
         for d in devs:
             with torch.cuda.device(d):
                 torch.cuda.empty_cache()
@@ -224,7 +224,7 @@ class Calibrator:
                 else:
                     ts = _host_timed(fn, max(3, self.trials // 2 + 1), 1)
                 out[prec] = self._rate(f"matmul_{prec}", flops, ts)
-                del a, b, c
+                a = b = c = None
         finally:
             torch.backends.cuda.matmul.allow_tf32 = saved[0]
             torch.set_float32_matmul_precision(saved[1])

@@ -301,3 +301,24 @@ def test_tiny_variant_learns_a_fixed_batch_quickly(name):
     assert losses[-1] < losses[0], losses
     # about a second (0.4-1.6 CPU s on a 2-core dev machine); the bound only catches a variant gone big
     assert cpu_s < 10.0, f"{name}: 6 iterations took {cpu_s:.2f} CPU s"
+
+
+@pytest.mark.parametrize("name,fields", [("gpt2-tiny", {}), ("bert-tiny", {}), ("bert-tiny", {"head": "mlm"}),
+                                         ("vgg-tiny", {}), ("vgg-tiny", {"batch_norm": True}),
+                                         ("resnet-tiny", {}), ("resnet-tiny", {"zero_init_residual": True})])
+def test_every_parameter_left_uninitialised_is_initialised_by_its_family(monkeypatch, name, fields):
+    """The families build modules whose parameters they initialise themselves without torch's default draw
+    (models.base.uninitialised). Here those parameters start as NaN: after the build, none may be left."""
+    real = nn.utils.skip_init
+
+    def nan_filled(*args, **kwargs):
+        module = real(*args, **kwargs)
+        with torch.no_grad():
+            for p in module.parameters():
+                p.fill_(float("nan"))
+        return module
+    monkeypatch.setattr(nn.utils, "skip_init", nan_filled)
+    layers = get_model(name, **fields).build("cpu", seed=0)
+    assert any(True for _ in layers.parameters())
+    for pname, p in layers.named_parameters():
+        assert not torch.isnan(p).any(), f"{name} {fields}: {pname} was never initialised"

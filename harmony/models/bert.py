@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register
+from harmony.models.base import ModelSpec, TensorSpec, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -75,9 +75,9 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden)
-        self.position_embeddings = nn.Embedding(c.max_position, c.hidden)
-        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden)
+        self.word_embeddings = uninitialised(nn.Embedding, c.vocab_size, c.hidden)
+        self.position_embeddings = uninitialised(nn.Embedding, c.max_position, c.hidden)
+        self.token_type_embeddings = uninitialised(nn.Embedding, c.type_vocab_size, c.hidden)
         self.LayerNorm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout)
         _init(self, c.init_std)
@@ -92,9 +92,9 @@ class BertSelfAttention(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.n_head = c.n_head
-        self.query = nn.Linear(c.hidden, c.hidden)
-        self.key = nn.Linear(c.hidden, c.hidden)
-        self.value = nn.Linear(c.hidden, c.hidden)
+        self.query = uninitialised(nn.Linear, c.hidden, c.hidden)
+        self.key = uninitialised(nn.Linear, c.hidden, c.hidden)
+        self.value = uninitialised(nn.Linear, c.hidden, c.hidden)
         self.attn_dropout = c.attn_dropout
 
     def forward(self, h, attention_mask):
@@ -115,10 +115,10 @@ class BertLayer(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.attention = BertSelfAttention(c)
-        self.attention_output = nn.Linear(c.hidden, c.hidden)
+        self.attention_output = uninitialised(nn.Linear, c.hidden, c.hidden)
         self.attention_LayerNorm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
-        self.intermediate = nn.Linear(c.hidden, c.ffn)
-        self.output = nn.Linear(c.ffn, c.hidden)
+        self.intermediate = uninitialised(nn.Linear, c.hidden, c.ffn)
+        self.output = uninitialised(nn.Linear, c.ffn, c.hidden)
         self.output_LayerNorm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
         self.dropout = nn.Dropout(c.hidden_dropout)
         _init(self, c.init_std)
@@ -137,7 +137,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(c.hidden, c.hidden)
+        self.dense = uninitialised(nn.Linear, c.hidden, c.hidden)
         _init(self, c.init_std)
 
     def forward(self, h, attention_mask, label):
@@ -151,7 +151,7 @@ class BertClassifier(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.dropout = nn.Dropout(c.hidden_dropout)
-        self.classifier = nn.Linear(c.hidden, c.n_classes)
+        self.classifier = uninitialised(nn.Linear, c.hidden, c.n_classes)
         _init(self, c.init_std)
 
     def forward(self, pooled, label):
@@ -164,9 +164,9 @@ class BertPretrainTransform(nn.Module):
 
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.transform = nn.Linear(c.hidden, c.hidden)
+        self.transform = uninitialised(nn.Linear, c.hidden, c.hidden)
         self.transform_LayerNorm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
-        self.pooler = nn.Linear(c.hidden, c.hidden)
+        self.pooler = uninitialised(nn.Linear, c.hidden, c.hidden)
         _init(self, c.init_std)
 
     def forward(self, h, attention_mask, mlm_labels, nsp_label):
@@ -180,8 +180,8 @@ class BertPretrainHeads(nn.Module):
 
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.decoder = nn.Linear(c.hidden, c.vocab_size)   # untied from the word embedding
-        self.seq_relationship = nn.Linear(c.hidden, 2)
+        self.decoder = uninitialised(nn.Linear, c.hidden, c.vocab_size)   # untied from the word embedding
+        self.seq_relationship = uninitialised(nn.Linear, c.hidden, 2)
         _init(self, c.init_std)
 
     def forward(self, t, pooled, mlm_labels, nsp_label):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register
+from harmony.models.base import ModelSpec, TensorSpec, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -51,8 +51,8 @@ class GPT2Embedding(nn.Module):
 
     def __init__(self, c: GPT2Config):
         super().__init__()
-        self.wte = nn.Embedding(c.vocab_size, c.n_embd)
-        self.wpe = nn.Embedding(c.n_ctx, c.n_embd)
+        self.wte = uninitialised(nn.Embedding, c.vocab_size, c.n_embd)
+        self.wpe = uninitialised(nn.Embedding, c.n_ctx, c.n_embd)
         self.drop = nn.Dropout(c.dropout)
         nn.init.normal_(self.wte.weight, std=c.init_std)
         nn.init.normal_(self.wpe.weight, std=0.01)
@@ -66,8 +66,8 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, c: GPT2Config):
         super().__init__()
         self.n_head = c.n_head
-        self.c_attn = nn.Linear(c.n_embd, 3 * c.n_embd)
-        self.c_proj = nn.Linear(c.n_embd, c.n_embd)
+        self.c_attn = uninitialised(nn.Linear, c.n_embd, 3 * c.n_embd)     # initialised by GPT2Block
+        self.c_proj = uninitialised(nn.Linear, c.n_embd, c.n_embd)
         self.attn_dropout = c.dropout
         self.resid_drop = nn.Dropout(c.dropout)
 
@@ -85,8 +85,8 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, c: GPT2Config):
         super().__init__()
-        self.c_fc = nn.Linear(c.n_embd, 4 * c.n_embd)
-        self.c_proj = nn.Linear(4 * c.n_embd, c.n_embd)
+        self.c_fc = uninitialised(nn.Linear, c.n_embd, 4 * c.n_embd)        # initialised by GPT2Block
+        self.c_proj = uninitialised(nn.Linear, 4 * c.n_embd, c.n_embd)
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x):
@@ -103,11 +103,11 @@ class GPT2Block(nn.Module):
         self.attn = CausalSelfAttention(c)
         self.ln_2 = nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps)
         self.mlp = MLP(c)
-        for lin in (self.attn.c_attn, self.attn.c_proj, self.mlp.c_fc, self.mlp.c_proj):
-            nn.init.normal_(lin.weight, std=c.init_std)
+        residual_std = c.init_std / math.sqrt(2 * c.n_layer)   # GPT-2's scaled init of residual projections
+        for lin, std in ((self.attn.c_attn, c.init_std), (self.attn.c_proj, residual_std),
+                         (self.mlp.c_fc, c.init_std), (self.mlp.c_proj, residual_std)):
+            nn.init.normal_(lin.weight, std=std)
             nn.init.zeros_(lin.bias)
-        for lin in (self.attn.c_proj, self.mlp.c_proj):  # GPT-2's scaled init of residual projections
-            nn.init.normal_(lin.weight, std=c.init_std / math.sqrt(2 * c.n_layer))
 
     def forward(self, h, labels):
         h = h + self.attn(self.ln_1(h))
@@ -132,7 +132,7 @@ class GPT2Head(nn.Module):
 
     def __init__(self, c: GPT2Config):
         super().__init__()
-        self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        self.lm_head = uninitialised(nn.Linear, c.n_embd, c.vocab_size, bias=False)
         nn.init.normal_(self.lm_head.weight, std=c.init_std)
 
     def forward(self, h, labels):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, register
+from harmony.models.base import ImageClassifierSpec, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.models.vgg import CNN_OPTIMIZER
 
@@ -53,7 +53,8 @@ class ResNetStem(nn.Module):
 
     def __init__(self, c: ResNetConfig):
         super().__init__()
-        self.conv1 = nn.Conv2d(c.in_channels, c.stem_width, kernel_size=7, stride=2, padding=3, bias=False)
+        self.conv1 = uninitialised(nn.Conv2d, c.in_channels, c.stem_width, kernel_size=7, stride=2, padding=3,
+                                   bias=False)
         self.bn1 = nn.BatchNorm2d(c.stem_width)
         _init_conv_bn(self)
 
@@ -67,13 +68,14 @@ class BasicBlock(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, stride: int, zero_init_residual: bool = False):
         super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.conv1 = uninitialised(nn.Conv2d, c_in, c_out, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(c_out)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.conv2 = uninitialised(nn.Conv2d, c_out, c_out, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
         self.downsample = None
         if stride != 1 or c_in != c_out:
-            self.downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+            self.downsample = nn.Sequential(uninitialised(nn.Conv2d, c_in, c_out, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(c_out))
         _init_conv_bn(self)
         if zero_init_residual:
             nn.init.zeros_(self.bn2.weight)

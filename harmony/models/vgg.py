@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, register
+from harmony.models.base import ImageClassifierSpec, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -46,7 +46,7 @@ class VGGConv(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, batch_norm: bool, pool: bool):
         super().__init__()
-        self.conv = nn.Conv2d(c_in, c_out, kernel_size=3, padding=1)
+        self.conv = uninitialised(nn.Conv2d, c_in, c_out, kernel_size=3, padding=1)   # initialised below
         self.bn = nn.BatchNorm2d(c_out) if batch_norm else None
         self.pool = pool
         nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init
@@ -71,7 +71,7 @@ class VGGFC(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, dropout: float, first: bool, last: bool, pool_size: int = 7):
         super().__init__()
-        self.fc = nn.Linear(d_in, d_out)
+        self.fc = uninitialised(nn.Linear, d_in, d_out)                # initialised below
         self.drop = None if last else nn.Dropout(dropout)
         self.first, self.last, self.pool_size = first, last, pool_size
         nn.init.normal_(self.fc.weight, 0, 0.01)

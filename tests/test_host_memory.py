@@ -118,6 +118,30 @@ def test_w_block_holds_each_vlayers_weights_back_to_back(name):
         assert dtypes == {"float32", "int64"}
 
 
+@pytest.mark.parametrize("name", TINY)
+def test_optimizer_state_lies_after_everything_a_gpu_copies(name):
+    """CUDA workers pin only the arena's first `device_bytes` (HostArena.pin): flags, W, dW and the stashes
+    must lie inside it, the optimizer state K (host-only) after it."""
+    spec, mj = tiny(name)
+    spp = spec.optimizer.state_tensors_per_param()
+    layers = spec.build("meta")
+    for label, cfg in configs(mj["num_vlayers"]).items():
+        g = build_task_graph(cfg, mj["num_vlayers"])
+        lay = plan_layout(layers, g, mj, spp)
+        dev = lay.device_bytes
+        assert dev % ALIGN == 0 and dev <= lay.total_bytes, label
+        inside = [lay.upd_flags, lay.stash_flags] + [e for es in lay.stash.values() for e in es]
+        ks = []
+        for slots in lay.weights:
+            for w, dw, k in slots:
+                inside += [w] + ([dw] if dw else [])
+                ks += k
+        assert all(e.offset + e.nbytes <= dev for e in inside), label
+        assert all(e.offset >= dev for e in ks), label
+        assert len(ks) == spp * sum(1 for slots in lay.weights for _, dw, _ in slots if dw), label
+        assert sum(e.nbytes for e in ks) == lay.bytes_by_part["K"], label
+
+
 def test_estimate_counts_the_optimizer_state():
     """K is state_tensors_per_param copies of the trainable weights: AdamW 2, SGD momentum 1, plain SGD 0."""
     _, mj = tiny("mlp-tiny")

@@ -146,6 +146,10 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
         assert ph["upd_steps"] == sum(1 for t in upd if t.rank == r) and ph["upd_step_s"] > 0
         assert ph["issue_s"] + ph["sends_drain_s"] + ph["gpu_drain_s"] + ph["upd_drain_s"] <= s["iter_time_s"] * 1.5
     assert s["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
+    # the workers pin all of the arena but the optimizer state, which only the host touches (entry 25);
+    # the copies above, from and into the pinned part, agreed with the trace
+    parts = s["host_arena_parts"]
+    assert parts["K"] > 0 and s["host_pinned_bytes"] <= s["host_arena_bytes"] - parts["K"] < s["host_arena_bytes"]
     # the allocator's segments per stream (performance log 21): weights come in on the copy stream, the
     # activations they make on the compute stream, and a stream holds no more in use than it has reserved
     assert len(s["reserved_by_stream"]) == N

@@ -4,7 +4,8 @@ cross-process flags, held ONCE in host memory and shared by every worker process
 Storage is one anonymous memory file (memfd) that the launcher creates and every worker maps with
 `torch.from_file(/proc/<launcher pid>/fd/<fd>, shared=True)`. memfd pages are not limited by the size of
 /dev/shm (often 64 MiB in containers), unlike torch's `share_memory_()`. On CUDA each worker registers the
-mapping as pinned memory (`cudaHostRegister`), so every swap is a DMA copy at full PCIe speed; there is no
+part GPUs copy to and from (all but the optimizer state K) as pinned memory (`cudaHostRegister`), so every
+swap is a DMA copy at full PCIe speed; there is no
 per-worker pinned copy of the model (the original Harmony kept one per GPU: (N+1)x|W| host memory).
 
 Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
@@ -13,10 +14,11 @@ Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
   per vLayer:
   W       its W block: every parameter and buffer (model order) back to back, so that one copy can bring
           the whole vLayer to the device (`harmony run --weight-copies per-vlayer`)
-  dW, K   per trainable parameter: its dW, then `state_tensors_per_param` tensors (Adam: exp_avg,
-          exp_avg_sq; SGD: momentum)
+  dW      per trainable parameter
   X       stash regions; each FWD task with stash_out views one, per output tensor: [samples, *per-sample
           shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `plan_stash`).
+  K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD:
+          momentum). Last, because no GPU copies it: workers pin the prefix before it (`device_bytes`).
 The stash plan and the flag sizes live in harmony/schedule/host_memory.py, where `harmony schedule` uses them
 to check each candidate's arena against the host memory budget before a run ever gets here.
 """
@@ -68,6 +70,9 @@ class ArenaLayout:
     w_blocks: list[tuple[int, int]] = field(default_factory=list)
     stash: dict[int, list[Entry]] = field(default_factory=dict)     # FWD task id -> one entry per output
     bytes_by_part: dict[str, int] = field(default_factory=dict)
+    # the arena's prefix that GPUs copy to and from (flags, W, dW, X); K, the optimizer state, comes after
+    # it and only the host's optimizer touches it, so a CUDA worker pins this prefix only (`HostArena.pin`)
+    device_bytes: int = 0
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -89,6 +94,7 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
     upd_shape, stash_shape = flag_shapes(graph)
     lay.upd_flags = alloc(upd_shape, "int64", "flags")
     lay.stash_flags = alloc(stash_shape, "int64", "flags")
+    state = []                      # (shape, dtype, the slot's K list): placed after X, see `device_bytes`
     for layer in layers:
         slots, sl = [], layer_slots(layer)
         start = pos[0]
@@ -97,7 +103,9 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
         for w, (_, _, is_param, t) in zip(ws, sl):
             trainable = is_param and t.requires_grad
             dw = alloc(t.shape, _dtype_name(t.dtype), "dW") if trainable else None
-            ks = [alloc(t.shape, _dtype_name(t.dtype), "K") for _ in range(state_per_param)] if trainable else []
+            ks: list[Entry] = []
+            if trainable:
+                state += [(t.shape, _dtype_name(t.dtype), ks)] * state_per_param
             slots.append((w, dw, ks))
         lay.weights.append(slots)
     region_of, region_bytes, local = plan_stash(graph, model_json)
@@ -109,6 +117,10 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
     for tid, entries in local.items():
         base = bases[region_of[tid]]
         lay.stash[tid] = [Entry(base + e.offset, e.shape, e.dtype) for e in entries]
+    pos[0] = aligned(pos[0])
+    lay.device_bytes = pos[0]
+    for shape, dtype, ks in state:
+        ks.append(alloc(shape, dtype, "K"))
     lay.total_bytes = pos[0]
     lay.bytes_by_part = parts
     return lay
@@ -195,11 +207,13 @@ class HostArena:
                 dst.copy_(src.detach())
 
     def pin(self) -> int:
-        """Register the mapping with CUDA (page-locked, DMA-able) in this process; returns pinned bytes."""
+        """Register the part of the mapping that GPUs copy to and from (`ArenaLayout.device_bytes`: all but
+        the optimizer state) with CUDA, page-locked and DMA-able, in this process; returns pinned bytes.
+        Registering costs time in proportion to its size, in every worker, at set-up."""
         if self._registered_ptr is not None:
             return self.pinned_bytes
         cudart = torch.cuda.cudart()
-        ptr, size = self.buf.data_ptr(), self.buf.numel()
+        ptr, size = self.buf.data_ptr(), self.layout.device_bytes
         rc = cudart.cudaHostRegister(ptr, size, 0)
         if int(getattr(rc, "value", rc)) != 0:
             raise RuntimeError(f"cudaHostRegister of the {format_bytes(size)} host arena failed (error {rc}); "

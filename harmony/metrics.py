@@ -177,6 +177,10 @@ class PhaseClock:
         self.phases[name] = round(now - self._t, 3)
         self._t = now
 
+    def restart(self) -> None:
+        """The next phase begins now (the time since the last lap belongs to no phase)."""
+        self._t = time.perf_counter()
+
 
 def host_memory_record() -> dict:
     """The host's memory: total, and available now (what a run's host arena is checked against)."""

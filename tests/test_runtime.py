@@ -341,3 +341,25 @@ def test_summary_says_where_setup_time_goes():
     assert all(v >= 0 for v in [*su["host"].values(), *su["worker_slowest_rank"].values()])
     assert 0 < su["workers_ready_after_s"] < s["wall_s"]
     assert sum(su["host"].values()) + su["workers_ready_after_s"] <= s["wall_s"]
+
+
+def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
+    """run_schedule lets the host initialise the weights while the workers start and set up; they wait for
+    it before their first iteration. With a slow fill they wait, and the run still trains from the seed's
+    weights, as PyTorch does."""
+    import time
+
+    from harmony.runtime import Prepared, run_schedule
+    real = Prepared.fill_weights
+
+    def slow_fill(self):
+        time.sleep(5.0)
+        real(self)
+    monkeypatch.setattr(Prepared, "fill_weights", slow_fill)
+    spec, rec, g = schedule("gpt2-tiny", "vPP", 2, 3, 3, "P1")
+    s = run_schedule(rec, g, iters=ITERS, device="cpu")
+    assert s["status"] == "ok", s["message"]
+    assert s["setup_s"]["worker_slowest_rank"]["wait_host_weights"] > 0.5, s["setup_s"]
+    ref_losses, _ = train_reference(spec, minibatches(spec, D, ITERS, 1234), seed=0)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(s["losses"], ref_losses, strict=True))
+    assert rel <= TOL, (s["losses"], ref_losses)

@@ -74,19 +74,21 @@ def _predictions(record: dict, graph: TaskGraph) -> dict:
 
 
 class Prepared:
-    """A validated schedule with its arena allocated and filled with the initial weights."""
+    """A validated schedule with its arena allocated and filled with the initial weights; with
+    `defer_weights`, filled only when `fill_weights()` is called (`_execute` does it while the workers set
+    up, which they do without reading the weights)."""
 
     def __init__(self, record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
-                 weight_copies: str = "per-tensor"):
+                 weight_copies: str = "per-tensor", defer_weights: bool = False):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
         from harmony.metrics import PhaseClock
 
-        clock = PhaseClock()
+        clock = self._clock = PhaseClock()
         spec, self.meta_layers = validate_against_model(record, graph, device)
         self.graph, self.device = graph, device
         self.layout = plan_layout(self.meta_layers, graph, record["model"], spec.optimizer.state_tensors_per_param())
@@ -94,12 +96,10 @@ class Prepared:
         clock.lap("validate_layout")
         self.arena = HostArena.create(self.layout)
         clock.lap("arena_create")
-        init = spec.build("cpu", seed=seed)
-        clock.lap("init_weights")                  # the model built on the CPU (same seed as PyTorch's)
-        self.arena.fill_weights(init)
-        clock.lap("arena_fill")
-        self.setup_s = clock.phases
-        del init
+        self.setup_s = clock.phases                # fill_weights adds its phases
+        self._spec, self._seed = spec, seed
+        if not defer_weights:
+            self.fill_weights()
         self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
                     "arena_path": self.arena.path, "device": device, "precision": precision,
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
@@ -108,6 +108,16 @@ class Prepared:
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
+
+    def fill_weights(self) -> None:
+        """Build the model on the CPU (the seed's weights, as PyTorch's reference gets them) and copy its
+        weights and buffers into the arena's W."""
+        clock = self._clock
+        clock.restart()                            # its phases begin whenever it is called
+        init = self._spec.build("cpu", seed=self._seed)
+        clock.lap("init_weights")
+        self.arena.fill_weights(init)
+        clock.lap("arena_fill")
 
     def on_iteration(self, writer=None):
         from harmony.metrics import IterationRecord
@@ -145,9 +155,11 @@ class Prepared:
 
 def _execute(record: dict, graph: TaskGraph, *, writer=None, **kw):
     from harmony.runtime.launch import launch
-    prep = Prepared(record, graph, **kw)
+    prep = Prepared(record, graph, defer_weights=True, **kw)
     try:
-        outcome = launch(prep.job, graph.config.gpus, prep.on_iteration(writer))
+        # the host initialises the weights while the workers start, join the process group, build the model
+        # on the meta device and pin the arena; they wait for the weights before their first iteration
+        outcome = launch(prep.job, graph.config.gpus, prep.on_iteration(writer), while_starting=prep.fill_weights)
         outcome.records, outcome.layout = prep.records, prep.layout
         outcome.setup_s = {"host": prep.setup_s, "workers_ready_after_s": outcome.ready_after_s,
                            "worker_slowest_rank": outcome.worker_setup_s}

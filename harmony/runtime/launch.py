@@ -121,15 +121,19 @@ def _end_all(procs, grace_s: float = 5.0) -> None:
             p.join(5)
 
 
-def launch(job: dict, nprocs: int, on_iteration=None) -> Outcome:
+def launch(job: dict, nprocs: int, on_iteration=None, while_starting=None) -> Outcome:
     """Run `job` on `nprocs` worker processes. `on_iteration(merged)` is called as each iteration completes
-    on every rank (the run record is written there, so a crash keeps it)."""
-    return launch_many([job], nprocs, [on_iteration])[0]
+    on every rank (the run record is written there, so a crash keeps it). `while_starting()`, if given, runs
+    in this process once the workers have started; they set up meanwhile and wait for it to return before
+    their first iteration (the host fills the arena's weights while the workers set up)."""
+    return launch_many([job], nprocs, [on_iteration], while_starting)[0]
 
 
-def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None) -> list[Outcome]:
+def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
+                while_starting=None) -> list[Outcome]:
     """Run several jobs (same N and device) one after another in ONE set of worker processes: what tests
-    use to pay process start-up and process-group set-up once. After a failed job the rest are not run."""
+    use to pay process start-up and process-group set-up once. After a failed job the rest are not run.
+    `while_starting`: as in `launch`, before the first job's first iteration."""
     from harmony.runtime.worker import worker_main
 
     ctx = mp.get_context("spawn")
@@ -139,7 +143,8 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
     jobs = [dict(j, init_method=init) for j in jobs]
     callbacks = on_iteration or [None] * len(jobs)
     timeout = max(float(j.get("timeout_s", 300)) for j in jobs)
-    procs = [ctx.Process(target=worker_main, args=(r, jobs, results), name=f"harmony-worker-{r}")
+    host_ready = ctx.Event() if while_starting is not None else None
+    procs = [ctx.Process(target=worker_main, args=(r, jobs, results, host_ready), name=f"harmony-worker-{r}")
              for r in range(nprocs)]
     outs = [Outcome() for _ in jobs]
     pending: dict[tuple[int, int], dict[int, dict]] = {}
@@ -159,6 +164,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None)
     try:
         for p in procs:
             p.start()
+        if while_starting is not None:
+            while_starting()
+            host_ready.set()
+            last_progress = time.monotonic()
         while current < len(jobs):
             out = outs[current]
             try:

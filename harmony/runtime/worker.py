@@ -147,6 +147,12 @@ class Worker:
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
         self._precompute()
         clock.lap("precompute")
+        host_ready = getattr(self, "host_ready", None)
+        if host_ready is not None:       # the launcher fills the arena's weights while we set up
+            if not host_ready.wait(self.timeout):
+                raise TimeoutError(f"rank {self.rank}: timed out after {self.timeout:.0f} s waiting for the "
+                                   f"host to initialise the weights")
+            clock.lap("wait_host_weights")
         self.setup_s = clock.phases
 
     def _precompute(self) -> None:
@@ -625,8 +631,9 @@ def _init_distributed(rank: int, job: dict) -> None:
     _CTRL["group"] = dist.new_group(backend="gloo") if cuda else None
 
 
-def worker_main(rank: int, jobs: list[dict], results) -> None:
-    """Entry point of a spawned worker process: runs the jobs (same N and device) one after the other."""
+def worker_main(rank: int, jobs: list[dict], results, host_ready=None) -> None:
+    """Entry point of a spawned worker process: runs the jobs (same N and device) one after the other.
+    `host_ready` (an Event, or None): set by the launcher once the first job's arena holds its weights."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the launcher handles Ctrl-C and ends us
     code = 0
     w = None
@@ -641,6 +648,7 @@ def worker_main(rank: int, jobs: list[dict], results) -> None:
         w = Worker(rank, job, _Tagged(results, ji))
         if ji == 0:
             w.process_group_s = round(time.perf_counter() - t0, 3)
+            w.host_ready = host_ready
         try:
             w.setup()
             w.run()

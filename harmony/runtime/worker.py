@@ -494,6 +494,7 @@ class Worker:
         if f["kind"] == "oom":
             raise torch.OutOfMemoryError(f"injected out-of-memory in task {t.id}")
         if f["kind"] == "crash":
+            time.sleep(float(f.get("delay_s", 0.0)))
             os._exit(17)
 
     # ------------------------------------------------------------------------------------------

@@ -169,17 +169,17 @@ def _run_batch(N: int):
     spec, rec, g = schedule("mlp-tiny", "vPP", N, 2, 2, "P1", dropout=0.3)
     runs.append((rec, g, {"iters": ITERS}))
     meta.append((("mlp-tiny+dropout", "vPP", 2, 2, "P1"), spec, rec, g, True))
-    # one copy per vLayer (--weight-copies per-vlayer): weights and buffers are views into one block
-    for case in PER_VLAYER_CASES:
+    # one copy per tensor (--weight-copies per-tensor; the other cases run the default, one block per vLayer)
+    for case in PER_TENSOR_CASES:
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
-        runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-vlayer"}))
-        meta.append(((case[0] + "+per-vlayer", *case[1:]), spec, rec, g, False))
+        runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-tensor"}))
+        meta.append(((case[0] + "+per-tensor", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
-# --weight-copies per-vlayer: BatchNorm updates its running stats in place in views of the block (each view
-# needs a version counter of its own), GPT-2 has tensors of several shapes per vLayer and u_fwd != u_bwd
-PER_VLAYER_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
+# Every case above runs the default --weight-copies per-vlayer (BatchNorm updates its running stats in place
+# in views of the block: each view needs a version counter of its own); these run --weight-copies per-tensor
+PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
 
 
 @pytest.fixture(scope="module")
@@ -238,12 +238,12 @@ def _check(entry, N: int):
         assert k == {kind: want[kind] for kind in k}, (case, k, want)
 
 
-@pytest.mark.parametrize("i", range(len(cases(1)) + 1 + len(PER_VLAYER_CASES)))
+@pytest.mark.parametrize("i", range(len(cases(1)) + 1 + len(PER_TENSOR_CASES)))
 def test_n1_matches_pytorch(batch1, i):
     _check(batch1[i], 1)
 
 
-@pytest.mark.parametrize("i", range(len(cases(2)) + 1 + len(PER_VLAYER_CASES)))
+@pytest.mark.parametrize("i", range(len(cases(2)) + 1 + len(PER_TENSOR_CASES)))
 def test_n2_matches_pytorch(batch2, i):
     _check(batch2[i], 2)
 

@@ -142,20 +142,20 @@ def test_cli_run_record_and_counters(tmp_path):
     # every worker's OpenMP threads wait passively unless the user says otherwise (performance log 19)
     assert summary["env"]["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     assert summary["update_threads"] == 2 and summary["worker_threads"] == max(1, (os.cpu_count() or 1) // 2)
-    assert summary["load_buffers"] == "copy-stream" and summary["weight_copies"] == "per-tensor"
+    assert summary["load_buffers"] == "copy-stream" and summary["weight_copies"] == "per-vlayer"
 
 
 def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[
         "--update-threads", "1", "--worker-threads", "1", "--load-buffers", "compute-stream",
-        "--weight-copies", "per-vlayer"])
+        "--weight-copies", "per-tensor"])
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     summary = read_jsonl(out)[-1]
     assert (summary["update_threads"], summary["worker_threads"]) == (1, 1)
     assert summary["load_buffers"] == "compute-stream"        # recorded; on the CPU there is one pool anyway
-    assert summary["weight_copies"] == "per-vlayer"
+    assert summary["weight_copies"] == "per-tensor"
     assert summary["env"]["omp_wait_policy"] == "ACTIVE"       # the user's setting wins
     p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
     _, err = p.communicate(timeout=120)

@@ -83,7 +83,7 @@ class Prepared:
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
-                 weight_copies: str = "per-tensor", defer_weights: bool = False):
+                 weight_copies: str = "per-vlayer", defer_weights: bool = False):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
 
         from harmony.metrics import PhaseClock
@@ -178,7 +178,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
-                 load_buffers: str = "copy-stream", weight_copies: str = "per-tensor") -> dict:
+                 load_buffers: str = "copy-stream", weight_copies: str = "per-vlayer") -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that

@@ -33,9 +33,9 @@ def add_arguments(p) -> None:
                    help="where the GPU buffers of loaded weights and stashes come from: the copy stream's "
                         "allocator pool (default) or the compute stream's, one pool with the activations "
                         "(docs/runtime.md, Memory)")
-    p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-tensor",
-                   help="copy a loaded vLayer's weights and buffers one tensor at a time (default) or as one "
-                        "block, one allocation and copy per vLayer (docs/runtime.md, Transfers)")
+    p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-vlayer",
+                   help="copy a loaded vLayer's weights and buffers as one block, one allocation and copy per "
+                        "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 

@@ -125,7 +125,7 @@ class Worker:
         clock.lap("arena")               # attach the shared host arena, page-lock it (cudaHostRegister)
         self.counters = Counters()
         self.copier = Copier(self.device, self.counters, job.get("load_buffers", "copy-stream"))
-        self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", "per-tensor")) == "per-vlayer"
+        self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", "per-vlayer")) == "per-vlayer"
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2))
         self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}

@@ -136,19 +136,7 @@ class Copier:
         from `reserve([block])`); returns (tensors: views into the device block, event or None, [device
         block]). nbytes: what the counters record, the tensors' own bytes (the block's alignment padding,
         < 64 bytes per tensor, is copied but not counted: count_bytes does not know it)."""
-        self.counters.add(kind, nbytes)
-        if not self.cuda:
-            dev = block.clone()
-            return views.over(dev), None, [dev]
-        with torch.cuda.stream(self.h2d_stream):
-            if into is not None:
-                (dev,), free_after = into
-                self.h2d_stream.wait_event(free_after)
-            else:
-                dev = torch.empty(block.shape, dtype=torch.uint8, device=self.device)
-            dev.copy_(block, non_blocking=True)
-            ev = torch.cuda.Event()
-            ev.record(self.h2d_stream)
+        (dev,), ev = self.h2d([block], kind, nbytes, into)
         return views.over(dev), ev, [dev]
 
     def ready(self, tensors: list[torch.Tensor], event) -> None:

@@ -217,8 +217,8 @@ class Worker:
         before the task that precedes t is issued, so that their copies need not wait for it. Else None."""
         if not self.copier.reserves:
             return None
-        srcs = (lambda l: [self.w_blocks[l]]) if self.per_vlayer_copies else (lambda l: self.w_views[l])
-        out = {layer: self.copier.reserve(srcs(layer)) for layer in range(*t.load_layers)}
+        out = {layer: self.copier.reserve([self.w_blocks[layer]] if self.per_vlayer_copies else self.w_views[layer])
+               for layer in range(*t.load_layers)}
         if t.act_in[0] == "stash":
             out["stash"] = self.copier.reserve(self.stash_views[t.act_in[1]])
         return out

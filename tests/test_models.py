@@ -322,3 +322,55 @@ def test_every_parameter_left_uninitialised_is_initialised_by_its_family(monkeyp
     assert any(True for _ in layers.parameters())
     for pname, p in layers.named_parameters():
         assert not torch.isnan(p).any(), f"{name} {fields}: {pname} was never initialised"
+
+
+def test_building_on_meta_draws_nothing_and_cpu_draws_are_unchanged():
+    """A normal draw into a meta tensor is skipped (models.base.NoDrawsOnMeta): torch would import
+    torch._dynamo for it, 1-4 s in every process that builds a model on meta. Checked in a fresh
+    interpreter, since another test may have imported torch._dynamo here already. Draws into CPU tensors
+    still happen, in the seed's stream: two builds with one seed agree, and the weights are not constant."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom harmony.models import get_model\n"
+            "for n in ('gpt2-tiny', 'bert-tiny', 'vgg-tiny', 'resnet-tiny'):\n    get_model(n).build('meta')\n"
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+    a, b = (get_model("gpt2-tiny").build("cpu", seed=3) for _ in range(2))
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), name
+    wte = a[0].wte.weight
+    assert wte.std() > 0, "the embedding was not drawn"
+
+
+def test_large_draws_are_parallel_chunks_that_do_not_depend_on_the_thread_count(monkeypatch):
+    """models.base.draw_normal_ splits a large CPU draw into DRAW_CHUNK-element chunks, each seeded from the
+    global stream: one seed gives one tensor whatever the pool's size, with the requested mean and std."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harmony.models import base
+    monkeypatch.setattr(base, "DRAW_CHUNK", 1 << 12)
+    draws = []
+    for threads in (1, 3):
+        monkeypatch.setattr(base, "_draw_pool", ThreadPoolExecutor(threads))
+        torch.manual_seed(7)
+        draws.append(base.draw_normal_(torch.empty(10 * (1 << 12) + 5), mean=1.0, std=0.5))
+        after = torch.rand(1)                     # the global stream moved on by the same amount
+        draws.append(after)
+    assert torch.equal(draws[0], draws[2]) and torch.equal(draws[1], draws[3])
+    x = draws[0]
+    assert abs(float(x.mean()) - 1.0) < 0.02 and abs(float(x.std()) - 0.5) < 0.02
+    assert len(torch.unique(x[:1 << 12] - x[1 << 12:2 << 12])) > 100     # chunks are not copies of each other
+    meta = torch.empty(1 << 20, device="meta")
+    assert base.draw_normal_(meta) is meta
+
+
+def test_kaiming_normal_has_torchs_std():
+    from harmony.models.base import kaiming_normal_
+    w = torch.empty(256, 64, 3, 3)
+    for mode, fan in (("fan_out", 256 * 9), ("fan_in", 64 * 9)):
+        torch.manual_seed(0)
+        kaiming_normal_(w, mode=mode, nonlinearity="relu")
+        assert abs(float(w.std()) / math.sqrt(2.0 / fan) - 1) < 0.02, mode
+    with pytest.raises(ValueError, match="mode"):
+        kaiming_normal_(w, mode="fan_avg")

@@ -10,6 +10,8 @@ minibatch split into microbatches of sizes u_i is trained exactly by back-propag
 from __future__ import annotations
 
 import dataclasses
+import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -80,7 +82,7 @@ class ModelSpec:
         device = torch.device(device)
         if seed is not None and device.type != "meta":
             torch.manual_seed(seed)
-        with torch.device(device):
+        with torch.device(device), NoDrawsOnMeta():
             layers = self.build_vlayers()
         return nn.ModuleList(layers)
 
@@ -129,7 +131,69 @@ def uninitialised(module_cls: type[nn.Module], *args, **kwargs) -> nn.Module:
     drawn (torch.nn.utils.skip_init): for modules whose every parameter the family initialises itself right
     after. torch's default draw would be thrown away, and it is not cheap: building GPT2-XL on a CPU spent
     18.8 of its 27 s in kaiming-uniform draws that GPT-2's normal init then overwrote (docs/models.md)."""
-    return nn.utils.skip_init(module_cls, *args, device=torch.get_default_device(), **kwargs)
+    with NoDrawsOnMeta():                     # skip_init builds the module on meta first
+        return nn.utils.skip_init(module_cls, *args, device=torch.get_default_device(), **kwargs)
+
+
+class NoDrawsOnMeta(torch.overrides.TorchFunctionMode):
+    """Within it, a normal draw into a meta tensor (`Tensor.normal_`, `nn.init.normal_`,
+    `nn.init.kaiming_normal_`, ...) is a no-op: a meta tensor has no values to draw, and
+    torch runs that call through a Python reference that imports torch._dynamo, which cost 1.1-1.3 s on
+    this CPU and more on the GPU hosts in every process that builds a model (the runtime's host
+    validation and each worker build on meta; `uninitialised` builds on meta inside skip_init). Draws into
+    real tensors, and the CPU generator's stream, are untouched (meta draws never consume it)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "").endswith("normal_"):
+            target = args[0] if args else kwargs.get("tensor")     # nn.init passes it by keyword
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target                                     # in-place draws return their tensor
+        return func(*args, **kwargs)
+
+
+DRAW_CHUNK = 1 << 20      # elements per independently seeded chunk of a large draw (fixed: results must
+                          # not depend on the thread count)
+_draw_pool: ThreadPoolExecutor | None = None
+
+
+def draw_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0) -> torch.Tensor:
+    """`nn.init.normal_` for the families' own initialisation, drawn in parallel where it is large.
+    torch's CPU `normal_` is serial: the H100 hosts drew 126 M values/s, so GPT2-XL's 1.64 B parameters
+    took 13 s of every run's set-up and a 5.25 B GPT-2 33 s (docs/performance.md, entry 27). A contiguous CPU
+    tensor of at least two chunks is drawn in fixed DRAW_CHUNK-element chunks on a thread pool (normal_
+    releases the GIL), each chunk from its own generator, whose seeds are drawn in order from the global
+    stream: the result depends on the seed only, not on the thread count. Smaller tensors are drawn from the
+    global stream as before; a meta tensor is left alone (it has no values)."""
+    global _draw_pool
+    with torch.no_grad():
+        n = tensor.numel()
+        if tensor.is_meta:
+            return tensor
+        if tensor.device.type != "cpu" or n < 2 * DRAW_CHUNK or not tensor.is_contiguous():
+            return tensor.normal_(mean, std)
+        flat = tensor.view(-1)
+        seeds = torch.randint(0, 2 ** 62, (math.ceil(n / DRAW_CHUNK),), dtype=torch.int64).tolist()
+
+        def draw(i: int) -> None:
+            with torch.no_grad():          # grad mode is per thread
+                chunk = flat[i * DRAW_CHUNK:(i + 1) * DRAW_CHUNK]
+                chunk.normal_(mean, std, generator=torch.Generator().manual_seed(seeds[i]))
+        if _draw_pool is None:
+            _draw_pool = ThreadPoolExecutor(max(1, torch.get_num_threads()), thread_name_prefix="harmony-init")
+        list(_draw_pool.map(draw, range(len(seeds))))
+    return tensor
+
+
+def kaiming_normal_(tensor: torch.Tensor, mode: str = "fan_in", nonlinearity: str = "relu") -> torch.Tensor:
+    """`nn.init.kaiming_normal_` (a = 0) through `draw_normal_`: std = gain / sqrt(fan)."""
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"mode must be 'fan_in' or 'fan_out', not {mode!r}")
+    if tensor.dim() < 2:
+        raise ValueError(f"kaiming init needs a weight of at least 2 dimensions, got shape {tuple(tensor.shape)}")
+    receptive = math.prod(tensor.shape[2:])
+    fan = (tensor.shape[1] if mode == "fan_in" else tensor.shape[0]) * receptive
+    return draw_normal_(tensor, 0.0, nn.init.calculate_gain(nonlinearity) / math.sqrt(fan))
 
 
 def register(name: str, factory: Callable[..., ModelSpec], paper: dict | None = None) -> None:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register, uninitialised
+from harmony.models.base import ModelSpec, TensorSpec, draw_normal_, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -61,7 +61,7 @@ def _init(module: nn.Module, std: float) -> None:
     """BERT's initialisation: normal(0, std) for Linear/Embedding weights, zero biases, LayerNorm (1, 0)."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(m.weight, std=std)
+            draw_normal_(m.weight, std=std)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
         if isinstance(m, nn.LayerNorm):

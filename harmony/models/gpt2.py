@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ModelSpec, TensorSpec, register, uninitialised
+from harmony.models.base import ModelSpec, TensorSpec, draw_normal_, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -54,8 +54,8 @@ class GPT2Embedding(nn.Module):
         self.wte = uninitialised(nn.Embedding, c.vocab_size, c.n_embd)
         self.wpe = uninitialised(nn.Embedding, c.n_ctx, c.n_embd)
         self.drop = nn.Dropout(c.dropout)
-        nn.init.normal_(self.wte.weight, std=c.init_std)
-        nn.init.normal_(self.wpe.weight, std=0.01)
+        draw_normal_(self.wte.weight, std=c.init_std)
+        draw_normal_(self.wpe.weight, std=0.01)
 
     def forward(self, input_ids, labels):
         pos = torch.arange(input_ids.shape[1], device=input_ids.device)
@@ -106,7 +106,7 @@ class GPT2Block(nn.Module):
         residual_std = c.init_std / math.sqrt(2 * c.n_layer)   # GPT-2's scaled init of residual projections
         for lin, std in ((self.attn.c_attn, c.init_std), (self.attn.c_proj, residual_std),
                          (self.mlp.c_fc, c.init_std), (self.mlp.c_proj, residual_std)):
-            nn.init.normal_(lin.weight, std=std)
+            draw_normal_(lin.weight, std=std)
             nn.init.zeros_(lin.bias)
 
     def forward(self, h, labels):
@@ -133,7 +133,7 @@ class GPT2Head(nn.Module):
     def __init__(self, c: GPT2Config):
         super().__init__()
         self.lm_head = uninitialised(nn.Linear, c.n_embd, c.vocab_size, bias=False)
-        nn.init.normal_(self.lm_head.weight, std=c.init_std)
+        draw_normal_(self.lm_head.weight, std=c.init_std)
 
     def forward(self, h, labels):
         return self.lm_head(h), labels

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, register, uninitialised
+from harmony.models.base import ImageClassifierSpec, kaiming_normal_, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.models.vgg import CNN_OPTIMIZER
 
@@ -41,7 +41,7 @@ class ResNetConfig:
 def _init_conv_bn(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.Conv2d):
-            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
         elif isinstance(m, nn.BatchNorm2d):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, register, uninitialised
+from harmony.models.base import ImageClassifierSpec, draw_normal_, kaiming_normal_, register, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -49,7 +49,7 @@ class VGGConv(nn.Module):
         self.conv = uninitialised(nn.Conv2d, c_in, c_out, kernel_size=3, padding=1)   # initialised below
         self.bn = nn.BatchNorm2d(c_out) if batch_norm else None
         self.pool = pool
-        nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init
+        kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init
         nn.init.zeros_(self.conv.bias)
 
     def extra_repr(self):
@@ -74,7 +74,7 @@ class VGGFC(nn.Module):
         self.fc = uninitialised(nn.Linear, d_in, d_out)                # initialised below
         self.drop = None if last else nn.Dropout(dropout)
         self.first, self.last, self.pool_size = first, last, pool_size
-        nn.init.normal_(self.fc.weight, 0, 0.01)
+        draw_normal_(self.fc.weight, 0, 0.01)
         nn.init.zeros_(self.fc.bias)
 
     def extra_repr(self):

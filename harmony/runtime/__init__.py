@@ -162,7 +162,8 @@ def _execute(record: dict, graph: TaskGraph, *, writer=None, **kw):
         outcome = launch(prep.job, graph.config.gpus, prep.on_iteration(writer), while_starting=prep.fill_weights)
         outcome.records, outcome.layout = prep.records, prep.layout
         outcome.setup_s = {"host": prep.setup_s, "workers_ready_after_s": outcome.ready_after_s,
-                           "worker_slowest_rank": outcome.worker_setup_s}
+                           "worker_slowest_rank": outcome.worker_setup_s,
+                           "workers_exit_s": outcome.exit_s}     # after the last iteration, not set-up
         return outcome
     finally:
         prep.close()

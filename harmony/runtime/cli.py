@@ -80,7 +80,9 @@ def main(args) -> int:
         slow = sorted({**su.get("host", {}), **su.get("worker_slowest_rank", {})}.items(), key=lambda kv: -kv[1])[:3]
         print(f"wall {summary.get('wall_s', 0):.1f} s; set-up: host {sum(su.get('host', {}).values()):.1f} s, workers "
               f"ready after {su['workers_ready_after_s']:.1f} s (largest phases: "
-              + ", ".join(f"{k} {v:.1f} s" for k, v in slow) + ")", file=sys.stderr)
+              + ", ".join(f"{k} {v:.1f} s" for k, v in slow) + ")"
+              + (f"; workers exited {su['workers_exit_s']:.1f} s after the last iteration"
+                 if su.get("workers_exit_s") is not None else ""), file=sys.stderr)
     if args.memcpy_trace:
         tr = {k: v for k, v in (summary.get("memcpy_trace") or {}).items() if k not in ("timeline", "timelines")}
         print(f"memcpy trace {tr}; counted {summary.get('memcpy_counted')}; "

@@ -31,6 +31,7 @@ class Outcome:
     ready_after_s: float | None = None       # launch -> every worker set up (process start, NCCL, arena, ...)
     worker_setup_s: dict = field(default_factory=dict)   # phase -> slowest rank's seconds
     setup_s: dict | None = None              # filled by harmony.runtime._execute: host + worker phases
+    exit_s: float | None = None              # last job done -> every worker process exited (unpin, CUDA teardown)
 
 
 def free_port() -> int:
@@ -239,7 +240,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
         ok = all(o.status == "ok" for o in outs)
+        t_end = time.monotonic()
         _end_all(procs, grace_s=10.0 if ok else 0.5)
+        if outs:
+            outs[-1].exit_s = round(time.monotonic() - t_end, 3)
         results.close()
 
 

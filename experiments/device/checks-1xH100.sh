@@ -33,3 +33,24 @@ for round in 1 2; do
     tail -4 "${out%.jsonl}.log"
   done
 done
+# Performance log 28: resnet1026 vPP D = 64 ran 0.993 s with its old plan (searched from the pre-workflow
+# profile; GPU-ff31d2f1) and 1.220 s with the re-searched one (GPU-55af49c5), and vgg416 D = 16 0.820 against
+# 0.826 s. Plan or host? Both plans on one host, alternated old new old new, the first timed iteration traced
+# (timeline: compute idle, copy busy, top kernels); about 40 s per run.
+R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/plan-ab
+mkdir -p "$P"
+for mdl in resnet1026:64 vgg416:16; do
+  m=${mdl%:*}; d=${mdl#*:}
+  for round in 1 2; do
+    for plan in old new; do
+      out=$P/$m-D$d.$plan.$round.jsonl
+      [ -s "$out" ] && continue
+      sched=$R/schedules/$m/vPP-N1-D$d-auto.json
+      [ "$plan" = old ] && sched=$R/superseded/stale-profile/schedules/$m/vPP-N1-D$d-auto.json
+      echo "[$SECONDS s] $m vPP N=1 D=$d, $plan plan, round $round"
+      timeout 150 harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda \
+        --iters 6 --memcpy-trace -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
+      tail -3 "${out%.jsonl}.log"
+    done
+  done
+done

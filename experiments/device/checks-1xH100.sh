@@ -54,3 +54,14 @@ for mdl in resnet1026:64 vgg416:16; do
     done
   done
 done
+# Performance log 17's open question: vgg416 D = 256 (u = 8) runs 0.83x its prediction, D = 64 (u = 32) 1.08x,
+# with a pack-vs-sum ratio of 0.95 at both u. Trace one iteration of each (--memcpy-trace: compute idle,
+# copy busy, top kernels) for `harmony timeline`; about 40 s (D = 64) and 90 s (D = 256).
+for d in 64 256; do
+  out=$P/vgg416-D$d.traced.jsonl
+  [ -s "$out" ] && continue
+  echo "[$SECONDS s] vgg416 vPP N=1 D=$d traced"
+  timeout 200 harmony run "$R/schedules/vgg416/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
+    --precision tf32 --device cuda --iters 4 --memcpy-trace -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
+  tail -3 "${out%.jsonl}.log"
+done

@@ -83,8 +83,10 @@ class Prepared:
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
-                 weight_copies: str = "per-vlayer", defer_weights: bool = False):
+                 weight_copies: str = "per-vlayer", defer_weights: bool = False,
+                 coalesce_below: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
+        from harmony.runtime.optim import COALESCE_BELOW
 
         from harmony.metrics import PhaseClock
 
@@ -105,6 +107,7 @@ class Prepared:
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
                     "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
                     "load_buffers": load_buffers, "weight_copies": weight_copies,
+                    "coalesce_below": COALESCE_BELOW if coalesce_below is None else coalesce_below,
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
@@ -179,7 +182,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
-                 load_buffers: str = "copy-stream", weight_copies: str = "per-vlayer") -> dict:
+                 load_buffers: str = "copy-stream", weight_copies: str = "per-vlayer",
+                 coalesce_below: int | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -193,6 +197,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
     from harmony.runtime.launch import prepare_worker_environment
+    from harmony.runtime.optim import COALESCE_BELOW
     from harmony.runtime.transfer import check_load_buffers, check_weight_copies
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
@@ -213,7 +218,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
                            worker_threads=worker_threads, update_threads=update_threads,
-                           load_buffers=load_buffers, weight_copies=weight_copies)
+                           load_buffers=load_buffers, weight_copies=weight_copies,
+                           coalesce_below=coalesce_below)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -231,6 +237,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             load_buffers=load_buffers, weight_copies=weight_copies,
+            coalesce_below=COALESCE_BELOW if coalesce_below is None else coalesce_below,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,

@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-vlayer",
                    help="copy a loaded vLayer's weights and buffers as one block, one allocation and copy per "
                         "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")
+    p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",
+                   help="step the parameters with fewer values than this as one flat tensor per pack "
+                        "(default 4096; 0: every parameter on its own; docs/runtime.md, Optimizer)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -49,6 +52,8 @@ def main(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
     precision = args.precision or record.get("precision") or "fp32"
+    if args.coalesce_below is not None and args.coalesce_below < 0:
+        raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {args.coalesce_below}")
     for name in ("worker_threads", "update_threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
@@ -62,7 +67,7 @@ def main(args) -> int:
                            system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
                            fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
                            update_threads=args.update_threads, load_buffers=args.load_buffers,
-                           weight_copies=args.weight_copies)
+                           weight_copies=args.weight_copies, coalesce_below=args.coalesce_below)
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

@@ -7,6 +7,17 @@ pre-placed in the arena (so K is shared memory too, and counted in the host-memo
 update of one optimizer over all parameters equals the per-pack updates, so this is the reference's
 optimizer exactly.
 
+Small parameters are stepped as one (`coalesce_below`): a fused CPU step still handles one tensor at a time,
+and each costs a parallel region's fork and join (~20 us with passive OpenMP waits on 2 cores, for a
+BatchNorm weight of 64 values), which dominated the updates of models made of thousands of small tensors
+(resnet1026: 2,057 of its 3,086 tensors hold under 4,096 values; docs/performance.md entry 29). Their
+weights and gradients are gathered into one flat parameter, stepped with its own flat optimizer state,
+and the new weights scattered back into the arena. The update is element-wise, so this is the same
+arithmetic; the flat state is a few MB outside the arena (counted nowhere else). A pack in which a small
+parameter has no gradient in some iteration (torch skips such a parameter: no weight decay, no momentum)
+goes back to one tensor at a time for good, its flat state copied into the arena's K first; until then
+every parameter had the same history, so the copy is exact.
+
 Gradient arrivals (device->host copies, possibly accumulated over microbatch groups) are finished by a
 single ordered "signal" thread; the UPD job waits for its pack's arrivals, steps, and publishes
 `upd_done[pack] = iteration + 1` in the arena, which a worker's next-iteration weight load waits for.
@@ -26,12 +37,14 @@ from harmony.runtime.transfer import wait_event
 
 
 def _prefill_state(opt: torch.optim.Optimizer, params: list[nn.Parameter], states: list[list[torch.Tensor]],
-                   cfg: OptimizerConfig) -> None:
-    """Put the optimizer's per-parameter state into the arena views (zero-initialised, as torch would)."""
+                   cfg: OptimizerConfig, zero: bool = True) -> None:
+    """Put the optimizer's per-parameter state into the arena views (zero-initialised, as torch would, unless
+    `zero` is False: the views already hold the state of earlier steps)."""
     fused = bool(opt.param_groups[0].get("fused"))
     for p, ks in zip(params, states):
         for k in ks:
-            k.zero_()
+            if zero:
+                k.zero_()
         if cfg.kind in ("adam", "adamw"):
             from torch.optim.optimizer import _get_scalar_dtype
             opt.state[p] = {"step": torch.zeros((), dtype=_get_scalar_dtype(is_fused=fused)),
@@ -41,12 +54,99 @@ def _prefill_state(opt: torch.optim.Optimizer, params: list[nn.Parameter], state
             opt.state[p] = {"momentum_buffer": ks[0]}
 
 
+COALESCE_BELOW = 4096     # parameters with fewer values are stepped as one flat tensor (0: never)
+
+
+class _PackOptimizer:
+    """The optimizer of one backward pack over the arena's W, dW and K views: the parameters with at least
+    `coalesce_below` values one tensor each, the others (when two or more) as one flat parameter."""
+
+    def __init__(self, weights: list[torch.Tensor], grads: list[torch.Tensor], states: list[list[torch.Tensor]],
+                 cfg: OptimizerConfig, coalesce_below: int):
+        self.cfg = cfg
+        self.params = [nn.Parameter(w, requires_grad=True) for w in weights]
+        self.grads, self.states = grads, states
+        small = [i for i, w in enumerate(weights) if w.numel() < coalesce_below]
+        if len(small) < 2 or len({weights[i].dtype for i in small}) != 1:
+            small = []
+        self.small = small                       # indices stepped through the flat parameter
+        small_set = set(small)
+        self.big = [i for i in range(len(weights)) if i not in small_set]
+        self.flat = self.flat_grad = None
+        flat_states: list[torch.Tensor] = []
+        if small:
+            sizes = [weights[i].numel() for i in small]
+            self.sizes, total, dt = sizes, sum(sizes), weights[small[0]].dtype
+            self.flat = nn.Parameter(torch.empty(total, dtype=dt), requires_grad=True)
+            self.flat_grad = torch.empty(total, dtype=dt)
+            flat_states = [torch.empty(total, dtype=dt) for _ in (states[small[0]] if states else [])]
+        self.opt = self._make([self.params[i] for i in self.big], [states[i] for i in self.big],
+                              extra=(self.flat, flat_states) if small else None)
+
+    def _make(self, params, states, extra=None):
+        if extra is not None:
+            params, states = params + [extra[0]], states + [extra[1]]
+        if not params:
+            return None
+        opt = make_optimizer(params, self.cfg)
+        _prefill_state(opt, params, states, self.cfg)
+        return opt
+
+    def step(self, iteration: int, missing: set[int]) -> int:
+        """One update of the pack (params in `missing` have no gradient this iteration and are skipped, as
+        torch skips them); returns the number of values updated."""
+        if self.opt is None:
+            return 0
+        if self.small and missing.intersection(self.small):
+            self._uncoalesce()
+        n = 0
+        for i in self.big:
+            p = self.params[i]
+            p.grad = None if i in missing else self.grads[i]     # no gradient: torch skips the parameter
+            n += 0 if i in missing else p.numel()
+        if self.small:
+            ws = [self.params[i].data.view(-1) for i in self.small]      # views of the arena's W
+            torch.cat(ws, out=self.flat.data)
+            torch.cat([self.grads[i].view(-1) for i in self.small], out=self.flat_grad)
+            self.flat.grad = self.flat_grad
+            n += self.flat.numel()
+        set_lr(self.opt, self.cfg, iteration)
+        self.opt.step()
+        if self.small:
+            torch._foreach_copy_(ws, list(self.flat.data.split(self.sizes)))
+        return n
+
+    def _uncoalesce(self) -> None:
+        """Step every parameter on its own from now on: the flat state goes into the arena's K views of the
+        small parameters (Adam's step count to each of them), the large ones keep theirs, and one optimizer
+        over all of them takes over, as without coalescing."""
+        old = self.opt.state
+        flat_state = old.get(self.flat, {})
+        bufs = {"adam": ("exp_avg", "exp_avg_sq"), "adamw": ("exp_avg", "exp_avg_sq"),
+                "sgd": ("momentum_buffer",)}[self.cfg.kind]
+        for j, name in enumerate(bufs):
+            if flat_state.get(name) is not None:
+                for i, part in zip(self.small, flat_state[name].split(self.sizes)):
+                    self.states[i][j].copy_(part.view_as(self.states[i][j]))
+        steps = {i: old.get(self.params[i], {}).get("step") for i in self.big}
+        steps.update({i: flat_state.get("step") for i in self.small})
+        self.big, self.small, self.flat = list(range(len(self.params))), [], None
+        self.opt = make_optimizer(self.params, self.cfg)
+        _prefill_state(self.opt, self.params, self.states, self.cfg, zero=False)
+        for i, p in enumerate(self.params):
+            if steps[i] is not None and "step" in self.opt.state[p]:
+                self.opt.state[p]["step"] = steps[i].clone()
+
+
 class PackUpdater:
-    def __init__(self, arena: HostArena, bwd_packs, cfg: OptimizerConfig, threads: int = 2):
-        self.arena, self.packs, self.cfg = arena, list(bwd_packs), cfg
+    def __init__(self, arena: HostArena, bwd_packs, cfg: OptimizerConfig, threads: int = 2,
+                 coalesce_below: int = COALESCE_BELOW):
+        if coalesce_below < 0:
+            raise ValueError(f"coalesce_below must be >= 0 (0 turns coalescing off), got {coalesce_below}")
+        self.arena, self.packs, self.cfg, self.coalesce_below = arena, list(bwd_packs), cfg, coalesce_below
         self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="harmony-upd")
         self.signal = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harmony-signal")
-        self._opts: dict[int, tuple[torch.optim.Optimizer, list[nn.Parameter], list[torch.Tensor]]] = {}
+        self._opts: dict[int, _PackOptimizer] = {}
         self._arrivals: dict[int, list[Future]] = {}
         self._missing: dict[int, set[int]] = {}      # pack -> indices of params without a gradient
         self._pending: list[Future] = []
@@ -64,21 +164,16 @@ class PackUpdater:
             out, self._stats = self._stats, self._zero_stats()
         return out
 
-    def _optimizer(self, pi: int):
+    def _optimizer(self, pi: int) -> "_PackOptimizer":
         if pi not in self._opts:
             params, grads, states = [], [], []
             for layer in range(*self.packs[pi]):
                 for w, g, ks in zip(self.arena.weights(layer), self.arena.grads(layer), self.arena.state(layer)):
-                    if g is None:
-                        continue
-                    p = nn.Parameter(w, requires_grad=True)
-                    params.append(p)
-                    grads.append(g)
-                    states.append(ks)
-            opt = make_optimizer(params, self.cfg) if params else None
-            if opt is not None:
-                _prefill_state(opt, params, states, self.cfg)
-            self._opts[pi] = (opt, params, grads)
+                    if g is not None:
+                        params.append(w)
+                        grads.append(g)
+                        states.append(ks)
+            self._opts[pi] = _PackOptimizer(params, grads, states, self.cfg, self.coalesce_below)
         return self._opts[pi]
 
     def grads_arriving(self, pi: int, event, add_into: list[torch.Tensor] | None = None,
@@ -108,15 +203,9 @@ class PackUpdater:
             t0 = time.perf_counter()
             for f in arrivals:
                 f.result()
-            opt, params, grads = self._optimizer(pi)
+            po = self._optimizer(pi)
             t1 = time.perf_counter()
-            n = 0
-            if opt is not None:
-                for i, (p, g) in enumerate(zip(params, grads)):
-                    p.grad = None if i in missing else g     # no gradient: torch skips the parameter
-                    n += 0 if i in missing else p.numel()
-                set_lr(opt, self.cfg, iteration)
-                opt.step()
+            n = po.step(iteration, missing)
             self.arena.upd_done[pi] = iteration + 1
             t2 = time.perf_counter()
             with self._stats_lock:

@@ -34,7 +34,7 @@ from torch import nn
 from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
-from harmony.runtime.optim import PackUpdater
+from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.transfer import BlockViews, Copier, Counters, check_weight_copies
 
@@ -127,7 +127,8 @@ class Worker:
         self.copier = Copier(self.device, self.counters, job.get("load_buffers", "copy-stream"))
         self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", "per-vlayer")) == "per-vlayer"
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
-                                   threads=job.get("update_threads", 2))
+                                   threads=job.get("update_threads", 2),
+                                   coalesce_below=job.get("coalesce_below", COALESCE_BELOW))
         self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}
         self.batches = load_batches(self.spec, job["data"], self.cfg.minibatch, job["iters"], job["data_seed"])
         if self.device.type == "cuda":

@@ -33,6 +33,24 @@ for round in 1 2; do
     tail -4 "${out%.jsonl}.log"
   done
 done
+# Performance log 29: small parameters stepped as one flat tensor per pack (--coalesce-below 4096, the default)
+# against one tensor at a time (0), alternated, on the two points with the most small tensors per parameter:
+# resnet1026 vPP D = 64 (2,057 of 3,086 tensors under 4,096 values) and bert96 vPP D = 16; about 40 s per run.
+R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/plan-ab
+mkdir -p "$P"
+for cfg in resnet1026:64 bert96:16; do
+  m=${cfg%:*}; d=${cfg#*:}
+  for round in 1 2; do
+    for cb in 0 4096; do
+      out=$P/$m-D$d.coalesce$cb.$round.jsonl
+      [ -s "$out" ] && continue
+      echo "[$SECONDS s] $m vPP N=1 D=$d, --coalesce-below $cb, round $round"
+      timeout 150 harmony run "$R/schedules/$m/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
+        --precision tf32 --device cuda --iters 6 --coalesce-below $cb -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
+      tail -3 "${out%.jsonl}.log"
+    done
+  done
+done
 # Performance log 28: resnet1026 vPP D = 64 ran 0.993 s with its old plan (searched from the pre-workflow
 # profile; GPU-ff31d2f1) and 1.220 s with the re-searched one (GPU-55af49c5), and vgg416 D = 16 0.820 against
 # 0.826 s. Plan or host? Both plans on one host, alternated old new old new, the first timed iteration traced
@@ -64,20 +82,4 @@ for d in 64 256; do
   timeout 200 harmony run "$R/schedules/vgg416/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
     --precision tf32 --device cuda --iters 4 --memcpy-trace -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
   tail -3 "${out%.jsonl}.log"
-done
-# Performance log 29: small parameters stepped as one flat tensor per pack (--coalesce-below 4096, the default)
-# against one tensor at a time (0), alternated, on the two points with the most small tensors per parameter:
-# resnet1026 vPP D = 64 (2,057 of 3,086 tensors under 4,096 values) and bert96 vPP D = 16; about 40 s per run.
-for cfg in resnet1026:64 bert96:16; do
-  m=${cfg%:*}; d=${cfg#*:}
-  for round in 1 2; do
-    for cb in 0 4096; do
-      out=$P/$m-D$d.coalesce$cb.$round.jsonl
-      [ -s "$out" ] && continue
-      echo "[$SECONDS s] $m vPP N=1 D=$d, --coalesce-below $cb, round $round"
-      timeout 150 harmony run "$R/schedules/$m/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
-        --precision tf32 --device cuda --iters 6 --coalesce-below $cb -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-      tail -3 "${out%.jsonl}.log"
-    done
-  done
 done

@@ -32,7 +32,8 @@ import yaml
 from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path, run_gpus
 
 COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
-           "samples_per_s", "iter_time_s", "predicted_iter_time_s", "roofline_s", "roofline_fraction", "bytes_h2d",
+           "samples_per_s", "iter_time_s", "predicted_iter_time_s", "roofline_s", "roofline_fraction",
+           "schedule_bound_s", "bound_fraction", "bytes_h2d",
            "bytes_d2h", "bytes_p2p", "bytes_allreduce", "swap_bytes", "ubatch", "precision", "gpu_memory_cap", "data",
            "message", "source"]
 CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "status",
@@ -157,12 +158,14 @@ def measured_row(ident: dict, summ: dict | None, path: str) -> dict:
                 "source": path}
     env = summ.get("env") or {}
     h2d, d2h = summ.get("bytes_h2d"), summ.get("bytes_d2h")
-    t, roof = summ.get("iter_time_s"), summ.get("roofline_s")
+    t, roof, bound = summ.get("iter_time_s"), summ.get("roofline_s"), summ.get("schedule_bound_s")
     return {**ident, "kind": "measured", "status": summ.get("status"),
             "samples_per_s": _num(summ.get("samples_per_s")), "iter_time_s": _num(t),
             "predicted_iter_time_s": _num(summ.get("predicted_iter_time_s")),
             # DESIGN.md section 5: achieved fraction of the physical roofline (1.0 = at the hardware's limit)
             "roofline_s": _num(roof), "roofline_fraction": roof / t if roof and t else None,
+            # the schedule's own bound (max of its compute, transfer and CPU-update terms; Harmony runs only)
+            "schedule_bound_s": _num(bound), "bound_fraction": bound / t if bound and t else None,
             "bytes_h2d": h2d, "bytes_d2h": d2h, "bytes_p2p": summ.get("bytes_p2p"),
             "bytes_allreduce": summ.get("bytes_allreduce"),
             "swap_bytes": (h2d or 0) + (d2h or 0) if (h2d is not None or d2h is not None) else None,

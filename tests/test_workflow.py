@@ -187,7 +187,7 @@ def test_checks_table(real_records):
     p = sh(["harmony", "check", "--results", str(R)], cwd=base)
     assert "claim" in p.stdout and "C1" in p.stdout and "summary:" in p.stdout
     rows = list(csv.DictReader(open(R / "checks.csv")))
-    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 10)]
+    assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 13)]
     assert {r["verdict"] for r in rows} <= {"pass", "fail", "info", "no-data"}
     c8 = next(r for r in rows if r["claim"] == "C8")
     assert c8["verdict"] == "fail"                               # missing grid points are reported
@@ -630,3 +630,39 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
     stale_copy.write_text("{}\n")
     assert rs.prune_moved(str(tmp_path / R), "omp_wait_policy", "omp-spin") == [stale_copy]
     assert not stale_copy.exists() and all((tmp_path / rec).exists() for rec in (near, far, base))
+
+
+def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
+    """C10-C12 (paper scale), issue 8's targets per figure-10 configuration: best Harmony >= 1.5x every
+    baseline (one that cannot train meets it, one without a record is listed), every Harmony run within 10%
+    of its prediction, and at >= 80% of its schedule bound."""
+    from harmony.checks import evaluate
+    from harmony.figures import COLUMNS
+    R = tmp_path / "results" / "paper" / "1xTEST"
+    R.mkdir(parents=True)
+
+    def write(swap_pp_sps, pred_factor, bound_fraction):
+        pts = [("harmony-vPP", "ok", 30.0, pred_factor, bound_fraction), ("harmony-vDP", "ok", 20.0, 1.0, 0.9),
+               ("swap-dp", "ok", 10.0, None, None), ("swap-pp", "ok", swap_pp_sps, None, None),
+               ("fsdp-offload", "oom", None, None, None)]
+        with open(R / "figure10.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({"figure": "figure10", "model": "g", "minibatch": 32, "system": s, "gpus": 1, "cfg": "auto",
+                         "kind": "measured", "status": st, "samples_per_s": v,
+                         "iter_time_s": 32 / v if v else None,
+                         "predicted_iter_time_s": 32 / v / pf if v and pf else None,
+                         "bound_fraction": bf} for s, st, v, pf, bf in pts)
+        return {r["claim"]: r for r in evaluate(R, "paper")}
+
+    ok = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85)
+    assert ok["C10"]["verdict"] == "pass" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
+    assert "not measured: 1 baseline points" in ok["C10"]["detail"]          # zero-offload has no row
+    assert ok["C11"]["verdict"] == "pass" and "2 of 2 runs within 10%" in ok["C11"]["detail"]
+    assert ok["C12"]["verdict"] == "pass"
+    bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)
+    assert bad["C10"]["verdict"] == "fail" and "1.20x swap-pp" in bad["C10"]["detail"]
+    assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200" in bad["C11"]["detail"]
+    assert bad["C12"]["verdict"] == "fail" and "lowest 0.700" in bad["C12"]["detail"]
+    too_fast = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=2.5)     # "bound" from a stale profile
+    assert too_fast["C12"]["verdict"] == "fail" and "their bound is not one" in too_fast["C12"]["detail"]

@@ -79,6 +79,10 @@ class _PackOptimizer:
             self.sizes, total, dt = sizes, sum(sizes), weights[small[0]].dtype
             self.flat = nn.Parameter(torch.empty(total, dtype=dt), requires_grad=True)
             self.flat_grad = torch.empty(total, dtype=dt)
+            # made once: building thousands of views per step costs as much as the steps it saves
+            self.small_w = [weights[i].view(-1) for i in small]          # the arena's W ...
+            self.small_g = [grads[i].view(-1) for i in small]            # ... and dW, flattened views
+            self.flat_parts = list(self.flat.data.split(sizes))
             flat_states = [torch.empty(total, dtype=dt) for _ in (states[small[0]] if states else [])]
         self.opt = self._make([self.params[i] for i in self.big], [states[i] for i in self.big],
                               extra=(self.flat, flat_states) if small else None)
@@ -105,15 +109,14 @@ class _PackOptimizer:
             p.grad = None if i in missing else self.grads[i]     # no gradient: torch skips the parameter
             n += 0 if i in missing else p.numel()
         if self.small:
-            ws = [self.params[i].data.view(-1) for i in self.small]      # views of the arena's W
-            torch.cat(ws, out=self.flat.data)
-            torch.cat([self.grads[i].view(-1) for i in self.small], out=self.flat_grad)
+            torch.cat(self.small_w, out=self.flat.data)
+            torch.cat(self.small_g, out=self.flat_grad)
             self.flat.grad = self.flat_grad
             n += self.flat.numel()
         set_lr(self.opt, self.cfg, iteration)
         self.opt.step()
         if self.small:
-            torch._foreach_copy_(ws, list(self.flat.data.split(self.sizes)))
+            torch._foreach_copy_(self.small_w, self.flat_parts)
         return n
 
     def _uncoalesce(self) -> None:

@@ -237,6 +237,9 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
             measured[key] = measured_row({**base, **_ident(ident)}, read_run(f)[0], f)
         elif ident["kind"] == "schedule":
             predicted[key] = f
+    for key, twin in _one_gpu_twins(measured, predicted).items():
+        measured[key] = {**measured[twin], "system": key[2],
+                         "message": f"one GPU: the same task graph as {twin[2]} N=1, whose run this is"}
     rows = list(measured.values())
     for key, f in predicted.items():
         if key not in measured and key[3] in grid["systems"][key[2]]:
@@ -273,6 +276,29 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
     rows.sort(key=lambda r: (mlist.index(r["model"]), r["minibatch"], order.get(r["system"], 99), r["gpus"],
                              cfgs.index(r["cfg"]) if r["cfg"] in cfgs else -1, r["kind"]))
     return rows
+
+
+def _one_gpu_twins(measured: dict[tuple, dict], schedules: dict[tuple, str]) -> dict[tuple, tuple]:
+    """{Harmony point without a run: the other mode's point whose run stands for it}. On one GPU a vPP and a
+    vDP schedule of the same configuration can be one task graph (figures 17/18: u = 1, packs of 2), which
+    runs identically whatever the mode is called; a point counts only if both schedules are on record and
+    their tasks are equal, so nothing is inferred from the names."""
+    out = {}
+    for key, f in schedules.items():
+        model, D, system, n, cfg = key
+        if n != 1 or system not in HARMONY or key in measured:
+            continue
+        twin = (model, D, next(s for s in HARMONY if s != system), n, cfg)
+        if twin in measured and twin in schedules and _tasks(f) == _tasks(schedules[twin]):
+            out[key] = twin
+    return out
+
+
+def _tasks(schedule_path: str) -> list | None:
+    try:
+        return (json.loads(Path(schedule_path).read_text()).get("graph") or {}).get("tasks")
+    except (OSError, ValueError):
+        return None
 
 
 def _ident(ident: dict) -> dict:

@@ -666,3 +666,24 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     assert bad["C12"]["verdict"] == "fail" and "lowest 0.700" in bad["C12"]["detail"]
     too_fast = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=2.5)     # "bound" from a stale profile
     assert too_fast["C12"]["verdict"] == "fail" and "their bound is not one" in too_fast["C12"]["detail"]
+
+
+def test_one_gpu_twin_stands_only_for_the_same_task_graph(tmp_path):
+    """A Harmony point without a run is shown with the other mode's run only where, on one GPU, both
+    schedules are on record and hold the same tasks (figures 17/18's vPP N=1 is vDP N=1's graph)."""
+    from harmony.figures import _one_gpu_twins
+
+    def sched(name, tasks):
+        p = tmp_path / name
+        p.write_text(json.dumps({"graph": {"config": {"mode": name[:3]}, "tasks": tasks}}))
+        return str(p)
+    same = [{"id": 0, "kind": "FWD", "pack": [0, 2]}, {"id": 1, "kind": "BWD", "pack": [0, 2]}]
+    vdp, vpp = ("g", 32, "harmony-vDP", 1, "u1"), ("g", 32, "harmony-vPP", 1, "u1")
+    measured = {vdp: {"system": "harmony-vDP", "source": "run.jsonl"}}
+    assert _one_gpu_twins(measured, {vdp: sched("vDP.json", same), vpp: sched("vPP.json", same)}) == {vpp: vdp}
+    other = [{"id": 0, "kind": "FWD", "pack": [0, 1]}, {"id": 1, "kind": "BWD", "pack": [0, 2]}]
+    assert _one_gpu_twins(measured, {vdp: sched("vDP.json", same), vpp: sched("vPP2.json", other)}) == {}
+    assert _one_gpu_twins(measured, {vpp: sched("vPP.json", same)}) == {}          # no vDP schedule on record
+    n2 = ("g", 32, "harmony-vPP", 2, "u1")
+    assert _one_gpu_twins({("g", 32, "harmony-vDP", 2, "u1"): {}},
+                          {("g", 32, "harmony-vDP", 2, "u1"): sched("a.json", same), n2: sched("b.json", same)}) == {}

@@ -31,4 +31,9 @@ t=(); for m in gpt2-xl bert96 vgg416; do for sys in swap-pp fsdp-offload residen
 listing -- "${t[@]}" "$R/runs/harmony-vDP/bert96/N1-D16-auto.jsonl"
 listing -- figure10 figure12
 zr=$R/runs/zero-offload/resnet1026
-write_joblist experiments/device/jobs-1xH100.sh --defer "$zr/N1-D64-best.jsonl,$zr/N1-D256-best.jsonl,$zr/N1-D1024-best.jsonl"
+# Last too: Harmony points whose schedule is the same task graph as the other mode's, already run (the
+# figures show that run for them: harmony.figures._one_gpu_twins); running them only confirms it.
+twins="$R/runs/harmony-vDP/bert96/N1-D64-auto.jsonl,$R/runs/harmony-vPP/gpt2-xl/N1-D256-auto.jsonl"
+twins="$twins,$R/runs/harmony-vPP/resnet1026/N1-D1024-auto.jsonl"
+write_joblist experiments/device/jobs-1xH100.sh \
+  --defer "$twins,$zr/N1-D64-best.jsonl,$zr/N1-D256-best.jsonl,$zr/N1-D1024-best.jsonl"

@@ -33,21 +33,26 @@ for round in 1 2; do
     tail -4 "${out%.jsonl}.log"
   done
 done
+# The checks below run `harmony run` on a committed schedule, each run once (skipped when its record exists).
+R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/plan-ab
+mkdir -p "$P"
+one_run() {  # one_run OUT LIMIT_S LABEL SCHEDULE [harmony run options...]
+  local out=$1 limit=$2 label=$3 sched=$4; shift 4
+  [ -s "$out" ] && return 0
+  echo "[$SECONDS s] $label"
+  timeout "$limit" harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda \
+    "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
+  tail -3 "${out%.jsonl}.log"
+}
 # Performance log 29: small parameters stepped as one flat tensor per pack (--coalesce-below 4096, the default)
 # against one tensor at a time (0), alternated, on the two points with the most small tensors per parameter:
 # resnet1026 vPP D = 64 (2,057 of 3,086 tensors under 4,096 values) and bert96 vPP D = 16; about 40 s per run.
-R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/plan-ab
-mkdir -p "$P"
 for cfg in resnet1026:64 bert96:16; do
   m=${cfg%:*}; d=${cfg#*:}
   for round in 1 2; do
     for cb in 0 4096; do
-      out=$P/$m-D$d.coalesce$cb.$round.jsonl
-      [ -s "$out" ] && continue
-      echo "[$SECONDS s] $m vPP N=1 D=$d, --coalesce-below $cb, round $round"
-      timeout 150 harmony run "$R/schedules/$m/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
-        --precision tf32 --device cuda --iters 6 --coalesce-below $cb -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-      tail -3 "${out%.jsonl}.log"
+      one_run "$P/$m-D$d.coalesce$cb.$round.jsonl" 150 "$m vPP N=1 D=$d, --coalesce-below $cb, round $round" \
+        "$R/schedules/$m/vPP-N1-D$d-auto.json" --iters 6 --coalesce-below $cb
     done
   done
 done
@@ -55,20 +60,14 @@ done
 # profile; GPU-ff31d2f1) and 1.220 s with the re-searched one (GPU-55af49c5), and vgg416 D = 16 0.820 against
 # 0.826 s. Plan or host? Both plans on one host, alternated old new old new, the first timed iteration traced
 # (timeline: compute idle, copy busy, top kernels); about 40 s per run.
-R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/plan-ab
-mkdir -p "$P"
 for mdl in resnet1026:64 vgg416:16; do
   m=${mdl%:*}; d=${mdl#*:}
   for round in 1 2; do
     for plan in old new; do
-      out=$P/$m-D$d.$plan.$round.jsonl
-      [ -s "$out" ] && continue
       sched=$R/schedules/$m/vPP-N1-D$d-auto.json
       [ "$plan" = old ] && sched=$R/superseded/stale-profile/schedules/$m/vPP-N1-D$d-auto.json
-      echo "[$SECONDS s] $m vPP N=1 D=$d, $plan plan, round $round"
-      timeout 150 harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda \
-        --iters 6 --memcpy-trace -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-      tail -3 "${out%.jsonl}.log"
+      one_run "$P/$m-D$d.$plan.$round.jsonl" 150 "$m vPP N=1 D=$d, $plan plan, round $round" "$sched" \
+        --iters 6 --memcpy-trace
     done
   done
 done
@@ -76,10 +75,6 @@ done
 # with a pack-vs-sum ratio of 0.95 at both u. Trace one iteration of each (--memcpy-trace: compute idle,
 # copy busy, top kernels) for `harmony timeline`; about 40 s (D = 64) and 90 s (D = 256).
 for d in 64 256; do
-  out=$P/vgg416-D$d.traced.jsonl
-  [ -s "$out" ] && continue
-  echo "[$SECONDS s] vgg416 vPP N=1 D=$d traced"
-  timeout 200 harmony run "$R/schedules/vgg416/vPP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
-    --precision tf32 --device cuda --iters 4 --memcpy-trace -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -3 "${out%.jsonl}.log"
+  one_run "$P/vgg416-D$d.traced.jsonl" 200 "vgg416 vPP N=1 D=$d traced" "$R/schedules/vgg416/vPP-N1-D$d-auto.json" \
+    --iters 4 --memcpy-trace
 done

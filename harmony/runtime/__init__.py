@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from harmony.runtime.optim import COALESCE_BELOW
 from harmony.schedule.tasks import ScheduleError, TaskGraph
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
@@ -84,9 +85,8 @@ class Prepared:
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
-                 coalesce_below: int | None = None):
+                 coalesce_below: int = COALESCE_BELOW):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
-        from harmony.runtime.optim import COALESCE_BELOW
 
         from harmony.metrics import PhaseClock
 
@@ -107,7 +107,7 @@ class Prepared:
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
                     "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
                     "load_buffers": load_buffers, "weight_copies": weight_copies,
-                    "coalesce_below": COALESCE_BELOW if coalesce_below is None else coalesce_below,
+                    "coalesce_below": coalesce_below,
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
         self.records = []
@@ -197,12 +197,14 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
     from harmony.runtime.launch import prepare_worker_environment
-    from harmony.runtime.optim import COALESCE_BELOW
     from harmony.runtime.transfer import check_load_buffers, check_weight_copies
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
     check_load_buffers(load_buffers)
     check_weight_copies(weight_copies)
+    coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below
+    if coalesce_below < 0:
+        raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
     prepare_worker_environment(device)  # what the workers will run with, so the env record names it
@@ -237,7 +239,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             load_buffers=load_buffers, weight_copies=weight_copies,
-            coalesce_below=COALESCE_BELOW if coalesce_below is None else coalesce_below,
+            coalesce_below=coalesce_below,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,

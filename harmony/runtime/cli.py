@@ -52,8 +52,6 @@ def main(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
     precision = args.precision or record.get("precision") or "fp32"
-    if args.coalesce_below is not None and args.coalesce_below < 0:
-        raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {args.coalesce_below}")
     for name in ("worker_threads", "update_threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")

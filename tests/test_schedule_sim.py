@@ -128,6 +128,45 @@ def test_packing_properties_and_dp_optimal(seed):
                 assert objective(costs, fctx, fwds["dp"]) <= objective(costs, fctx, packs) * (1 + 1e-9), name
 
 
+def _all_packings(lo, hi, cuts_allowed):
+    """Every contiguous packing of [lo, hi) whose inner cuts are drawn from cuts_allowed."""
+    inner = [c for c in range(lo + 1, hi) if c in cuts_allowed]
+    for mask in range(1 << len(inner)):
+        cuts = [lo] + [c for i, c in enumerate(inner) if mask >> i & 1] + [hi]
+        yield list(zip(cuts[:-1], cuts[1:]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_packers_match_brute_force(seed):
+    """The DP packers (vectorised edge costs, pruning) reach the exhaustive minimum of the objective
+    (scalar pack_cost) over every feasible packing; the forward pass's packs may not cross the backward
+    packs' starts."""
+    L = 11
+    # compute, weight, gradient and activation transfers of one order, so that every term of the cost
+    # decides some packing
+    costs = LayerCosts(make_profile(L=L, w=1e8, g=1e8, x=1e7, saved=3e7, peak=1e7, seed=seed, us=(1, 2, 4, 8),
+                                    fwd_per_sample=0.005, bwd_per_sample=0.01))
+    rng = random.Random(100 + seed)
+    for mode, N in (("vPP", 4), ("vPP", 2), ("vPP", 1), ("vDP", 2)):
+        u, n = rng.choice([1, 2, 4]), rng.choice([6, 8, 16])
+        cap = rng.uniform(0.8e9, 2e9)
+        ctx = PackContext(kind="BWD", u=u, n=n, cap=cap, mode=mode, gpus=N, h2d_Bps=1e9, d2h_Bps=1e9,
+                          task_overhead_s=rng.choice([0.0, 1e-3]))
+        fit = [p for p in _all_packings(0, L, set(range(L)))
+               if all(costs.task_bytes("BWD", s, e, u, n) <= cap for s, e in p)]
+        bp = bwd_packings(costs, ctx)["dp"]
+        assert objective(costs, ctx, bp) == pytest.approx(min(objective(costs, ctx, p) for p in fit), rel=1e-9)
+        fctx = dataclasses.replace(ctx, kind="FWD", u=min(8, 2 * u))
+        starts = {s for s, _ in bp}
+        fit = [p for p in _all_packings(0, bp[-1][0], set(range(bp[-1][0])))
+               if all(not any(s < b < e for b in starts) for s, e in p)
+               and all(costs.task_bytes("FWD", s, e, fctx.u, n) <= cap for s, e in p)]
+        fwds = fwd_packings(costs, fctx, bp)
+        assert fit and "dp" in fwds, (mode, N)     # the forward check is not vacuous
+        best = min(objective(costs, fctx, p) for p in fit)
+        assert objective(costs, fctx, fwds["dp"]) == pytest.approx(best, rel=1e-9), (mode, N)
+
+
 def test_search_respects_cap_and_is_deterministic():
     costs = LayerCosts(make_profile(L=10, w=1e8, g=1e8, x=1e6, saved=3e7, peak=1e7, seed=3, us=(1, 2, 4, 8)))
     params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10, p2p_fallback_Bps=1e10)

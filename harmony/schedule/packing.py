@@ -187,12 +187,6 @@ def dp(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
     best = np.full(hi - lo + 1, INF)
     arg = np.full(hi - lo + 1, -1, dtype=np.int64)
     best[0] = 0.0
-    full, rem = divmod(ctx.n, ctx.u)
-    cu = costs.at(ctx.u).np_["fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"]
-    cr = costs.at(rem).np_["fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"] if rem else None
-    wp, gp = costs.np_["w_prefix"], costs.np_["g_prefix"]
-    bin_, bout = ctx.h2d_Bps * ctx.links, ctx.d2h_Bps * ctx.links
-    par = ctx.parallel
     for s in range(lo, hi):
         b = best[s - lo]
         if b == INF:
@@ -200,16 +194,7 @@ def dp(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> list[Range]:
         ends = _ends(costs, ctx, s, hi)
         if len(ends) == 0:
             continue
-        comp = full * (cu[ends] - cu[s])
-        if rem:
-            comp = comp + (cr[ends] - cr[s])
-        xin = wp[ends] - wp[s]
-        cost = np.maximum(comp / par, xin / bin_) if ctx.kind == "FWD" else None
-        if ctx.kind == "BWD":
-            if s > 0:
-                xin = xin + ctx.n * costs.xin[s]
-            cost = np.maximum(np.maximum(comp / par, xin / bin_), (gp[ends] - gp[s]) / bout)
-        v = b + cost + ctx.task_overhead_s
+        v = b + _vec_cost(costs, ctx, np.full(len(ends), s), ends) + ctx.task_overhead_s
         k = ends - lo
         better = v < best[k]
         best[k[better]] = v[better]
@@ -234,22 +219,10 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     INF = float("inf")
     N, tau = ctx.gpus, ctx.task_overhead_s
     bounds = sorted(set(stops or ()) | {hi})
-    es, ee, ec = [], [], []
-    for s in range(lo, hi):
-        nxt = bounds[bisect.bisect_right(bounds, s)]
-        key = ("edges", ctx, s, nxt)
-        r = costs._task_cache.get(key)
-        if r is None:
-            ends = _ends(costs, ctx, s, nxt)
-            r = costs._task_cache[key] = (ends, _vec_cost(costs, ctx, s, ends) if len(ends) else None)
-        ends, cst = r
-        if len(ends):
-            es.append(np.full(len(ends), s - lo))
-            ee.append(ends - lo)
-            ec.append(cst)
-    if not es:
+    edges = _edges(costs, ctx, lo, hi, tuple(bounds))
+    if edges is None:
         _fail(costs, ctx, lo, hi, "no contiguous packing fits (some layer does not fit alone)")
-    es, ee, ec = np.concatenate(es), np.concatenate(ee), np.concatenate(ec)
+    es, ee, ec = edges
     all_edges = (es, ee, ec)
     o = np.argsort(ee, kind="stable")             # edges grouped by end: one reduceat per layer
     es, ee, ec = es[o], ee[o], ec[o]
@@ -309,23 +282,45 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     return packs[::-1]
 
 
-def _vec_cost(costs, ctx, s, ends):
+def _edges(costs, ctx, lo, hi, bounds):
+    """Every feasible pack [s, e) of [lo, hi) that does not cross `bounds` (ascending, ending at hi), as
+    (s - lo, e - lo, cost) arrays, or None when there is none. Cached per (ctx, lo, hi, bounds): the search
+    asks for the same segment under many schedules, and one vectorised cost call over all edges replaces
+    one per start (the search's hottest loop; docs/performance.md entry 30)."""
+    key = ("edges", ctx, lo, hi, bounds)
+    if key in costs._task_cache:
+        return costs._task_cache[key]
+    starts, ends = [], []
+    for s in range(lo, hi):
+        e = _ends(costs, ctx, s, bounds[bisect.bisect_right(bounds, s)])
+        if len(e):
+            starts.append(np.full(len(e), s))
+            ends.append(e)
+    r = None
+    if starts:
+        es, ee = np.concatenate(starts), np.concatenate(ends)
+        r = (es - lo, ee - lo, _vec_cost(costs, ctx, es, ee))
+    costs._task_cache[key] = r
+    return r
+
+
+def _vec_cost(costs, ctx, s, e):
+    """pack_cost less the task overhead, for the packs [s[i], e[i]) (integer arrays of one length)."""
     full, rem = divmod(ctx.n, ctx.u)
     key = "fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"
     cu = costs.at(ctx.u).np_[key]
-    comp = full * (cu[ends] - cu[s])
+    comp = full * (cu[e] - cu[s])
     if rem:
         cr = costs.at(rem).np_[key]
-        comp = comp + (cr[ends] - cr[s])
+        comp = comp + (cr[e] - cr[s])
     wp, gp = costs.np_["w_prefix"], costs.np_["g_prefix"]
-    xin = wp[ends] - wp[s]
-    cost = np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * ctx.links)) if ctx.kind == "FWD" else None
-    if ctx.kind == "BWD":
-        if s > 0:
-            xin = xin + ctx.n * costs.xin[s]
-        cost = np.maximum(np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * ctx.links)),
-                          (gp[ends] - gp[s]) / (ctx.d2h_Bps * ctx.links))
-    return cost
+    xin = wp[e] - wp[s]
+    links = ctx.links
+    if ctx.kind == "FWD":
+        return np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * links))
+    xin = xin + np.where(s > 0, ctx.n * costs.np_["xin"][s], 0.0)   # the incoming dY of the group
+    return np.maximum(np.maximum(comp / ctx.parallel, xin / (ctx.h2d_Bps * links)),
+                      (gp[e] - gp[s]) / (ctx.d2h_Bps * links))
 
 
 _SEGMENT_PACKERS = {"greedy": greedy, "greedy-reverse": greedy_reverse, "balanced-memory": balanced_memory,

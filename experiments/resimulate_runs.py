@@ -3,7 +3,9 @@
 A run record keeps the prediction made when its schedule was searched (`predicted_iter_time_s`); the
 figures and `harmony check` use that one. After a change to the cost model (docs/performance.md), this
 prints, for the same schedules and calibration, the measured time, the recorded prediction and the current
-model's prediction, so the change's effect on accuracy is measured on the committed runs.
+model's prediction, and the schedule bound (DESIGN.md §5) under the current model with measured/bound, so the
+change's effect on accuracy (claim C11) and on the bound (C12: a run far under 1 means the bound is not one)
+is measured on the committed runs.
 
 `--profiles DIR` re-simulates with the profiles of another folder (`<model>.json` or `<model>.profile.json`)
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
@@ -30,6 +32,7 @@ def profile_path(folder: Path, model: str) -> Path | None:
 def main(argv: list[str]) -> int:
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
+    from harmony.schedule.bound import schedule_bound
     from harmony.schedule.io import load_schedule
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
@@ -42,7 +45,7 @@ def main(argv: list[str]) -> int:
     cal = json.loads((root / "calibration.json").read_text())
     print(f"# {root}: schedules and calibration of the runs; profiles from {profiles}")
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
-          f"{'ratio':>6} {'current pred':>12} {'ratio':>6}")
+          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6}")
     for run in sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))):
         s = json.loads(Path(run).read_text().splitlines()[-1])
         if s.get("status") != "ok":
@@ -58,9 +61,11 @@ def main(argv: list[str]) -> int:
         params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
         costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
         now = simulate(graph, costs, params, rec.get("gpu_memory_cap")).iter_time_s
+        link = "shared" if params.shared_link else "per-gpu"
+        bound = schedule_bound(graph, costs, cal, host_link=link)["schedule_bound_s"]
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
-              f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f}")
+              f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f}")
     return 0
 
 

@@ -35,8 +35,12 @@ from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _int
 from harmony.progress import Progress
 from harmony.units import format_bytes
 
+# fwd_s/bwd_s on CUDA: kernels timed back to back behind a spin kernel; fwd_issue_s/bwd_issue_s: host time.
+# Profiles with timing "cuda events" (before this) timed each vLayer bare, launch gaps included.
+TIMING_CUDA = "cuda events behind a spin kernel + host issue time"
 WALK_BATCH = 2           # batch size of the chain walk that produces every vLayer's real inputs
-SERIES = ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes", "bwd_peak_held_bytes")
+SERIES = ("fwd_s", "bwd_s", "fwd_issue_s", "bwd_issue_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes",
+          "bwd_peak_held_bytes")
 
 
 @dataclass
@@ -169,21 +173,74 @@ class Runner:
             t.grad = None
 
     def time(self, fn, trials: int) -> list[float]:
-        out = []
-        if self.device.type == "cuda":
-            for _ in range(trials):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                out.append(a.elapsed_time(b) / 1e3)
-        else:
+        """Seconds per trial (device time on CUDA, see time_split)."""
+        return self.time_split(fn, trials)[0]
+
+    def time_split(self, fn, trials: int) -> tuple[list[float], list[float]]:
+        """(device seconds, host issue seconds) of each trial.
+
+        On CUDA a spin kernel is queued ahead of the start event, long enough that the host has queued
+        all of fn's kernels before the GPU reaches that event: the events then time the kernels back to
+        back, as they run inside a pack where the host is ahead of the GPU. Timed bare, a vLayer whose
+        kernels take less than their launches is charged its launch time (vgg416's 14x14 layers at u = 8:
+        2.8x their per-sample time at u = 32; docs/performance.md entry 31). The issue seconds (host time
+        in fn) are what the host needs whatever the GPU does; the cost model charges a pack the larger of
+        the two sums. A trial whose issue outlasted the spin (a host sync inside fn) is retried with a
+        longer spin, up to three times; then its events include launch gaps again. On the CPU both are
+        the wall time."""
+        dev_s, issue_s = [], []
+        if self.device.type != "cuda":
             for _ in range(trials):
                 t0 = time.perf_counter()
                 fn()
-                out.append(time.perf_counter() - t0)
-        return out
+                dev_s.append(time.perf_counter() - t0)
+            return dev_s, list(dev_s)
+        spin = max(1e-3, 3 * self._issue_estimate(fn))
+        for _ in range(trials):
+            for attempt in range(4):
+                z, a, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                z.record()
+                torch.cuda._sleep(int(spin * _spin_cycles_per_s(self.device)))
+                a.record()
+                t0 = time.perf_counter()
+                fn()
+                issued = time.perf_counter() - t0
+                b.record()
+                b.synchronize()
+                if z.elapsed_time(a) / 1e3 >= issued * 1.1 + 50e-6 or attempt == 3:
+                    break
+                spin = 3 * issued
+            dev_s.append(a.elapsed_time(b) / 1e3)
+            issue_s.append(issued)
+        return dev_s, issue_s
+
+    def _issue_estimate(self, fn) -> float:
+        torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        torch.cuda.synchronize(self.device)
+        return dt
+
+
+_SPIN_RATE: dict = {}
+
+
+def _spin_cycles_per_s(device) -> float:
+    """Clock cycles per second of torch.cuda._sleep on this GPU, measured once per process."""
+    key = torch.device(device).index or 0
+    if key not in _SPIN_RATE:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)                     # warm-up (module load, clocks)
+        rates = []
+        for _ in range(3):
+            a.record()
+            torch.cuda._sleep(10_000_000)
+            b.record()
+            b.synchronize()
+            rates.append(10_000_000 / (a.elapsed_time(b) / 1e3))
+        _SPIN_RATE[key] = min(rates)                     # the slowest clock: the spin then lasts at least as asked
+    return _SPIN_RATE[key]
 
 
 class _Seed(torch.autograd.Function):
@@ -227,10 +284,11 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
         m.reset_peak()
         r.bwd()
         bwd_peak_held = m.peak() - base
-    tf = r.time(r.fwd, opts.trials)
-    tb = r.time(r.bwd, opts.trials)
+    tf, issue_f = r.time_split(r.fwd, opts.trials)
+    tb, issue_b = r.time_split(r.bwd, opts.trials)
     return {"fwd_s": statistics.median(tf), "fwd_spread": [min(tf), max(tf)],
             "bwd_s": statistics.median(tb), "bwd_spread": [min(tb), max(tb)],
+            "fwd_issue_s": statistics.median(issue_f), "bwd_issue_s": statistics.median(issue_b),
             "fwd_peak_bytes": int(fwd_peak), "saved_bytes": int(saved), "bwd_peak_bytes": int(bwd_peak),
             "bwd_peak_held_bytes": int(bwd_peak_held)}
 
@@ -456,7 +514,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         **host_memory_record(),
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
-        "timing": "cuda events" if dev.type == "cuda" else "time.perf_counter",
+        "timing": (TIMING_CUDA if dev.type == "cuda" else "time.perf_counter"),
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
                           else "live tensor storages (TorchDispatchMode tracker)"),
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
@@ -590,3 +648,7 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
                   f"{pc['predicted_fwd_s'] * 1e3:.2f} ms summed over its vLayers ({pc['time_ratio_fwd']:.2f}x); "
                   f"backward {pc['measured_bwd_s'] * 1e3:.2f} / {pc['predicted_bwd_s'] * 1e3:.2f} ms "
                   f"({pc['time_ratio_bwd']:.2f}x)", file=file)
+        if pc.get("measured_fwd_device_s") is not None:
+            print(f"  the pack's device | host issue time: forward {pc['measured_fwd_device_s'] * 1e3:.2f} | "
+                  f"{pc['measured_fwd_issue_s'] * 1e3:.2f} ms, backward {pc['measured_bwd_device_s'] * 1e3:.2f} | "
+                  f"{pc['measured_bwd_issue_s'] * 1e3:.2f} ms", file=file)

@@ -11,6 +11,11 @@ profile.json (artifact "profile", schema_version 1):
              opt_step_s (CPU optimizer step for this vLayer alone, including the fixed per-call cost),
              fwd_s [per u]: forward, no grad;  fwd_spread [[min, max] per u]
              bwd_s [per u]: recompute forward (with grad) + backward;  bwd_spread
+               (on CUDA, profiles with timing "cuda events behind a spin kernel + host issue time": the
+               kernels' device time back to back, launch gaps excluded; older "cuda events" profiles
+               timed the vLayer bare, launch gaps included)
+             fwd_issue_s, bwd_issue_s [per u]: host seconds to issue them (absent in older profiles);
+               a pack costs max(sum of device times, sum of issue times) (schedule/memory.py UCosts)
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
                                   (output + temporaries)
              saved_bytes [per u]: bytes held after the forward with grad (activations saved for backward
@@ -106,6 +111,12 @@ class Profile:
 
     def bwd_peak(self, i: int, u: float) -> float:
         return self._series(i, "bwd_peak_bytes", u)
+
+    @functools.cached_property
+    def has_issue_times(self) -> bool:
+        """Whether every vLayer has fwd_issue_s and bwd_issue_s (profiles from before the device and host
+        times were split do not; their fwd_s and bwd_s include the launch gaps)."""
+        return all("fwd_issue_s" in v and "bwd_issue_s" in v for v in self.raw["vlayers"])
 
     @functools.cached_property
     def has_held_peaks(self) -> bool:

@@ -69,8 +69,11 @@ def test_fields_present_and_consistent(mlp_profile):
             assert all(a < b for a, b in zip(v["bwd_peak_bytes"], v["bwd_peak_bytes"][1:]))
             assert all(a <= b for a, b in zip(v["fwd_peak_bytes"], v["fwd_peak_bytes"][1:]))
         assert v["bwd_peak_bytes"][-1] >= v["saved_bytes"][-1] > 0
+        # the CPU runs each op as it is issued: the host issue time is the time
+        assert v["fwd_issue_s"] == v["fwd_s"] and v["bwd_issue_s"] == v["bwd_s"]
     p = Profile(prof)   # the scheduler's reader
-    assert p.num_layers == 9 and p.max_ubatch() == 8
+    assert p.num_layers == 9 and p.max_ubatch() == 8 and p.has_issue_times
+    assert prof["timing"] == "time.perf_counter"
 
 
 def test_adam_state_is_twice_the_weights(mlp_profile):
@@ -249,6 +252,40 @@ def test_cuda_pack_check(tmp_path):
     res = pc.check_pack(mj, prof, (1, 5), 8, "cuda", "fp32")
     assert abs(res["rel_error"]) < 0.10, res
     assert res["measured_fwd_s"] > 0 and res["measured_bwd_s"] > 0 and res["time_ratio_bwd"] > 0, res
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_timing_separates_kernels_from_launches(tmp_path):
+    """A vLayer of 64 tiny Linear layers at u = 1 is launch-bound: timed bare, the events measure the
+    host's launches; behind the spin kernel they measure the kernels alone, far less than the issue time.
+    A large matmul is GPU-bound: both ways agree."""
+    dev = torch.device("cuda")
+    tiny = hp.Runner([torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(64)]).to(dev)],
+                     (torch.randn(1, 8, device=dev),), dev, "fp32")
+    for _ in range(3):
+        tiny.fwd()
+    device_s, issue_s = tiny.time_split(tiny.fwd, 7)
+    bare = []
+    for _ in range(7):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        tiny.fwd()
+        b.record()
+        b.synchronize()
+        bare.append(a.elapsed_time(b) / 1e3)
+    dev_med, issue_med, bare_med = (sorted(x)[3] for x in (device_s, issue_s, bare))
+    assert dev_med < 0.5 * issue_med, (dev_med, issue_med)
+    assert bare_med > 0.7 * issue_med, (bare_med, issue_med)
+    big = hp.Runner([torch.nn.Linear(4096, 4096).to(dev)], (torch.randn(8192, 4096, device=dev),), dev, "fp32")
+    for _ in range(3):
+        big.fwd()
+    device_s, issue_s = big.time_split(big.fwd, 5)
+    assert sorted(issue_s)[2] < 0.2 * sorted(device_s)[2], (device_s, issue_s)
+    prof = hp.profile_model(json.loads(_model_json(tmp_path, "gpt2-tiny").read_text()),
+                            hp.ProfileOptions(device="cuda", ubatch=[1, 4], progress=False))
+    assert prof["timing"] == hp.TIMING_CUDA
+    assert all(len(v["fwd_issue_s"]) == 2 and min(v["bwd_issue_s"]) > 0 for v in prof["vlayers"])
 
 
 def test_optimizer_threads_are_a_run_workers_share(monkeypatch):

@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harmony.jsonio import read_jsonl
+from harmony.jsonio import partial_path, read_jsonl
 from harmony.metrics import validate_summary
 from harmony.runtime import run_schedule, validate_against_model
 from harmony.runtime.host_store import HostMemoryError
@@ -170,9 +170,11 @@ def test_cli_run_thread_options(tmp_path):
 def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig):
     _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
     p, out = _cli(tmp_path, rec, {"HARMONY_FAULT": json.dumps({"kind": "slow", "seconds": 0.05})}, iters=200)
+    partial = partial_path(out)            # records land there while the run goes on
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+    while time.monotonic() < deadline and not (partial.exists() and partial.read_text().count("\n") >= 1):
         time.sleep(0.1)
+    assert p.poll() is None, "the run ended before its first record could be seen"
     workers = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
     p.send_signal(sig)
     _, err = p.communicate(timeout=60)

@@ -128,6 +128,31 @@ def test_packing_properties_and_dp_optimal(seed):
                 assert objective(costs, fctx, fwds["dp"]) <= objective(costs, fctx, packs) * (1 + 1e-9), name
 
 
+def test_a_pack_costs_the_larger_of_its_device_and_issue_sums():
+    """Layer 0 is launch-bound (issue 3 ms, kernels 1 ms), layer 1 GPU-bound (issue 1 ms, kernels 5 ms):
+    inside one pack the host runs ahead, so the pack costs max(1+5, 3+1) = 6 ms per microbatch, not the
+    sum of the per-layer maxima (8 ms); alone, layer 0 costs its issue time. Profiles without issue times
+    keep their device sums. The DP packers' vectorised costs agree with the scalar ones."""
+    prof = make_profile(L=2, us=(1, 2))
+    for v, dev, iss in zip(prof["vlayers"], (1e-3, 5e-3), (3e-3, 1e-3)):
+        for k in ("fwd", "bwd"):
+            v[f"{k}_s"] = [dev * u for u in (1, 2)]
+            v[f"{k}_issue_s"] = [iss * u for u in (1, 2)]
+    costs = LayerCosts(prof)
+    assert costs.task_time("FWD", 0, 2, 1, 4)[0] == pytest.approx(4 * 6e-3)
+    assert costs.task_time("BWD", 0, 1, 2, 4)[0] == pytest.approx(2 * 6e-3)       # issue-bound alone
+    assert costs.task_time("BWD", 1, 2, 1, 3)[0] == pytest.approx(3 * 5e-3)
+    import numpy as np
+    from harmony.schedule.packing import _vec_cost, pack_cost
+    ctx = PackContext(kind="BWD", u=2, n=5, cap=None, h2d_Bps=1e12, d2h_Bps=1e12)
+    s, e = np.array([0, 0, 1]), np.array([1, 2, 2])
+    assert list(_vec_cost(costs, ctx, s, e)) == pytest.approx([pack_cost(costs, ctx, a, b) for a, b in zip(s, e)])
+    for v in prof["vlayers"]:
+        del v["fwd_issue_s"], v["bwd_issue_s"]
+    assert LayerCosts(prof).task_time("FWD", 0, 2, 1, 4)[0] == pytest.approx(4 * 6e-3)
+    assert LayerCosts(prof).task_time("FWD", 0, 1, 1, 4)[0] == pytest.approx(4 * 1e-3)
+
+
 def _all_packings(lo, hi, cuts_allowed):
     """Every contiguous packing of [lo, hi) whose inner cuts are drawn from cuts_allowed."""
     inner = [c for c in range(lo + 1, hi) if c in cuts_allowed]

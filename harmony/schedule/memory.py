@@ -34,7 +34,13 @@ from harmony.profile_data import Profile, _interp, pack_bwd_memory, pack_fwd_mem
 
 @dataclass
 class UCosts:
-    """Per-layer series at one microbatch size u (lists indexed by layer) and prefix sums."""
+    """Per-layer series at one microbatch size u (lists indexed by layer) and prefix sums.
+
+    A pack's compute time per microbatch is the larger of its vLayers' device times summed and their
+    host issue times summed: the host runs ahead of the GPU inside a pack, so a vLayer whose launches
+    outlast its kernels is paid for by the others' slack, and only a pack whose launches outlast its
+    kernels overall waits for the host. Profiles without issue times (before their timing was split,
+    docs/performance.md entry 31) have zeros there: their device times already include launch gaps."""
     u: int
     fwd: list[float]
     bwd: list[float]
@@ -45,13 +51,21 @@ class UCosts:
     fwd_prefix: list[float]
     bwd_prefix: list[float]
     saved_prefix: list[float]
-    np_: dict = field(default_factory=dict)     # numpy copies: fwd_prefix, bwd_prefix, fwd_peak, saved, bwd_peak
+    fwd_issue_prefix: list[float]
+    bwd_issue_prefix: list[float]
+    np_: dict = field(default_factory=dict)     # numpy copies of the prefixes and the per-layer memory series
 
     def fwd_time(self, s: int, e: int) -> float:
-        return self.fwd_prefix[e] - self.fwd_prefix[s]
+        return max(self.fwd_prefix[e] - self.fwd_prefix[s], self.fwd_issue_prefix[e] - self.fwd_issue_prefix[s])
 
     def bwd_time(self, s: int, e: int) -> float:
-        return self.bwd_prefix[e] - self.bwd_prefix[s]
+        return max(self.bwd_prefix[e] - self.bwd_prefix[s], self.bwd_issue_prefix[e] - self.bwd_issue_prefix[s])
+
+    def time_np(self, kind: str, s, e):
+        """fwd_time / bwd_time for arrays of pack starts and ends."""
+        k = "fwd" if kind == "FWD" else "bwd"
+        dev, iss = self.np_[f"{k}_prefix"], self.np_[f"{k}_issue_prefix"]
+        return np.maximum(dev[e] - dev[s], iss[e] - iss[s])
 
 
 def _prefix(xs) -> list[float]:
@@ -109,12 +123,17 @@ class LayerCosts:
             lay = self.profile.layers
             keys = ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")
             keys += ("bwd_peak_held_bytes",) if self.profile.has_held_peaks else ()
+            keys += ("fwd_issue_s", "bwd_issue_s") if self.profile.has_issue_times else ()
             series = {k: [_interp(us, v[k], u) for v in lay] for k in keys}
             held = series.get("bwd_peak_held_bytes")
+            zeros = [0.0] * len(lay)
             c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], series["saved_bytes"],
                        series["bwd_peak_bytes"], held, _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
-                       _prefix(series["saved_bytes"]))
+                       _prefix(series["saved_bytes"]), _prefix(series.get("fwd_issue_s", zeros)),
+                       _prefix(series.get("bwd_issue_s", zeros)))
             c.np_ = {"fwd_prefix": np.array(c.fwd_prefix), "bwd_prefix": np.array(c.bwd_prefix),
+                     "fwd_issue_prefix": np.array(c.fwd_issue_prefix),
+                     "bwd_issue_prefix": np.array(c.bwd_issue_prefix),
                      "fwd_peak": np.array(c.fwd_peak), "saved": np.array(c.saved),
                      "bwd_peak": np.array(c.bwd_peak),
                      "bwd_peak_held": None if held is None else np.array(held)}

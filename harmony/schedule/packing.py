@@ -307,12 +307,9 @@ def _edges(costs, ctx, lo, hi, bounds):
 def _vec_cost(costs, ctx, s, e):
     """pack_cost less the task overhead, for the packs [s[i], e[i]) (integer arrays of one length)."""
     full, rem = divmod(ctx.n, ctx.u)
-    key = "fwd_prefix" if ctx.kind == "FWD" else "bwd_prefix"
-    cu = costs.at(ctx.u).np_[key]
-    comp = full * (cu[e] - cu[s])
+    comp = full * costs.at(ctx.u).time_np(ctx.kind, s, e)
     if rem:
-        cr = costs.at(rem).np_[key]
-        comp = comp + (cr[e] - cr[s])
+        comp = comp + costs.at(rem).time_np(ctx.kind, s, e)
     wp, gp = costs.np_["w_prefix"], costs.np_["g_prefix"]
     xin = wp[e] - wp[s]
     links = ctx.links

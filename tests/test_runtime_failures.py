@@ -177,7 +177,18 @@ def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig):
     assert p.poll() is None, "the run ended before its first record could be seen"
     workers = [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
     p.send_signal(sig)
-    _, err = p.communicate(timeout=60)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:      # say who is left: the launcher, or a descendant holding our pipes
+        left = []
+        for pid in [p.pid, *workers]:
+            try:
+                q = psutil.Process(pid)
+                left.append((pid, q.status(), " ".join(q.cmdline()[:4])))
+            except psutil.Error:
+                pass
+        p.kill()
+        pytest.fail(f"not ended 60 s after {sig.name}; launcher exit code {p.poll()}; still there: {left}")
     assert p.returncode == 130, err
     summary = read_jsonl(out)[-1]
     assert summary["record"] == "summary" and summary["status"] == "interrupted"
@@ -185,3 +196,34 @@ def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig):
     time.sleep(0.5)
     assert not [pid for pid in workers if psutil.pid_exists(pid)
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("disarm", [False, True], ids=["stuck", "ended-in-time"])
+def test_interrupt_watchdog_bounds_a_stuck_shutdown(disarm):
+    """Once armed by Ctrl-C/SIGTERM, the watchdog kills what the launcher started and exits 130 if the
+    launcher has not ended its workers in time; disarmed (the workers ended), the process lives on."""
+    code = f"""
+import subprocess, sys, time
+from harmony.runtime.launch import WATCHDOG
+WATCHDOG.seconds = 1.0
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)   # not holding our pipes
+print(child.pid, flush=True)
+WATCHDOG.arm()
+if {disarm}:
+    WATCHDOG.disarm()
+time.sleep(4)
+print("alive", flush=True)
+"""
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    child = int(p.stdout.split()[0])
+    if disarm:
+        assert p.returncode == 0 and "alive" in p.stdout, p.stderr
+        psutil.Process(child).kill()
+    else:
+        assert p.returncode == 130 and "alive" not in p.stdout, (p.stdout, p.stderr)
+        assert "still not ended" in p.stderr
+        assert time.monotonic() - t0 < 30
+        time.sleep(0.5)
+        assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

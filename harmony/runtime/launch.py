@@ -155,9 +155,11 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
     dead_since: dict[int, float] = {}
     current = 0
     # SIGTERM (`timeout`, a scheduler, snakemake) ends a run like Ctrl-C: workers stopped, record marked
-    # `interrupted`, instead of the process dying with a record that has no summary.
-    old_term = (signal.signal(signal.SIGTERM, _raise_interrupt)
-                if threading.current_thread() is threading.main_thread() else None)
+    # `interrupted`, instead of the process dying with a record that has no summary. Either signal also
+    # arms a watchdog (see _InterruptWatchdog) that this launch disarms once its workers are ended.
+    in_main = threading.current_thread() is threading.main_thread()
+    old_handlers = ({s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+                    if in_main else {})
 
     def fail_rest(j: int) -> None:
         for k in range(j + 1, len(jobs)):
@@ -237,15 +239,59 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
             outs[k].status, outs[k].message = "interrupted", "not run: interrupted"
         return outs
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
         ok = all(o.status == "ok" for o in outs)
         t_end = time.monotonic()
         _end_all(procs, grace_s=10.0 if ok else 0.5)
         if outs:
             outs[-1].exit_s = round(time.monotonic() - t_end, 3)
         results.close()
+        WATCHDOG.disarm()
+
+
+class _InterruptWatchdog:
+    """After Ctrl-C or SIGTERM the launcher ends its workers and returns; if that has not happened within
+    `seconds`, the watchdog kills every process this one started and exits with 130, so an interrupted run
+    never hangs. (The CPU suite once saw an interrupted run's launcher neither end its workers nor exit
+    within 60 s, and its cause was not found again in 57 tries; this bounds it whatever it was.)"""
+
+    def __init__(self, seconds: float = 30.0):
+        self.seconds = seconds
+        self._done = threading.Event()
+        self._armed = False
+
+    def arm(self) -> None:
+        if self._armed:
+            return
+        self._armed = True
+        self._done.clear()
+        threading.Thread(target=self._watch, daemon=True, name="harmony-interrupt-watchdog").start()
+
+    def disarm(self) -> None:
+        self._done.set()
+        self._armed = False
+
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        import sys
+
+        import psutil
+        print(f"harmony: the workers were still not ended {self.seconds:.0f} s after the interrupt; killing "
+              "them and exiting (the run record keeps what was written, in its .partial file)",
+              file=sys.stderr, flush=True)
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        os._exit(130)
+
+
+WATCHDOG = _InterruptWatchdog()
 
 
 def _raise_interrupt(signum, frame):
+    WATCHDOG.arm()
     raise KeyboardInterrupt

@@ -23,7 +23,7 @@ def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp3
     the peak of a no-grad forward (`fwd_peak_bytes`) and of recompute forward + backward with dW
     already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger. With `trials` > 0 also the median
     time of the pack's forward (`fwd_s`) and recompute forward + backward (`bwd_s`), timed as the profiler
-    times one vLayer (harmony.profile.Runner.time)."""
+    times one vLayer (harmony.profile.Runner.time_split)."""
     from harmony.decompose import load_model_json, spec_from_model_json
     if not isinstance(model_json, dict):
         model_json = load_model_json(model_json)

@@ -172,10 +172,6 @@ class Runner:
         for t in self.x:
             t.grad = None
 
-    def time(self, fn, trials: int) -> list[float]:
-        """Seconds per trial (device time on CUDA, see time_split)."""
-        return self.time_split(fn, trials)[0]
-
     def time_split(self, fn, trials: int) -> tuple[list[float], list[float]]:
         """(device seconds, host issue seconds) of each trial.
 

@@ -14,6 +14,7 @@ import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -275,8 +276,6 @@ class _InterruptWatchdog:
     def _watch(self) -> None:
         if self._done.wait(self.seconds):
             return
-        import sys
-
         import psutil
         print(f"harmony: the workers were still not ended {self.seconds:.0f} s after the interrupt; killing "
               "them and exiting (the run record keeps what was written, in its .partial file)",

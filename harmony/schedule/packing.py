@@ -69,6 +69,8 @@ class PackContext:
 
 
 def pack_cost(costs: LayerCosts, ctx: PackContext, s: int, e: int) -> float:
+    """One pack's cost, written out term by term: the reference that the DP packers' vectorised
+    _vec_cost is tested against (tests/test_schedule_sim.py)."""
     c = costs.task_time(ctx.kind, s, e, ctx.u, ctx.n)[0] / ctx.parallel
     xin = costs.weights(s, e)
     xout = 0.0

@@ -67,6 +67,7 @@ def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp3
             dev_s, issue_s = r.time_split(fn, trials)
             out[f"{kind}_device_s"], out[f"{kind}_issue_s"] = statistics.median(dev_s), statistics.median(issue_s)
             out[f"{kind}_s"] = max(out[f"{kind}_device_s"], out[f"{kind}_issue_s"])
+            out[f"{kind}_host_waited"] = r.host_waited
     del r, layers
     gpumem.free_cached(dev)
     return out
@@ -117,6 +118,7 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
             out[f"time_ratio_{kind}"] = meas[f"{kind}_s"] / pred if pred > 0 else None
             out[f"measured_{kind}_device_s"] = meas[f"{kind}_device_s"]
             out[f"measured_{kind}_issue_s"] = meas[f"{kind}_issue_s"]
+            out[f"{kind}_host_waited"] = meas[f"{kind}_host_waited"]
     return out
 
 

@@ -135,6 +135,7 @@ class Runner:
         self.device = torch.device(device)
         self.precision = precision
         self.gy = None
+        self.host_waited = False    # set by time_split when fn waited for the GPU (timed bare)
 
     def _chain(self):
         y = self.x
@@ -181,34 +182,51 @@ class Runner:
         kernels take less than their launches is charged its launch time (vgg416's 14x14 layers at u = 8:
         2.8x their per-sample time at u = 32; docs/performance.md entry 31). The issue seconds (host time
         in fn) are what the host needs whatever the GPU does; the cost model charges a pack the larger of
-        the two sums. A trial whose issue outlasted the spin (a host sync inside fn) is retried with a
-        longer spin, up to three times; then its events include launch gaps again. On the CPU both are
-        the wall time."""
+        the two sums. On the CPU both are the wall time.
+
+        If the host's issue outlasts the spin, the spin is made 3x that issue time and the trial is run
+        again, once per call. If it outlasts that one too, fn waits for the GPU (a synchronisation inside
+        it, such as the caching allocator returning memory to the driver at the memory cap), which no
+        spin can hide: the remaining trials are timed bare, and `self.host_waited` is set. (Growing the
+        spin again each time instead made a vgg416 pack check run for minutes: the wait grew with it.)"""
         dev_s, issue_s = [], []
+        self.host_waited = False
         if self.device.type != "cuda":
             for _ in range(trials):
                 t0 = time.perf_counter()
                 fn()
                 dev_s.append(time.perf_counter() - t0)
             return dev_s, list(dev_s)
-        spin = max(1e-3, 3 * self._issue_estimate(fn))
+        spin = min(max(1e-3, 3 * self._issue_estimate(fn)), _MAX_SPIN_S)
+        grown = False
         for _ in range(trials):
-            for attempt in range(4):
-                z, a, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-                z.record()
-                torch.cuda._sleep(int(spin * _spin_cycles_per_s(self.device)))
-                a.record()
-                t0 = time.perf_counter()
-                fn()
-                issued = time.perf_counter() - t0
-                b.record()
-                b.synchronize()
-                if z.elapsed_time(a) / 1e3 >= issued * 1.1 + 50e-6 or attempt == 3:
+            while True:
+                spun, dev, issued = self._time_once(fn, 0.0 if self.host_waited else spin)
+                if self.host_waited or spun >= issued * 1.1 + 50e-6:
                     break
-                spin = 3 * issued
-            dev_s.append(a.elapsed_time(b) / 1e3)
+                if grown:
+                    self.host_waited = True
+                else:
+                    grown, spin = True, min(3 * issued, _MAX_SPIN_S)
+            dev_s.append(dev)
             issue_s.append(issued)
         return dev_s, issue_s
+
+    def _time_once(self, fn, spin_s: float) -> tuple[float, float, float]:
+        """(seconds the GPU spun, device seconds of fn's kernels, host seconds issuing fn)."""
+        z, a, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        if spin_s <= 0:
+            torch.cuda.synchronize(self.device)
+        z.record()
+        if spin_s > 0:
+            torch.cuda._sleep(int(spin_s * _spin_cycles_per_s(self.device)))
+        a.record()
+        t0 = time.perf_counter()
+        fn()
+        issued = time.perf_counter() - t0
+        b.record()
+        b.synchronize()
+        return z.elapsed_time(a) / 1e3, a.elapsed_time(b) / 1e3, issued
 
     def _issue_estimate(self, fn) -> float:
         torch.cuda.synchronize(self.device)
@@ -220,6 +238,7 @@ class Runner:
 
 
 _SPIN_RATE: dict = {}
+_MAX_SPIN_S = 2.0        # a spin never lasts longer: a trial then costs at most this much extra
 
 
 def _spin_cycles_per_s(device) -> float:
@@ -647,4 +666,6 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
         if pc.get("measured_fwd_device_s") is not None:
             print(f"  the pack's device | host issue time: forward {pc['measured_fwd_device_s'] * 1e3:.2f} | "
                   f"{pc['measured_fwd_issue_s'] * 1e3:.2f} ms, backward {pc['measured_bwd_device_s'] * 1e3:.2f} | "
-                  f"{pc['measured_bwd_issue_s'] * 1e3:.2f} ms", file=file)
+                  f"{pc['measured_bwd_issue_s'] * 1e3:.2f} ms"
+                  + "".join(f"; the {k} waited for the GPU (timed bare)" for k in ("fwd", "bwd")
+                            if pc.get(f"{k}_host_waited")), file=file)

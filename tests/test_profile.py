@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -286,6 +287,33 @@ def test_cuda_timing_separates_kernels_from_launches(tmp_path):
                             hp.ProfileOptions(device="cuda", ubatch=[1, 4], progress=False))
     assert prof["timing"] == hp.TIMING_CUDA
     assert all(len(v["fwd_issue_s"]) == 2 and min(v["bwd_issue_s"]) > 0 for v in prof["vlayers"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_timing_of_a_function_that_waits_for_the_gpu_is_bounded():
+    """A function that synchronises (as the caching allocator does when it frees memory at the cap) cannot
+    be hidden behind a spin: the host waits for it. time_split grows the spin once, then times the rest
+    bare and says so, instead of growing the spin (and the wait) on every trial: a vgg416 pack check ran
+    for minutes that way."""
+    dev = torch.device("cuda")
+    layer = torch.nn.Linear(4096, 4096).to(dev)
+
+    class Syncing(torch.nn.Module):
+        def forward(self, x):
+            y = layer(x)
+            torch.cuda.synchronize()
+            return (y,)
+
+    r = hp.Runner([Syncing()], (torch.randn(4096, 4096, device=dev),), dev, "fp32")
+    for _ in range(3):
+        r.fwd()
+    t0 = time.perf_counter()
+    device_s, issue_s = r.time_split(r.fwd, 5)
+    elapsed = time.perf_counter() - t0
+    assert r.host_waited
+    assert elapsed < 20 * sum(device_s) + 1.0, (elapsed, device_s)
+    assert sorted(issue_s)[2] > 0.5 * sorted(device_s)[2], (device_s, issue_s)
 
 
 def test_optimizer_threads_are_a_run_workers_share(monkeypatch):

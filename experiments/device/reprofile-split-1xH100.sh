@@ -14,7 +14,9 @@
 #       results/paper/1xH100-80GB-HBM3 h100-split1
 # Re-runnable: a finished profile is skipped.
 set -u
-R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/split-timing/profiles
+# PROFILES=DIR writes the profiles elsewhere (a second host's, to compare issue times across lent hosts)
+# and skips the pack checks.
+R=results/paper/1xH100-80GB-HBM3; P=${PROFILES:-$R/remeasure/split-timing/profiles}
 mkdir -p "$P"
 for m in vgg416 bert-large-nodrop bert96 resnet1026 gpt2-xl gpt2-4096x6 gpt2-4096x12 gpt2-4096x18 gpt2-4096x24; do
   out=$P/$m.json
@@ -24,6 +26,7 @@ for m in vgg416 bert-large-nodrop bert96 resnet1026 gpt2-xl gpt2-4096x6 gpt2-409
     > "$P/$m.log" 2>&1 || echo "FAILED: $out"
   tail -1 "$P/$m.log"
 done
+[ -n "${PROFILES:-}" ] && exit 0
 for rng in 82:164 328:410; do
   out=$P/../vgg416-${rng/:/-}-u8.check.json
   [ -s "$out" ] && continue

@@ -11,7 +11,12 @@ is measured on the committed runs.
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
 schedule is still the one that ran, searched with the run's own profile).
 
+`--runs DIR` takes the run records of another folder (any `*.jsonl` under it, such as a same-host re-run), each
+matched to the schedule of ROOT/schedules whose packs and microbatches it ran; `--calibration FILE` another
+host's calibration (a call's `calls/TAG.calibration.json`).
+
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
+        [--runs DIR] [--calibration FILE]
 """
 from __future__ import annotations
 
@@ -29,6 +34,21 @@ def profile_path(folder: Path, model: str) -> Path | None:
     return None
 
 
+def find_schedule(root: Path, run: str, s: dict) -> Path | None:
+    """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
+    m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
+    if Path(run).parent.parent.name.startswith("harmony-"):
+        cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
+        sched = root / "schedules" / m / f"{mode}-N{N}-D{D}-{cfg}.json"
+        return sched if sched.exists() else None
+    plan = [s.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")]
+    for sched in sorted((root / "schedules" / m).glob(f"{mode}-N{N}-D{D}-*.json")):
+        c = json.loads(sched.read_text())["graph"]["config"]
+        if [c.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")] == plan:
+            return sched
+    return None
+
+
 def main(argv: list[str]) -> int:
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
@@ -39,23 +59,29 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
+    ap.add_argument("--runs", help="folder of run records (default: ROOT/runs/harmony-*)")
+    ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
-    cal = json.loads((root / "calibration.json").read_text())
-    print(f"# {root}: schedules and calibration of the runs; profiles from {profiles}")
+    cal_path = Path(args.calibration) if args.calibration else root / "calibration.json"
+    cal = json.loads(cal_path.read_text())
+    runs = (sorted(glob.glob(str(Path(args.runs) / "**" / "*.jsonl"), recursive=True)) if args.runs
+            else sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))))
+    print(f"# {root}: schedules of the runs; calibration {cal_path}; profiles from {profiles}; "
+          f"runs from {args.runs or root / 'runs'}")
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6}")
-    for run in sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))):
+    for run in runs:
         s = json.loads(Path(run).read_text().splitlines()[-1])
         if s.get("status") != "ok":
             continue
         m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
-        cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
-        sched = root / "schedules" / m / f"{mode}-N{N}-D{D}-{cfg}.json"
+        sched = find_schedule(root, run, s)
+        cfg = sched.stem.split("-", 3)[-1] if sched else "?"
         prof = profile_path(profiles, m)
-        if not sched.exists() or prof is None:
-            print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if not sched.exists() else 'profile'})")
+        if sched is None or prof is None:
+            print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
         rec, graph = load_schedule(sched)
         params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))

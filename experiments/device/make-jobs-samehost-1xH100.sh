@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Performance log 31: figure 10's Harmony points at N = 1 profiled, searched and run on ONE host each.
+# Device times of a vLayer reproduce within 1% across lent H100 hosts; host issue times differ by 10-100%
+# (remeasure/split-timing: h100-split1 against h100-samehost1). With a profile from the run's own host the
+# split-timing charge predicted 3 of 5 sensitive points within 10% (7% mean error; the old bare-timed
+# profiles 11%, two points 17-23% off). So each model's profile, its N = 1 schedules (vDP and vPP, figure
+# 10's three D) and their runs go in one listing, one model after another, and a device call should hold
+# whole models: vgg416 and resnet1026 in the first call, bert96 and gpt2-xl in the second (about 260 s a
+# model). Before this, `--move` puts the old profile, N = 1 schedules and run records of MODELS under
+# superseded/bare-timing-profile/ (git mv), so that the job list does not skip them.
+#   bash experiments/device/make-jobs-samehost-1xH100.sh --move vgg416 resnet1026 bert96 gpt2-xl
+#   BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-samehost-1xH100.sh \
+#       results/paper/1xH100-80GB-HBM3 h100-samehost2
+HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
+source "$(dirname "$0")/joblist_lib.sh"
+move=0; [ "${1:-}" = --move ] && { move=1; shift; }
+models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
+old=$R/superseded/bare-timing-profile
+for m in "${models[@]}"; do
+  if [ $move = 1 ] && [ -e "$R/profiles/$m.json" ]; then
+    mkdir -p "$old/profiles" "$old/schedules/$m" "$old/runs/harmony-vDP/$m" "$old/runs/harmony-vPP/$m"
+    git mv "$R/profiles/$m.json" "$old/profiles/"
+    for f in "$R"/schedules/$m/v[DP]P-N1-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
+    for mode in vDP vPP; do
+      for f in "$R"/runs/harmony-$mode/$m/N1-D*-auto*.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
+    done
+  fi
+  t=()
+  for d in 16 64 256 1024; do for mode in vDP vPP; do
+    [ -e "$old/runs/harmony-$mode/$m/N1-D$d-auto.jsonl" ] && t+=("$R/runs/harmony-$mode/$m/N1-D$d-auto.jsonl")
+  done; done
+  listing -- "$R/profiles/$m.json" "${t[@]}"
+done
+write_joblist experiments/device/jobs-samehost-1xH100.sh

@@ -13,10 +13,11 @@ schedule is still the one that ran, searched with the run's own profile).
 
 `--runs DIR` takes the run records of another folder (any `*.jsonl` under it, such as a same-host re-run), each
 matched to the schedule of ROOT/schedules whose packs and microbatches it ran; `--calibration FILE` another
-host's calibration (a call's `calls/TAG.calibration.json`).
+host's calibration (a call's `calls/TAG.calibration.json`); `--schedules DIR` another schedule folder (such as
+a superseded one).
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
-        [--runs DIR] [--calibration FILE]
+        [--runs DIR] [--calibration FILE] [--schedules DIR]
 """
 from __future__ import annotations
 
@@ -28,21 +29,21 @@ from pathlib import Path
 
 
 def profile_path(folder: Path, model: str) -> Path | None:
-    for name in (f"{model}.json", f"{model}.profile.json"):
+    for name in (f"{model}.json", f"{model}.json.gz", f"{model}.profile.json"):
         if (folder / name).exists():
             return folder / name
     return None
 
 
-def find_schedule(root: Path, run: str, s: dict) -> Path | None:
+def find_schedule(root: Path, run: str, s: dict, schedules: Path) -> Path | None:
     """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
     if Path(run).parent.parent.name.startswith("harmony-"):
         cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
-        sched = root / "schedules" / m / f"{mode}-N{N}-D{D}-{cfg}.json"
+        sched = schedules / m / f"{mode}-N{N}-D{D}-{cfg}.json"
         return sched if sched.exists() else None
     plan = [s.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")]
-    for sched in sorted((root / "schedules" / m).glob(f"{mode}-N{N}-D{D}-*.json")):
+    for sched in sorted((schedules / m).glob(f"{mode}-N{N}-D{D}-*.json")):
         c = json.loads(sched.read_text())["graph"]["config"]
         if [c.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")] == plan:
             return sched
@@ -61,11 +62,13 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
     ap.add_argument("--runs", help="folder of run records (default: ROOT/runs/harmony-*)")
     ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
+    ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
     cal_path = Path(args.calibration) if args.calibration else root / "calibration.json"
     cal = json.loads(cal_path.read_text())
+    schedules = Path(args.schedules) if args.schedules else root / "schedules"
     runs = (sorted(glob.glob(str(Path(args.runs) / "**" / "*.jsonl"), recursive=True)) if args.runs
             else sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))))
     print(f"# {root}: schedules of the runs; calibration {cal_path}; profiles from {profiles}; "
@@ -77,7 +80,7 @@ def main(argv: list[str]) -> int:
         if s.get("status") != "ok":
             continue
         m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
-        sched = find_schedule(root, run, s)
+        sched = find_schedule(root, run, s, schedules)
         cfg = sched.stem.split("-", 3)[-1] if sched else "?"
         prof = profile_path(profiles, m)
         if sched is None or prof is None:

@@ -89,7 +89,9 @@ def main(argv: list[str]) -> int:
         rec, graph = load_schedule(sched)
         params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
         costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
-        now = simulate(graph, costs, params, rec.get("gpu_memory_cap")).iter_time_s
+        # the cap the search planned under (cap less its headroom), as the recorded prediction was made
+        cap = (rec.get("search") or {}).get("planned_cap_bytes") or rec.get("gpu_memory_cap")
+        now = simulate(graph, costs, params, cap).iter_time_s
         link = "shared" if params.shared_link else "per-gpu"
         bound = schedule_bound(graph, costs, cal, host_link=link)["schedule_bound_s"]
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")

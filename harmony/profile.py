@@ -185,9 +185,9 @@ class Runner:
         the two sums. On the CPU both are the wall time.
 
         If the host's issue outlasts the spin, the spin is made 3x that issue time and the trial is run
-        again, once per call. If it outlasts that one too, fn waits for the GPU (a synchronisation inside
-        it, such as the caching allocator returning memory to the driver at the memory cap), which no
-        spin can hide: the remaining trials are timed bare, and `self.host_waited` is set. (Growing the
+        again, once per call. If it outlasts that one too, fn waits for the GPU (more kernels than the
+        launch queue holds, as in a pack of 82 vgg416 vLayers, or a synchronisation inside it, such as
+        the caching allocator returning memory to the driver at the memory cap), which no spin can hide: the remaining trials are timed bare, and `self.host_waited` is set. (Growing the
         spin again each time instead made a vgg416 pack check run for minutes: the wait grew with it.)"""
         dev_s, issue_s = [], []
         self.host_waited = False

@@ -687,3 +687,50 @@ def test_one_gpu_twin_stands_only_for_the_same_task_graph(tmp_path):
     n2 = ("g", 32, "harmony-vPP", 2, "u1")
     assert _one_gpu_twins({("g", 32, "harmony-vDP", 2, "u1"): {}},
                           {("g", 32, "harmony-vDP", 2, "u1"): sched("a.json", same), n2: sched("b.json", same)}) == {}
+
+
+def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):
+    """experiments/resimulate_runs.py: with the schedule's own profile and calibration, the current model's
+    prediction is the one the search recorded (simulated under the cap the search planned with); a run
+    record kept elsewhere (--runs) is matched to its schedule by plan, and a gzipped profile folder
+    (--profiles) is read."""
+    import gzip
+    from harmony.jsonio import write_json
+    from harmony.schedule.synthetic import synthetic_calibration
+    R = tmp_path / "res"
+    model, prof = R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
+    model.parent.mkdir(parents=True)
+    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)])
+    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2,4", "--trials", "1", "--quiet"])
+    write_json(R / "calibration.json", synthetic_calibration("paper"))
+    runs = {}
+    for cap, cfg in (("2MiB", "auto"), ("6MiB", "roomy")):     # two plans of one configuration
+        sched = R / "schedules" / "gpt2-tiny" / f"vDP-N1-D16-{cfg}.json"
+        sh(["harmony", "schedule", str(prof), "--model", str(model), "--minibatch", "16", "--gpus", "1",
+            "--mode", "vDP", "--gpu-memory", cap, "--calibration", str(R / "calibration.json"), "-o", str(sched)])
+        s = json.loads(sched.read_text())
+        c, pred = s["graph"]["config"], s["prediction"]["iter_time_s"]
+        run = {"record": "summary", "status": "ok", "model": "gpt2-tiny", "mode": "vDP", "gpus": 1,
+               "minibatch": 16, "iter_time_s": 2 * pred, "predicted_iter_time_s": pred,
+               **{k: c[k] for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")}}
+        f = R / "runs" / "harmony-vDP" / "gpt2-tiny" / f"N1-D16-{cfg}.jsonl"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(run) + "\n")
+        runs[cfg] = (pred, c)
+    assert runs["auto"][1] != runs["roomy"][1], "the two caps should give two plans"
+    other = tmp_path / "elsewhere"            # a re-run's records, named freely: matched by plan
+    other.mkdir()
+    for cfg, name in (("auto", "first.jsonl"), ("roomy", "second.jsonl")):
+        shutil.copy(R / "runs" / "harmony-vDP" / "gpt2-tiny" / f"N1-D16-{cfg}.jsonl", other / name)
+    gz = tmp_path / "gz"
+    gz.mkdir()
+    (gz / "gpt2-tiny.json.gz").write_bytes(gzip.compress(prof.read_bytes()))
+    script = str(ROOT / "experiments/resimulate_runs.py")
+    for extra in ([], ["--runs", str(other)], ["--profiles", str(gz)]):
+        out = sh([sys.executable, script, str(R), *extra]).stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith("gpt2-tiny")]
+        assert sorted(r[4] for r in rows) == ["auto", "roomy"], out
+        for r in rows:
+            pred = runs[r[4]][0]
+            assert float(r[6]) == pytest.approx(pred, abs=1e-3) and float(r[8]) == pytest.approx(pred, abs=1e-3), out
+            assert float(r[9]) == pytest.approx(2.0, abs=0.01), out

@@ -3,9 +3,10 @@
 A run record keeps the prediction made when its schedule was searched (`predicted_iter_time_s`); the
 figures and `harmony check` use that one. After a change to the cost model (docs/performance.md), this
 prints, for the same schedules and calibration, the measured time, the recorded prediction and the current
-model's prediction, and the schedule bound (DESIGN.md §5) under the current model with measured/bound, so the
-change's effect on accuracy (claim C11) and on the bound (C12: a run far under 1 means the bound is not one)
-is measured on the committed runs.
+model's prediction, the schedule bound (DESIGN.md §5) under the current model with bound/measured, and the
+caching allocator's retries per steady iteration (the most of any GPU; docs/performance.md entry 21), so the
+change's effect on accuracy (claim C11) and on the bound (C12: above 1, the run beat its bound, which then is
+not one) is measured on the committed runs.
 
 `--profiles DIR` re-simulates with the profiles of another folder (`<model>.json` or `<model>.profile.json`)
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
     print(f"# {root}: schedules of the runs; calibration {cal_path}; profiles from {profiles}; "
           f"runs from {args.runs or root / 'runs'}")
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
-          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6}")
+          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7}")
     for run in runs:
         s = json.loads(Path(run).read_text().splitlines()[-1])
         if s.get("status") != "ok":
@@ -96,7 +97,8 @@ def main(argv: list[str]) -> int:
         bound = schedule_bound(graph, costs, cal, host_link=link)["schedule_bound_s"]
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
-              f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f}")
+              f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
+              f"{max(s.get('alloc_retries') or [0]):>7}")
     return 0
 
 

@@ -36,17 +36,20 @@ def profile_path(folder: Path, model: str) -> Path | None:
     return None
 
 
-def find_schedule(root: Path, run: str, s: dict, schedules: Path) -> Path | None:
+PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a run record says it ran
+
+
+def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
     if Path(run).parent.parent.name.startswith("harmony-"):
         cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
         sched = schedules / m / f"{mode}-N{N}-D{D}-{cfg}.json"
         return sched if sched.exists() else None
-    plan = [s.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")]
+    plan = [s.get(k) for k in PLAN_KEYS]
     for sched in sorted((schedules / m).glob(f"{mode}-N{N}-D{D}-*.json")):
         c = json.loads(sched.read_text())["graph"]["config"]
-        if [c.get(k) for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")] == plan:
+        if [c.get(k) for k in PLAN_KEYS] == plan:
             return sched
     return None
 
@@ -81,7 +84,7 @@ def main(argv: list[str]) -> int:
         if s.get("status") != "ok":
             continue
         m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
-        sched = find_schedule(root, run, s, schedules)
+        sched = find_schedule(run, s, schedules)
         cfg = sched.stem.split("-", 3)[-1] if sched else "?"
         prof = profile_path(profiles, m)
         if sched is None or prof is None:

@@ -187,8 +187,9 @@ class Runner:
         If the host's issue outlasts the spin, the spin is made 3x that issue time and the trial is run
         again, once per call. If it outlasts that one too, fn waits for the GPU (more kernels than the
         launch queue holds, as in a pack of 82 vgg416 vLayers, or a synchronisation inside it, such as
-        the caching allocator returning memory to the driver at the memory cap), which no spin can hide: the remaining trials are timed bare, and `self.host_waited` is set. (Growing the
-        spin again each time instead made a vgg416 pack check run for minutes: the wait grew with it.)"""
+        the caching allocator returning memory to the driver at the memory cap), which no spin can hide:
+        the remaining trials are timed bare, and `self.host_waited` is set. (Growing the spin again each
+        time instead made a vgg416 pack check run for minutes: the wait grew with it.)"""
         dev_s, issue_s = [], []
         self.host_waited = False
         if self.device.type != "cuda":
@@ -197,7 +198,7 @@ class Runner:
                 fn()
                 dev_s.append(time.perf_counter() - t0)
             return dev_s, list(dev_s)
-        spin = min(max(1e-3, 3 * self._issue_estimate(fn)), _MAX_SPIN_S)
+        spin = min(max(1e-3, 3 * self._time_once(fn, 0.0)[2]), _MAX_SPIN_S)     # from a bare run's issue
         grown = False
         for _ in range(trials):
             while True:
@@ -213,7 +214,8 @@ class Runner:
         return dev_s, issue_s
 
     def _time_once(self, fn, spin_s: float) -> tuple[float, float, float]:
-        """(seconds the GPU spun, device seconds of fn's kernels, host seconds issuing fn)."""
+        """(seconds the GPU spun, device seconds of fn's kernels, host seconds issuing fn); spin_s = 0:
+        bare, after a synchronize."""
         z, a, b = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         if spin_s <= 0:
             torch.cuda.synchronize(self.device)
@@ -227,14 +229,6 @@ class Runner:
         b.record()
         b.synchronize()
         return z.elapsed_time(a) / 1e3, a.elapsed_time(b) / 1e3, issued
-
-    def _issue_estimate(self, fn) -> float:
-        torch.cuda.synchronize(self.device)
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        torch.cuda.synchronize(self.device)
-        return dt
 
 
 _SPIN_RATE: dict = {}
@@ -529,7 +523,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         **host_memory_record(),
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
-        "timing": (TIMING_CUDA if dev.type == "cuda" else "time.perf_counter"),
+        "timing": TIMING_CUDA if dev.type == "cuda" else "time.perf_counter",
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
                           else "live tensor storages (TorchDispatchMode tracker)"),
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),

@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
     from harmony.schedule.bound import schedule_bound
-    from harmony.schedule.io import load_schedule
+    from harmony.schedule.io import load_schedule, planned_cap
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
         costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
-        cap = (rec.get("search") or {}).get("planned_cap_bytes") or rec.get("gpu_memory_cap")
+        cap = planned_cap(rec)
         now = simulate(graph, costs, params, cap).iter_time_s
         link = "shared" if params.shared_link else "per-gpu"
         bound = schedule_bound(graph, costs, cal, host_link=link)["schedule_bound_s"]

@@ -174,12 +174,23 @@ def _run_batch(N: int):
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
         runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-tensor"}))
         meta.append(((case[0] + "+per-tensor", *case[1:]), spec, rec, g, False))
+    # loads in the compute stream's pool (--load-buffers auto on a schedule that records the plan's
+    # prefetch_waits): every other compute task's loads are reserved after the task before it, the rest
+    # before it is issued (on the CPU the reservations are plain tensors: the order and the copies into them
+    # are what runs here; tests/test_runtime_gpu.py runs the streams)
+    for case in COMPUTE_STREAM_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
+        rec["prediction"] = {"prefetch_waits": [t.id for t in g.tasks if t.kind != "UPD"][1::2]}
+        runs.append((rec, g, {"iters": ITERS}))
+        meta.append(((case[0] + "+compute-stream", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
 # Every case above runs the default --weight-copies per-vlayer (BatchNorm updates its running stats in place
 # in views of the block: each view needs a version counter of its own); these run --weight-copies per-tensor
 PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
+COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
+N_EXTRA = 1 + len(PER_TENSOR_CASES) + len(COMPUTE_STREAM_CASES)     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")
@@ -238,12 +249,12 @@ def _check(entry, N: int):
         assert k == {kind: want[kind] for kind in k}, (case, k, want)
 
 
-@pytest.mark.parametrize("i", range(len(cases(1)) + 1 + len(PER_TENSOR_CASES)))
+@pytest.mark.parametrize("i", range(len(cases(1)) + N_EXTRA))
 def test_n1_matches_pytorch(batch1, i):
     _check(batch1[i], 1)
 
 
-@pytest.mark.parametrize("i", range(len(cases(2)) + 1 + len(PER_TENSOR_CASES)))
+@pytest.mark.parametrize("i", range(len(cases(2)) + N_EXTRA))
 def test_n2_matches_pytorch(batch2, i):
     _check(batch2[i], 2)
 

@@ -160,7 +160,7 @@ def test_cli_run_thread_options(tmp_path):
     p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
     _, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "--update-threads must be at least 1 (got 0)" in err, err
-    with pytest.raises(ValueError, match="load_buffers 'shared': choose one of copy-stream, compute-stream"):
+    with pytest.raises(ValueError, match="load_buffers 'shared': choose one of auto, copy-stream, compute-stream"):
         run_schedule(rec, g, iters=1, load_buffers="shared")
     with pytest.raises(ValueError, match="weight_copies 'one': choose one of per-tensor, per-vlayer"):
         run_schedule(rec, g, iters=1, weight_copies="one")

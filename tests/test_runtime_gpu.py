@@ -61,6 +61,11 @@ def _cases():
         out += [(m, "vDP", 1, *u, "P2", "compute-stream")]
         if n >= 2:
             out += [(m, "vPP", 2, *u, "P2", "compute-stream")]
+        # the same pool following a plan (--load-buffers auto on a schedule with prefetch_waits): every other
+        # compute task's buffers are reserved only after the task before it, which its copies then wait for
+        out += [(m, "vPP", 1, 3, 3, "P1", "compute-stream-plan")]
+        if n >= 2:
+            out += [(m, "vDP", 2, *u, "P1", "compute-stream-plan")]
         # one copy per tensor (--weight-copies per-tensor; the cases above run the default, one block per
         # vLayer, whose tensors are views into one device block), also from the compute stream's pool
         out += [(m, "vPP", 1, 3, 3, "P1", "per-tensor"), (m, "vDP", 1, *u, "P2", "per-tensor+compute-stream")]
@@ -71,7 +76,15 @@ def _cases():
 
 # the runtime options a case's 7th element names
 OPTIONS = {"compute-stream": {"load_buffers": "compute-stream"}, "per-tensor": {"weight_copies": "per-tensor"},
-           "per-tensor+compute-stream": {"weight_copies": "per-tensor", "load_buffers": "compute-stream"}}
+           "per-tensor+compute-stream": {"weight_copies": "per-tensor", "load_buffers": "compute-stream"},
+           "compute-stream-plan": {"load_buffers": "auto"}}
+
+
+def _with_plan(case, rec, g):
+    """compute-stream-plan cases: a prediction whose prefetch_waits name every other compute task."""
+    if case[6:] == ("compute-stream-plan",):
+        rec["prediction"] = {"prefetch_waits": [t.id for t in g.tasks if t.kind != "UPD"][1::2]}
+    return rec
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,7 +102,8 @@ def results():
         if not cs:
             continue
         built = [schedule(c[0], c[1], N, c[3], c[4], c[5], **OVERRIDES.get(c[0], {})) for c in cs]
-        res = train_many([(rec, g, {"iters": ITERS, "device": "cuda", **(OPTIONS[c[6]] if len(c) > 6 else {})})
+        res = train_many([(_with_plan(c, rec, g), g,
+                           {"iters": ITERS, "device": "cuda", **(OPTIONS[c[6]] if len(c) > 6 else {})})
                           for c, (_, rec, g) in zip(cs, built)])
         for c, b, r in zip(cs, built, res):
             out[c] = (b, r)

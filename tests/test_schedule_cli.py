@@ -34,6 +34,8 @@ def test_schedule_and_simulate(gpt2xl):
     assert max(pred["peak_memory_bytes"]) <= 9e9
     assert pred["iter_time_s"] >= pred["schedule_bound_s"] * (1 - 1e-9)
     assert set(pred["terms"]) == {"compute_s", "transfer_s", "cpu_update_s"}
+    # the loads the runtime must fetch only after the previous task (docs/runtime.md, GPU memory pools)
+    assert set(pred["prefetch_waits"]) <= {t.id for t in g.tasks if t.kind != "UPD"}
     assert rec["search"]["candidates"] > 10 and rec["search"]["search_time_s"] > 0
     rows = list(csv.DictReader(open(d / "c.csv")))
     assert len(rows) == rec["search"]["candidates"]
@@ -47,6 +49,7 @@ def test_schedule_and_simulate(gpt2xl):
     assert rc == 0
     p = json.load(open(d / "p.json"))["prediction"]
     assert p["bytes"] == pred["bytes"] and p["iter_time_s"] == pytest.approx(pred["iter_time_s"])
+    assert p["prefetch_waits"] == pred["prefetch_waits"]
     # fixed configuration
     rc = main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--ubatch-fwd", "2", "--ubatch-bwd", "1",
                "--pack-size", "13", "-o", str(d / "f.json")])

@@ -55,6 +55,21 @@ def test_hand_computed_vpp(N):
     assert sim.bytes["d2h_grads"] == 30 and sim.bytes["allreduce"] == 0
 
 
+def test_prefetch_waits_name_the_loads_that_do_not_fit_beside_the_previous_task():
+    # Task peaks: FWD(0,2) 20, BWD(2,3) 20, BWD(0,2) 40 (W + dW of two layers). Uncapped, every load is
+    # prefetched during the rank's previous task: the next iteration's FWD(0,2) loads 20 B beside BWD(0,2)'s
+    # 40, a 60 B peak. Capped at 40 that prefetch waits for BWD(0,2) to finish (the runtime follows the
+    # list: `--load-buffers compute-stream` reserves those buffers after the previous task); BWD(2,3) (20 +
+    # 10) and BWD(0,2) (20 + 20) still overlap. The FWD waits for its pack's update anyway: same time.
+    costs = LayerCosts(make_profile())
+    g = graph("vPP", 1, 4, 4, 4)
+    free, capped = simulate(g, costs, PARAMS), simulate(g, costs, PARAMS, cap=40)
+    assert free.task_peak_bytes == [20, 20, 0, 40, 0]
+    assert (free.prefetch_waits, free.peak_memory_bytes) == ([], [60])
+    assert (capped.prefetch_waits, capped.peak_memory_bytes) == ([0], [40])
+    assert capped.iter_time_s == free.iter_time_s == pytest.approx(13.0)
+
+
 def test_hand_computed_vdp():
     # 2 GPUs x 2 samples at u=2: compute halves; ring all-reduce of 10 B and 20 B at 10 B/s; one dW copy.
     costs = LayerCosts(make_profile())

@@ -83,10 +83,11 @@ class Prepared:
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
-                 memcpy_trace_iteration: int | None = None, load_buffers: str = "copy-stream",
+                 memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
+        from harmony.runtime.transfer import resolve_load_buffers
 
         from harmony.metrics import PhaseClock
 
@@ -106,7 +107,9 @@ class Prepared:
                     "arena_path": self.arena.path, "device": device, "precision": precision,
                     "gpu_memory_cap": gpu_memory_cap, "data": data, "data_seed": data_seed, "seed": seed,
                     "iters": iters, "timeout_s": timeout_s, "fault": fault, "update_threads": update_threads,
-                    "load_buffers": load_buffers, "weight_copies": weight_copies,
+                    "load_buffers": resolve_load_buffers(load_buffers, record.get("prediction")),
+                    "prefetch_waits": (record.get("prediction") or {}).get("prefetch_waits"),
+                    "weight_copies": weight_copies,
                     "coalesce_below": coalesce_below,
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
@@ -182,7 +185,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
-                 load_buffers: str = "copy-stream", weight_copies: str = "per-vlayer",
+                 load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
@@ -197,10 +200,10 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
     from harmony.runtime.launch import prepare_worker_environment
-    from harmony.runtime.transfer import check_load_buffers, check_weight_copies
+    from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
-    check_load_buffers(load_buffers)
+    load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below
     if coalesce_below < 0:

@@ -29,10 +29,12 @@ def add_arguments(p) -> None:
                         "optimizer step; default: the host's cores divided by the GPUs)")
     p.add_argument("--update-threads", type=int, default=2,
                    help="optimizer steps a worker runs at once, each with --worker-threads threads (default 2)")
-    p.add_argument("--load-buffers", choices=LOAD_BUFFERS, default="copy-stream",
+    p.add_argument("--load-buffers", choices=LOAD_BUFFERS, default="auto",
                    help="where the GPU buffers of loaded weights and stashes come from: the copy stream's "
-                        "allocator pool (default) or the compute stream's, one pool with the activations "
-                        "(docs/runtime.md, Memory)")
+                        "allocator pool, or the compute stream's (one pool with the activations, each "
+                        "prefetch reserved when the schedule's plan fetches it); auto (default): "
+                        "compute-stream where the schedule records that plan (prefetch_waits), else "
+                        "copy-stream (docs/runtime.md, GPU memory pools)")
     p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-vlayer",
                    help="copy a loaded vLayer's weights and buffers as one block, one allocation and copy per "
                         "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")

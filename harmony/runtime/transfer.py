@@ -9,9 +9,14 @@ still uses it.
 `--load-buffers compute-stream` (LOAD_BUFFERS) allocates the buffers of loaded weights and stashes on the
 compute stream instead, so the caching allocator keeps one pool for them and the activations: its cache is
 per stream, and at a memory cap two pools can leave reserved memory at the cap with much less in use
-(docs/performance.md entry 21). A block from the compute stream's pool may still be in use by compute work
-already issued, so the worker reserves the buffers before it issues the task that precedes their use and
-the copy stream waits for the compute work issued up to that point: the copy still overlaps that task.
+(docs/performance.md entries 21 and 32). A block from the compute stream's pool may still be in use by
+compute work already issued, so the worker reserves the buffers before it issues the task that precedes
+their use and the copy stream waits for the compute work issued up to that point: the copy still overlaps
+that task. Where the schedule's simulation found that the two do not fit together under the cap
+(`prediction.prefetch_waits`), the worker reserves them only after that task, and the copy waits for it,
+as the simulator charged. `auto` (the default) is compute-stream for a schedule that records
+`prefetch_waits` and copy-stream for an older one. On the CPU the same reservations are made (plain
+tensors, no streams), so the CI exercises the order.
 
 `--weight-copies per-vlayer` copies each vLayer's weights and buffers as one block (the arena keeps them
 contiguous, `ArenaLayout.w_blocks`) into one device allocation, and the tensors are views into it: one
@@ -45,7 +50,7 @@ class Counters:
         return out
 
 
-LOAD_BUFFERS = ("copy-stream", "compute-stream")
+LOAD_BUFFERS = ("auto", "copy-stream", "compute-stream")
 WEIGHT_COPIES = ("per-tensor", "per-vlayer")
 
 
@@ -53,6 +58,14 @@ def check_load_buffers(value: str) -> str:
     if value not in LOAD_BUFFERS:
         raise ValueError(f"load_buffers {value!r}: choose one of {', '.join(LOAD_BUFFERS)}")
     return value
+
+
+def resolve_load_buffers(value: str, prediction: dict | None) -> str:
+    """`auto` -> compute-stream where the schedule's prediction says which prefetches wait for memory
+    (`prefetch_waits`, written since docs/performance.md entry 32), else copy-stream; others unchanged."""
+    if check_load_buffers(value) != "auto":
+        return value
+    return "compute-stream" if (prediction or {}).get("prefetch_waits") is not None else "copy-stream"
 
 
 def check_weight_copies(value: str) -> str:
@@ -98,7 +111,9 @@ class Copier:
         self.device = device
         self.cuda = device.type == "cuda"
         self.counters = counters
-        self.reserves = self.cuda and check_load_buffers(load_buffers) == "compute-stream"   # module docstring
+        if check_load_buffers(load_buffers) == "auto":
+            raise ValueError("Copier: resolve load_buffers 'auto' first (resolve_load_buffers)")
+        self.reserves = load_buffers == "compute-stream"        # module docstring
         if self.cuda:
             self.compute = torch.cuda.current_stream(device)
             self.h2d_stream = torch.cuda.Stream(device)
@@ -109,6 +124,8 @@ class Copier:
         """Device buffers for a later `h2d(srcs, ..., into=...)`, from the compute stream's pool, with an
         event after the compute work issued so far (the buffers' blocks may be in use until then)."""
         outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
+        if not self.cuda:
+            return outs, None
         ev = torch.cuda.Event()
         ev.record(self.compute)
         return outs, ev
@@ -118,7 +135,11 @@ class Copier:
         (tensors, event or None). nbytes: the sources' total size when the caller knows it."""
         self.counters.add(kind, sum(t.numel() * t.element_size() for t in srcs) if nbytes is None else nbytes)
         if not self.cuda:
-            return [t.clone() for t in srcs], None
+            if into is None:
+                return [t.clone() for t in srcs], None
+            for o, t in zip(into[0], srcs):
+                o.copy_(t)
+            return into[0], None
         with torch.cuda.stream(self.h2d_stream):
             if into is not None:
                 outs, free_after = into

@@ -125,6 +125,9 @@ class Worker:
         clock.lap("arena")               # attach the shared host arena, page-lock it (cudaHostRegister)
         self.counters = Counters()
         self.copier = Copier(self.device, self.counters, job.get("load_buffers", "copy-stream"))
+        # compute tasks whose loads the plan fetches only after the rank's previous task (they do not fit
+        # beside it under the cap): with compute-stream buffers they are reserved after that task
+        self.prefetch_waits = frozenset(job.get("prefetch_waits") or ())
         self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", "per-vlayer")) == "per-vlayer"
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2),
@@ -215,7 +218,8 @@ class Worker:
 
     def reserve_loads(self, t) -> dict | None:
         """With --load-buffers compute-stream (Copier.reserves): the device buffers of task t's loads, taken
-        before the task that precedes t is issued, so that their copies need not wait for it. Else None."""
+        before the task that precedes t is issued, so that their copies need not wait for it (or, for the
+        plan's `prefetch_waits`, after it: the copies then wait for it). Else None."""
         if not self.copier.reserves:
             return None
         out = {layer: self.copier.reserve([self.w_blocks[layer]] if self.per_vlayer_copies else self.w_views[layer])
@@ -570,10 +574,15 @@ class Worker:
             self.install(t, fetched)
             k += 1
             nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
-            reserved = self.reserve_loads(nxt) if nxt is not None else None   # before t is issued
+            after_t = nxt is not None and self.copier.reserves and nxt.id in self.prefetch_waits
+            reserved = self.reserve_loads(nxt) if nxt is not None and not after_t else None  # before t is issued
             (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
+            if after_t:               # the plan's wait: t's memory is reused, so the copies wait for t
+                self.release(t)
+                reserved = self.reserve_loads(nxt)
             fetched = self.prefetch(nxt, it, reserved) if nxt is not None else {}
-            self.release(t)
+            if not after_t:
+                self.release(t)
         self.current = None
         t1 = clock()
         for w, _ in self.sends:

@@ -90,7 +90,7 @@ def prediction_record(graph, costs, params, cal: dict, sim, model_json: dict | N
     pred = {"iter_time_s": sim.iter_time_s, "bytes": sim.bytes, "peak_memory_bytes": sim.peak_memory_bytes,
             "schedule_bound_s": b["schedule_bound_s"], "terms": b["terms"], "feasible": sim.feasible,
             "iterations_simulated": len(sim.iteration_ends), "host_link_shared": params.shared_link,
-            "mb_pipeline": params.mb_pipeline}
+            "mb_pipeline": params.mb_pipeline, "prefetch_waits": sim.prefetch_waits}
     if model_json is not None and model_json.get("vlayers"):
         from harmony.schedule.host_memory import arena_bytes
         pred["host_arena_bytes"] = arena_bytes(graph, model_json).to_json()   # what `harmony run` allocates

@@ -26,6 +26,12 @@ def make_schedule_record(model_json: dict, graph: TaskGraph, *, gpu_memory_cap: 
             "precision": precision, "prediction": prediction, "search": search}
 
 
+def planned_cap(record: dict) -> float | None:
+    """The GPU memory the search planned under (the cap less its headroom, `search.planned_cap_bytes`), else
+    the schedule's cap: simulating under it reproduces the recorded prediction, `prefetch_waits` included."""
+    return (record.get("search") or {}).get("planned_cap_bytes") or record.get("gpu_memory_cap")
+
+
 def save_schedule(path, record: dict) -> None:
     write_json(path, record, indent=None)           # large: one line (see experiments/compact_results.py)
 

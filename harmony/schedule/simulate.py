@@ -110,6 +110,8 @@ class SimResult:
     cap: float | None
     compute_s: list[float]                   # per GPU, one iteration
     cpu_update_s: float
+    # compute tasks whose prefetch waits for the rank's previous task to finish (the two do not fit together)
+    prefetch_waits: list[int] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)      # (pid, tid, name, start, end, args)
     memory: list[tuple] = field(default_factory=list)      # (rank, time, bytes)
 
@@ -217,6 +219,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     cpu_free = [0.0] * N
     last_comp: list[tuple | None] = [None] * N   # (start, end, peak) of the rank's previous compute task
     peak = [0] * N
+    waits: set[int] = set()
     upd_prev = [0.0] * len(cfg.bwd_packs)
     ends = []
     ev = [] if record else None
@@ -283,6 +286,8 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
                     mem.append((r, prev[0], prev[2] + x.prefetch_bytes))
             else:
                 gate = prev[1]
+                if x.prefetch_bytes:
+                    waits.add(t.id)
             for pi in x.gate_packs:
                 if upd_prev[pi] > gate:
                     gate = upd_prev[pi]
@@ -365,7 +370,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     task_peaks = [x.peak for x in infos]
     feasible = cap is None or max(task_peaks) <= cap
     cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
-    return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu,
+    return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),
                      ev or [], mem or [])
 
 

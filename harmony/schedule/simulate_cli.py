@@ -1,5 +1,6 @@
 """`harmony simulate schedule.json --profile profile.json`: predicted iteration time, bytes per kind,
-peak memory per GPU and a trace, for any schedule.json (Harmony's or a swap baseline's)."""
+peak memory per GPU and a trace, for any schedule.json (Harmony's or a swap baseline's), under the memory
+the search planned with (harmony.schedule.io.planned_cap)."""
 from __future__ import annotations
 
 import json
@@ -23,7 +24,7 @@ def main(args) -> int:
     from harmony.jsonio import write_json
     from harmony.profile_data import Profile
     from harmony.schedule.cli import load_calibration, model_sizes, prediction_record
-    from harmony.schedule.io import load_schedule
+    from harmony.schedule.io import load_schedule, planned_cap
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
     from harmony.schedule.trace import save_trace
@@ -38,7 +39,7 @@ def main(args) -> int:
     params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
                                         iterations=max(1, args.iterations), mb_pipeline=not args.no_mb_pipeline)
     costs = LayerCosts(prof, sizes=model_sizes(rec["model"]))
-    sim = simulate(graph, costs, params, rec.get("gpu_memory_cap"), record=bool(args.trace))
+    sim = simulate(graph, costs, params, planned_cap(rec), record=bool(args.trace))
     pred = prediction_record(graph, costs, params, cal, sim, rec["model"], rec.get("precision", "fp32"))
     if args.trace:
         save_trace(args.trace, sim, {"schedule": args.schedule})

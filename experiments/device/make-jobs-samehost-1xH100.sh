@@ -8,6 +8,9 @@
 # whole models: vgg416 and resnet1026 in the first call, bert96 and gpt2-xl in the second (about 260 s a
 # model). Before this, `--move` puts the old profile, N = 1 schedules and run records of MODELS under
 # superseded/bare-timing-profile/ (git mv), so that the job list does not skip them.
+# Entry 32 (plans at 10% headroom, run on one allocator pool): vgg416, resnet1026 and bert96 again, and gpt2-xl:
+#   bash experiments/device/make-jobs-samehost-1xH100.sh --move vgg416=copy-stream-5pct \
+#       resnet1026=copy-stream-5pct bert96=copy-stream-5pct gpt2-xl     (gpt2-xl's records are the bare-timed ones)
 #   bash experiments/device/make-jobs-samehost-1xH100.sh --move vgg416 resnet1026 bert96 gpt2-xl
 #   BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-samehost-1xH100.sh \
 #       results/paper/1xH100-80GB-HBM3 h100-samehost2
@@ -15,8 +18,11 @@ HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
-old=$R/superseded/bare-timing-profile
-for m in "${models[@]}"; do
+# MODEL=FOLDER moves that model's records to superseded/FOLDER instead (entry 32: copy-stream-5pct, the
+# split-timing runs on two allocator pools at 5% headroom).
+for arg in "${models[@]}"; do
+  m=${arg%%=*}; folder=bare-timing-profile; [ "$m" != "$arg" ] && folder=${arg#*=}
+  old=$R/superseded/$folder
   if [ $move = 1 ] && [ -e "$R/profiles/$m.json" ]; then
     mkdir -p "$old/profiles" "$old/schedules/$m" "$old/runs/harmony-vDP/$m" "$old/runs/harmony-vPP/$m"
     git mv "$R/profiles/$m.json" "$old/profiles/"

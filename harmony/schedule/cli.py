@@ -36,11 +36,13 @@ def add_arguments(p):
     p.add_argument("--gpu-memory", default=None,
                    help="per-GPU memory cap, e.g. 11GiB or 9e9 (default: no cap; the plan then fits the memory of "
                         "the GPU the profile was taken on, or is unbounded for a CPU profile)")
-    p.add_argument("--headroom", type=float, default=0.05,
+    p.add_argument("--headroom", type=float, default=0.10,
                    help="fraction of the cap the plan leaves free for what the memory model does not see: "
-                        "allocator rounding and fragmentation, CUDA/NCCL workspaces (default 0.05; at 0.03, "
-                        "vgg416 vDP D=64 planned at 11.42 of 11.46 GB went OOM on the H100 with 0.38 GB "
-                        "reserved but unusable; resnet1026 and vgg416 planned at 10.99 of 11 GiB did before)")
+                        "allocator rounding and fragmentation, CUDA/NCCL workspaces (default 0.10: with one "
+                        "allocator pool, `harmony run --load-buffers auto`, 0.9-1.1 of 11 GiB stayed reserved "
+                        "but unallocated, and plans at 5%% ran out of memory; at 10%% the H100 points of "
+                        "docs/performance.md entry 32 ran 6-16%% faster than 5%% plans on two pools, and "
+                        "predicted within 0.6%% of them)")
     p.add_argument("--host-memory", default=None,
                    help="host memory the run's arena may take (weights, gradients, optimizer state and every stashed "
                         "activation), e.g. 120GiB; candidates needing more are infeasible. Default: the host memory "

@@ -295,9 +295,15 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
         bwd_peak_held = m.peak() - base
     tf, issue_f = r.time_split(r.fwd, opts.trials)
     tb, issue_b = r.time_split(r.bwd, opts.trials)
+    # Issue time on CUDA: the fastest trial. It is host CPU work, and every slower trial adds what the host
+    # did meanwhile: two vgg416 profiles of one H100 host a minute apart summed the median backward issue
+    # at u = 8 to 230 and 337 ms (docs/performance.md entry 32), and a pack issues in less than its
+    # vLayers' sum anyway (0.48-0.75x for vgg416's forward packs). On the CPU the issue is the time.
+    issue = min if r.device.type == "cuda" else statistics.median
     return {"fwd_s": statistics.median(tf), "fwd_spread": [min(tf), max(tf)],
             "bwd_s": statistics.median(tb), "bwd_spread": [min(tb), max(tb)],
-            "fwd_issue_s": statistics.median(issue_f), "bwd_issue_s": statistics.median(issue_b),
+            "fwd_issue_s": issue(issue_f), "bwd_issue_s": issue(issue_b),
+            "fwd_issue_spread": [min(issue_f), max(issue_f)], "bwd_issue_spread": [min(issue_b), max(issue_b)],
             "fwd_peak_bytes": int(fwd_peak), "saved_bytes": int(saved), "bwd_peak_bytes": int(bwd_peak),
             "bwd_peak_held_bytes": int(bwd_peak_held)}
 
@@ -505,7 +511,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         mu = sorted(meas)
         for key in SERIES:
             rec[key] = [meas[u][key] if u in meas else _interp(mu, [meas[v][key] for v in mu], u) for u in us]
-        for key in ("fwd_spread", "bwd_spread"):
+        for key in ("fwd_spread", "bwd_spread", "fwd_issue_spread", "bwd_issue_spread"):
             rec[key] = [meas[u][key] if u in meas else
                         [_interp(mu, [meas[v][key][j] for v in mu], u) for j in (0, 1)] for u in us]
         rec["measured"] = [u in meas for u in us]
@@ -524,6 +530,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "opt_call_overhead_s": optimizer_call_overhead(cfg, opts.opt_trials),
         "torch": torch.__version__, "trials": opts.trials, "warmup": opts.warmup,
         "timing": TIMING_CUDA if dev.type == "cuda" else "time.perf_counter",
+        # of the trials (CUDA); profiles before docs/performance.md entry 32's follow-up took the median
+        "issue_statistic": "min" if dev.type == "cuda" else "median (the time)",
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
                           else "live tensor storages (TorchDispatchMode tracker)"),
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),

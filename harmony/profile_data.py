@@ -14,7 +14,9 @@ profile.json (artifact "profile", schema_version 1):
                (on CUDA, profiles with timing "cuda events behind a spin kernel + host issue time": the
                kernels' device time back to back, launch gaps excluded; older "cuda events" profiles
                timed the vLayer bare, launch gaps included)
-             fwd_issue_s, bwd_issue_s [per u]: host seconds to issue them (absent in older profiles);
+             fwd_issue_s, bwd_issue_s [per u]: host seconds to issue them (absent in older profiles; the
+               fastest trial where the profile's issue_statistic is "min", else the median), with
+               fwd_issue_spread, bwd_issue_spread [[min, max] per u];
                a pack costs max(sum of device times, sum of issue times) (schedule/memory.py UCosts)
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
                                   (output + temporaries)

@@ -72,6 +72,8 @@ def test_fields_present_and_consistent(mlp_profile):
         assert v["bwd_peak_bytes"][-1] >= v["saved_bytes"][-1] > 0
         # the CPU runs each op as it is issued: the host issue time is the time
         assert v["fwd_issue_s"] == v["fwd_s"] and v["bwd_issue_s"] == v["bwd_s"]
+        for t, (lo, hi) in zip(v["bwd_issue_s"], v["bwd_issue_spread"]):
+            assert lo <= t <= hi
     p = Profile(prof)   # the scheduler's reader
     assert p.num_layers == 9 and p.max_ubatch() == 8 and p.has_issue_times
     assert prof["timing"] == "time.perf_counter"

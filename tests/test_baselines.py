@@ -82,6 +82,25 @@ def test_swap_baselines_train_like_pytorch_on_the_runtime(system, gpus):
         assert by_kind[-1][k] == predicted[k], k
 
 
+def test_swap_baselines_keep_the_copy_stream_pool(monkeypatch):
+    """A swap baseline's schedule records the plan's prefetch waits (it is simulated like Harmony's), which
+    would make `--load-buffers auto` pick the compute stream's pool; every swap record on file ran the copy
+    stream's, so the baselines ask for it (docs/runtime.md, GPU memory pools)."""
+    import harmony.runtime
+    from baselines.swap_dp import run_on_runtime
+    _, mj = load_model("mlp-tiny")
+    rec = schedule_record("swap-dp", mj, swap_dp_config(mj, D, 1, 2), cap=None, precision="fp32")
+    rec["prediction"]["prefetch_waits"] = [1]
+    seen = {}
+
+    def fake_run_schedule(record, graph, **kw):
+        seen.update(kw)
+        return {"status": "ok"}
+    monkeypatch.setattr(harmony.runtime, "run_schedule", fake_run_schedule)
+    run_on_runtime(Settings(system="swap-dp", model="mlp-tiny", minibatch=D), rec, "mlp-tiny", "vDP")
+    assert seen["load_buffers"] == "copy-stream"
+
+
 # ------------------------------------------------------------------------------------------------
 # resident and fsdp-offload
 # ------------------------------------------------------------------------------------------------

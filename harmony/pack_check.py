@@ -65,9 +65,7 @@ def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp3
     if trials > 0:     # what the cost model charges a pack: the larger of its device and host issue times
         for kind, fn in (("fwd", r.fwd), ("bwd", r.bwd)):
             dev_s, issue_s = r.time_split(fn, trials)
-            # issue: the statistic the profile uses for its vLayers (harmony.profile.measure: fastest on CUDA)
-            issue = min if r.device.type == "cuda" else statistics.median
-            out[f"{kind}_device_s"], out[f"{kind}_issue_s"] = statistics.median(dev_s), issue(issue_s)
+            out[f"{kind}_device_s"], out[f"{kind}_issue_s"] = statistics.median(dev_s), r.issue_time(issue_s)
             out[f"{kind}_s"] = max(out[f"{kind}_device_s"], out[f"{kind}_issue_s"])
             out[f"{kind}_host_waited"] = r.host_waited
     del r, layers

@@ -213,6 +213,14 @@ class Runner:
             issue_s.append(issued)
         return dev_s, issue_s
 
+    def issue_time(self, issue_s: list[float]) -> float:
+        """The issue time of time_split's trials: on CUDA the fastest. It is host CPU work, and every slower
+        trial adds what the host did meanwhile: two vgg416 profiles of one H100 host a minute apart summed
+        the median backward issue at u = 8 to 230 and 337 ms (docs/performance.md entry 32), and a pack
+        issues in less than its vLayers' sum anyway (0.48-0.75x for vgg416's forward packs). On the CPU
+        the issue is the time, whose statistic is the median."""
+        return min(issue_s) if self.device.type == "cuda" else statistics.median(issue_s)
+
     def _time_once(self, fn, spin_s: float) -> tuple[float, float, float]:
         """(seconds the GPU spun, device seconds of fn's kernels, host seconds issuing fn); spin_s = 0:
         bare, after a synchronize."""
@@ -295,11 +303,7 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
         bwd_peak_held = m.peak() - base
     tf, issue_f = r.time_split(r.fwd, opts.trials)
     tb, issue_b = r.time_split(r.bwd, opts.trials)
-    # Issue time on CUDA: the fastest trial. It is host CPU work, and every slower trial adds what the host
-    # did meanwhile: two vgg416 profiles of one H100 host a minute apart summed the median backward issue
-    # at u = 8 to 230 and 337 ms (docs/performance.md entry 32), and a pack issues in less than its
-    # vLayers' sum anyway (0.48-0.75x for vgg416's forward packs). On the CPU the issue is the time.
-    issue = min if r.device.type == "cuda" else statistics.median
+    issue = r.issue_time
     return {"fwd_s": statistics.median(tf), "fwd_spread": [min(tf), max(tf)],
             "bwd_s": statistics.median(tb), "bwd_spread": [min(tb), max(tb)],
             "fwd_issue_s": issue(issue_f), "bwd_issue_s": issue(issue_b),

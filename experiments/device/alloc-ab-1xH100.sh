@@ -14,30 +14,16 @@
 set -u
 R=results/paper/1xH100-80GB-HBM3; A=$R/remeasure/alloc-ab
 mkdir -p "$A"
-one_run() {  # [RUN_ENV="VAR=value ..."] one_run OUT LABEL SCHEDULE [harmony run options...]
-  local out=$1 label=$2 sched=$3; shift 3
-  [ -s "$out" ] && return 0
-  echo "[$SECONDS s] $label"
-  env ${RUN_ENV:-} timeout 150 harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda --iters 5 \
-    "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -2 "${out%.jsonl}.log"
-}
+source "$(dirname "$0")/run_lib.sh"
 for point in vgg416:vDP:16 vgg416:vDP:64 bert96:vPP:64; do
   IFS=: read -r m mode d <<< "$point"
   sched=$R/schedules/$m/$mode-N1-D$d-auto.json
-  one_run "$A/$m-$mode-D$d.default.jsonl" "$m $mode D=$d default" "$sched"
+  # "default": copy-stream, the default when this ran (entry 32 made auto the default)
+  one_run "$A/$m-$mode-D$d.default.jsonl" "$m $mode D=$d default" "$sched" --load-buffers copy-stream
   one_run "$A/$m-$mode-D$d.compute-stream.jsonl" "$m $mode D=$d --load-buffers compute-stream" "$sched" \
     --load-buffers compute-stream
   RUN_ENV=PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,garbage_collection_threshold:0.8 \
-    one_run "$A/$m-$mode-D$d.gc08.jsonl" "$m $mode D=$d garbage_collection_threshold:0.8" "$sched"
+    one_run "$A/$m-$mode-D$d.gc08.jsonl" "$m $mode D=$d garbage_collection_threshold:0.8" "$sched" \
+    --load-buffers copy-stream
 done
-python3 - "$A" <<'PY'
-import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
-    s = json.loads(open(f).read().splitlines()[-1])
-    if s.get("status") == "ok":
-        print(f"{f.split('/')[-1]:<44} {s['iter_time_s']:7.3f} s  pred {s['predicted_iter_time_s']:7.3f}  "
-              f"x{s['iter_time_s'] / s['predicted_iter_time_s']:.2f}  retries {s['alloc_retries']}")
-    else:
-        print(f"{f.split('/')[-1]:<44} {s.get('status')}: {s.get('message')}")
-PY
+summarize_runs "$A"

@@ -10,13 +10,9 @@
 set -u
 R=results/paper/1xH100-80GB-HBM3; P=$R/remeasure/issue-host
 mkdir -p "$P/runs"
+source "$(dirname "$0")/run_lib.sh"
 for d in 256 16; do
-  out=$P/runs/vgg416-vDP-D$d.jsonl
-  [ -s "$out" ] && continue
-  echo "[$SECONDS s] vgg416 vDP D=$d"
-  timeout 170 harmony run "$R/schedules/vgg416/vDP-N1-D$d-auto.json" --data synthetic --gpu-memory 11GiB \
-    --precision tf32 --device cuda --iters 5 -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -1 "${out%.jsonl}.log"
+  RUN_TIMEOUT_S=170 one_run "$P/runs/vgg416-vDP-D$d.jsonl" "vgg416 vDP D=$d" "$R/schedules/vgg416/vDP-N1-D$d-auto.json"
 done
 check() {   # profiled u, pack range, u of the check
   local us=$1 rng=$2 u=$3

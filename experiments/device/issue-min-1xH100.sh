@@ -17,14 +17,8 @@ prof() {
   timeout 150 harmony profile "$R/models/vgg416.json" --device cuda --precision tf32 --gpu-memory 11GiB \
     --ubatch 8,16 -o "$out" > "${out%.json}.log" 2>&1 || echo "FAILED ($?): $out"
 }
-run() {
-  local out=$P/runs/vgg416-vDP-D$1.jsonl
-  [ -s "$out" ] && return 0
-  echo "[$SECONDS s] vgg416 vDP D=$1"
-  timeout 170 harmony run "$R/schedules/vgg416/vDP-N1-D$1-auto.json" --data synthetic --gpu-memory 11GiB \
-    --precision tf32 --device cuda --iters 5 -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -1 "${out%.jsonl}.log"
-}
+source "$(dirname "$0")/run_lib.sh"
+run() { RUN_TIMEOUT_S=170 one_run "$P/runs/vgg416-vDP-D$1.jsonl" "vgg416 vDP D=$1" "$R/schedules/vgg416/vDP-N1-D$1-auto.json"; }
 prof a; run 256; prof b; run 16; prof c
 python3 - "$P/profiles" <<'PY'
 import glob, sys

@@ -21,14 +21,7 @@ if [ ! -s "$A/gpu-tests.log" ]; then
       2>&1 | grep -E "assert|AssertionError|passed|failed" | head -6
   done > "$A/profile-test.log"; cat "$A/profile-test.log"
 fi
-one_run() {  # one_run OUT LABEL SCHEDULE [harmony run options...]
-  local out=$1 label=$2 sched=$3; shift 3
-  [ -s "$out" ] && return 0
-  echo "[$SECONDS s] $label"
-  timeout 150 harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda --iters 5 \
-    "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -2 "${out%.jsonl}.log"
-}
+source "$(dirname "$0")/run_lib.sh"
 k=0
 for point in vgg416:vDP:64 vgg416:vDP:16 bert96:vPP:64 resnet1026:vPP:64 bert96:vPP:16; do
   IFS=: read -r m mode d <<< "$point"
@@ -37,14 +30,4 @@ for point in vgg416:vDP:64 vgg416:vDP:16 bert96:vPP:64 resnet1026:vPP:64 bert96:
   for lb in $order; do one_run "$base.$lb.jsonl" "$m $mode D=$d --load-buffers $lb" "$sched" --load-buffers $lb; done
   k=$((k + 1))
 done
-python3 - "$A/runs" <<'PY'
-import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
-    s = json.loads(open(f).read().splitlines()[-1])
-    if s.get("status") == "ok":
-        print(f"{f.split('/')[-1]:<42} {s['load_buffers']:<15} {s['iter_time_s']:7.3f} s  pred "
-              f"{s['predicted_iter_time_s']:7.3f}  x{s['iter_time_s'] / s['predicted_iter_time_s']:.2f}  "
-              f"retries {s['alloc_retries']}  peak alloc {max(s['peak_allocated_bytes']) / 2**30:.2f} GiB")
-    else:
-        print(f"{f.split('/')[-1]:<42} {s.get('status')}: {s.get('message')}")
-PY
+summarize_runs "$A/runs"

@@ -10,14 +10,7 @@
 set -u
 R=results/paper/1xH100-80GB-HBM3; A=$R/remeasure/prefetch-plan
 mkdir -p "$A/runs-h10"
-one_run() {  # one_run OUT LABEL SCHEDULE [harmony run options...]
-  local out=$1 label=$2 sched=$3; shift 3
-  [ -s "$out" ] && return 0
-  echo "[$SECONDS s] $label"
-  timeout 150 harmony run "$sched" --data synthetic --gpu-memory 11GiB --precision tf32 --device cuda --iters 5 \
-    "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
-  tail -1 "${out%.jsonl}.log"
-}
+source "$(dirname "$0")/run_lib.sh"
 k=0
 for point in vgg416:vDP:64 resnet1026:vPP:64 vgg416:vDP:16 bert96:vPP:64 bert96:vPP:16; do
   IFS=: read -r m mode d <<< "$point"
@@ -28,15 +21,4 @@ for point in vgg416:vDP:64 resnet1026:vPP:64 vgg416:vDP:16 bert96:vPP:64 bert96:
   if [ $((k % 2)) = 0 ]; then one_run "${old[@]}"; one_run "${new[@]}"; else one_run "${new[@]}"; one_run "${old[@]}"; fi
   k=$((k + 1))
 done
-python3 - "$A/runs-h10" <<'PY'
-import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
-    s = json.loads(open(f).read().splitlines()[-1])
-    if s.get("status") == "ok":
-        print(f"{f.split('/')[-1]:<42} {s['load_buffers']:<15} {s['iter_time_s']:7.3f} s  pred "
-              f"{s['predicted_iter_time_s']:7.3f}  x{s['iter_time_s'] / s['predicted_iter_time_s']:.2f}  "
-              f"retries {s['alloc_retries']}  peak alloc {max(s['peak_allocated_bytes']) / 2**30:.2f} "
-              f"reserved {max(s['peak_reserved_bytes']) / 2**30:.2f} GiB")
-    else:
-        print(f"{f.split('/')[-1]:<42} {s.get('status')}: {(s.get('message') or '')[:160]}")
-PY
+summarize_runs "$A/runs-h10"

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Figure 10's Harmony points of one machine kind profiled, searched and run on ONE host per model.
+#   usage: [HW=1xH100-80GB-HBM3 NGPU=1] make-jobs-samehost.sh [--move] MODEL[=FOLDER]...
+#   writes experiments/device/jobs-samehost-<HW up to its first '-'>.sh (jobs-samehost-1xH100.sh, jobs-samehost-2xH200.sh)
 # Performance log 31: figure 10's Harmony points at N = 1 profiled, searched and run on ONE host each.
 # Device times of a vLayer reproduce within 1% across lent H100 hosts; host issue times differ by 10-100%
 # (remeasure/split-timing: h100-split1 against h100-samehost1). With a profile from the run's own host the
@@ -9,12 +12,14 @@
 # model). Before this, `--move` puts the old profile, N = 1 schedules and run records of MODELS under
 # superseded/bare-timing-profile/ (git mv), so that the job list does not skip them.
 # Entry 32 (plans at 10% headroom, run on one allocator pool): vgg416, resnet1026 and bert96 again, and gpt2-xl:
-#   bash experiments/device/make-jobs-samehost-1xH100.sh --move vgg416=copy-stream-5pct \
+#   bash experiments/device/make-jobs-samehost.sh --move vgg416=copy-stream-5pct \
 #       resnet1026=copy-stream-5pct bert96=copy-stream-5pct gpt2-xl     (gpt2-xl's records are the bare-timed ones)
-#   bash experiments/device/make-jobs-samehost-1xH100.sh --move vgg416 resnet1026 bert96 gpt2-xl
+#   bash experiments/device/make-jobs-samehost.sh --move vgg416 resnet1026 bert96 gpt2-xl
 #   BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-samehost-1xH100.sh \
 #       results/paper/1xH100-80GB-HBM3 h100-samehost2
-HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
+# 2x H200 (N = 2, profiles from before split timing):
+#   HW=2xH200 NGPU=2 bash experiments/device/make-jobs-samehost.sh --move vgg416 resnet1026 bert96 gpt2-xl
+HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
@@ -26,15 +31,15 @@ for arg in "${models[@]}"; do
   if [ $move = 1 ] && [ -e "$R/profiles/$m.json" ]; then
     mkdir -p "$old/profiles" "$old/schedules/$m" "$old/runs/harmony-vDP/$m" "$old/runs/harmony-vPP/$m"
     git mv "$R/profiles/$m.json" "$old/profiles/"
-    for f in "$R"/schedules/$m/v[DP]P-N1-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
+    for f in "$R"/schedules/$m/v[DP]P-N$NGPU-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
     for mode in vDP vPP; do
-      for f in "$R"/runs/harmony-$mode/$m/N1-D*-auto*.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
+      for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D*-auto*.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
     done
   fi
   t=()
   for d in 16 64 256 1024; do for mode in vDP vPP; do
-    [ -e "$old/runs/harmony-$mode/$m/N1-D$d-auto.jsonl" ] && t+=("$R/runs/harmony-$mode/$m/N1-D$d-auto.jsonl")
+    [ -e "$old/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl" ] && t+=("$R/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl")
   done; done
   listing -- "$R/profiles/$m.json" "${t[@]}"
 done
-write_joblist experiments/device/jobs-samehost-1xH100.sh
+write_joblist "experiments/device/jobs-samehost-${HW%%-*}.sh"

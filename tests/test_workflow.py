@@ -641,10 +641,12 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     R = tmp_path / "results" / "paper" / "1xTEST"
     R.mkdir(parents=True)
 
-    def write(swap_pp_sps, pred_factor, bound_fraction):
+    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None):
         pts = [("harmony-vPP", "ok", 30.0, pred_factor, bound_fraction), ("harmony-vDP", "ok", 20.0, 1.0, 0.9),
                ("swap-dp", "ok", 10.0, None, None), ("swap-pp", "ok", swap_pp_sps, None, None),
                ("fsdp-offload", "oom", None, None, None)]
+        if resident_sps:
+            pts.append(("resident", "ok", resident_sps, None, None))
         with open(R / "figure10.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
             w.writeheader()
@@ -662,6 +664,11 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     assert ok["C12"]["verdict"] == "pass"
     bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)
     assert bad["C10"]["verdict"] == "fail" and "1.20x swap-pp" in bad["C10"]["detail"]
+    assert "resident" not in bad["C10"]["detail"]                             # no resident run: no reference
+    ref = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7, resident_sps=27.5)
+    assert ref["C10"]["verdict"] == "fail" and "1.20x swap-pp (resident / swap-pp: 1.10x)" in ref["C10"]["detail"]
+    assert "resident" not in write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85,
+                                   resident_sps=27.5)["C10"]["detail"]       # met: nothing to explain
     assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200" in bad["C11"]["detail"]
     assert bad["C12"]["verdict"] == "fail" and "lowest 0.700" in bad["C12"]["detail"]
     too_fast = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=2.5)     # "bound" from a stale profile

@@ -70,6 +70,24 @@ def test_prefetch_waits_name_the_loads_that_do_not_fit_beside_the_previous_task(
     assert capped.iter_time_s == free.iter_time_s == pytest.approx(13.0)
 
 
+def test_an_output_sent_to_another_gpu_stays_allocated_through_the_next_task():
+    # vPP on 2 GPUs: FWD(0,2) on GPU 0 sends its output (4 samples x 5 B) to BWD(2,3) on GPU 1. The send
+    # completes only as GPU 1 receives it, and GPU 0's host has issued BWD(0,2) by then, so those 20 B are
+    # allocated beside BWD(0,2). BWD(2,3) sends its input gradient to GPU 0 but is GPU 1's last task, and
+    # sends are dropped at the iteration's end: nothing is held into the next iteration's FWD(0,2).
+    costs = LayerCosts(make_profile(x=5))
+    two, one = (simulate(graph("vPP", N, 4, 4, 4), costs, PARAMS) for N in (2, 1))
+    for sim, g, sent in ((two, graph("vPP", 2, 4, 4, 4), 20), (one, graph("vPP", 1, 4, 4, 4), 0)):
+        ids = {(t.kind, t.pack): t.id for t in g.tasks}
+        assert sim.task_peak_bytes[ids["FWD", (0, 2)]] == costs.task_bytes("FWD", 0, 2, 4, 4)
+        assert sim.task_peak_bytes[ids["BWD", (2, 3)]] == costs.task_bytes("BWD", 2, 3, 4, 4)
+        assert sim.task_peak_bytes[ids["BWD", (0, 2)]] == costs.task_bytes("BWD", 0, 2, 4, 4) + sent
+    # under a cap between the two, the held bytes make the 2-GPU plan infeasible
+    cap = max(costs.task_bytes("BWD", 0, 2, 4, 4) + 10, max(one.task_peak_bytes))
+    assert simulate(graph("vPP", 1, 4, 4, 4), costs, PARAMS, cap=cap).feasible
+    assert not simulate(graph("vPP", 2, 4, 4, 4), costs, PARAMS, cap=cap).feasible
+
+
 def test_hand_computed_vdp():
     # 2 GPUs x 2 samples at u=2: compute halves; ring all-reduce of 10 B and 20 B at 10 B/s; one dW copy.
     costs = LayerCosts(make_profile())

@@ -18,6 +18,11 @@ What overlaps, as the runtime does it:
   - a task's inputs stream in microbatch by microbatch (`mb_pipeline`): a consumer starts on its first
     microbatch when that has arrived and cannot finish before its last input arrives plus one microbatch;
     a producer's outputs are ready linearly between its first and its last microbatch;
+  - an output sent to another GPU (vPP) stays allocated on its GPU through the rank's next compute task:
+    the send completes only as the consumer receives it, microbatch by microbatch, and by then the host
+    has issued (and allocated) that next task; the runtime drops its sends at the iteration's end, so
+    nothing is held across iterations. (2x H200, gpt2-xl vPP D = 64: rank 0 peaked at 10.06 GiB allocated
+    where the task peaks alone said 9.65; held, 10.04; docs/performance.md entry 33);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
   - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration).
@@ -105,7 +110,8 @@ class SimResult:
     iteration_ends: list[float]
     bytes: dict[str, int]
     peak_memory_bytes: list[int]
-    task_peak_bytes: list[int]               # per task: its own peak (compute tasks), 0 for UPD
+    task_peak_bytes: list[int]               # per task: its peak (compute tasks; with what the rank still
+                                             # holds for sends to other GPUs), 0 for UPD
     feasible: bool
     cap: float | None
     compute_s: list[float]                   # per GPU, one iteration
@@ -123,7 +129,7 @@ class SimResult:
 class _Info:
     __slots__ = ("t", "kind", "rank", "dur", "first", "last", "nmb", "w_bytes", "act_h2d", "p2p_act",
                  "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
-                 "prefetch_bytes", "stash_src")
+                 "prefetch_bytes", "stash_src", "sent_bytes")
 
 
 def _sim_order(g: TaskGraph) -> list[int]:
@@ -161,6 +167,7 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.peak = 0
         x.upd_dur = 0.0
         x.stash_src = None
+        x.sent_bytes = 0
         if t.kind == "UPD":
             x.upd_dur = upd_duration(costs, params, t.pack, g.config.gpus)
             infos.append(x)
@@ -194,6 +201,13 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.gate_packs = [i for i, p in enumerate(cfg.bwd_packs) if p[0] < ll[1] and ll[0] < p[1]] \
             if ll[1] > ll[0] else []
         infos.append(x)
+    # what each producer sends to other GPUs: the P2P bytes its remote consumers receive
+    for x in infos:
+        t = x.t
+        if x.p2p_act is not None:
+            infos[t.act_in[1]].sent_bytes += x.p2p_act[0]
+        if x.p2p_grad is not None:
+            infos[t.grad_in].sent_bytes += x.p2p_grad[0]
     return infos
 
 
@@ -219,6 +233,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     cpu_free = [0.0] * N
     last_comp: list[tuple | None] = [None] * N   # (start, end, peak) of the rank's previous compute task
     peak = [0] * N
+    task_peaks = [x.peak for x in infos]       # a task's own peak plus what the rank still holds for sends
     waits: set[int] = set()
     upd_prev = [0.0] * len(cfg.bwd_packs)
     ends = []
@@ -239,6 +254,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     for it in range(params.iterations):
         upd_cur = [0.0] * len(cfg.bwd_packs)
         it_end = 0.0
+        held = [0] * N                          # bytes the rank's previous compute task sent to other GPUs
         for tid in order:
             x = infos[tid]
             t = x.t
@@ -327,14 +343,17 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             s1 = max(s0 + x.dur, last_in + x.last)
             comp_free[r] = s1
             c_start[tid], c_first[tid], c_end[tid] = s0, s0 + x.first, s1
-            last_comp[r] = (s0, s1, x.peak)
-            if x.peak > peak[r]:
-                peak[r] = x.peak
+            x_peak = x.peak + held[r]
+            held[r] = x.sent_bytes
+            task_peaks[tid] = x_peak
+            last_comp[r] = (s0, s1, x_peak)
+            if x_peak > peak[r]:
+                peak[r] = x_peak
             it_end = max(it_end, s1)
             if record:
                 ev.append((r, "compute", f"{x.kind} {t.pack}", s0, s1,
-                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x.peak}))
-                mem.append((r, s0, x.peak))
+                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x_peak}))
+                mem.append((r, s0, x_peak))
             # --- swap-out
             if x.d2h_act:
                 dur = x.d2h_act / d2h_bw
@@ -367,7 +386,6 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             totals[tr.kind] += tr.nbytes
     totals["h2d"] = totals["h2d_weights"] + totals["h2d_act"]
     totals["d2h"] = totals["d2h_grads"] + totals["d2h_act"]
-    task_peaks = [x.peak for x in infos]
     feasible = cap is None or max(task_peaks) <= cap
     cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
     return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),

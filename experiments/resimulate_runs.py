@@ -17,8 +17,14 @@ matched to the schedule of ROOT/schedules whose packs and microbatches it ran; `
 host's calibration (a call's `calls/TAG.calibration.json`); `--schedules DIR` another schedule folder (such as
 a superseded one).
 
+`--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
+last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
+schedules do not, so their overlaps are unknown): the tasks' own peaks, then with what each rank still holds
+for its sends to other GPUs (docs/performance.md entry 33), each plus the next task's prefetch where the
+plan overlaps it.
+
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
-        [--runs DIR] [--calibration FILE] [--schedules DIR]
+        [--runs DIR] [--calibration FILE] [--schedules DIR] [--peaks]
 """
 from __future__ import annotations
 
@@ -67,6 +73,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", help="folder of run records (default: ROOT/runs/harmony-*)")
     ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
     ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules)")
+    ap.add_argument("--peaks", action="store_true", help="modelled peak memory per GPU against the measured one")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -77,6 +84,8 @@ def main(argv: list[str]) -> int:
             else sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))))
     print(f"# {root}: schedules of the runs; calibration {cal_path}; profiles from {profiles}; "
           f"runs from {args.runs or root / 'runs'}")
+    if args.peaks:
+        return print_peaks(runs, schedules, profiles, cal)
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7}")
     for run in runs:
@@ -102,6 +111,54 @@ def main(argv: list[str]) -> int:
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
               f"{max(s.get('alloc_retries') or [0]):>7}")
+    return 0
+
+
+def rank_peaks(graph, costs, params, waits: set[int]) -> tuple[list[int], list[int]]:
+    """Per GPU, the largest task peak plus the next task's prefetch where the plan overlaps them: with the
+    tasks' own peaks, and with the simulator's (which add what the rank still holds for its sends)."""
+    from harmony.schedule.simulate import _prepare, simulate
+    infos = _prepare(graph, costs, costs.layer_sizes(), params)
+    held = simulate(graph, costs, params).task_peak_bytes
+    own = [x.peak for x in infos]
+    out = ([0] * graph.config.gpus, [0] * graph.config.gpus)
+    for r in range(graph.config.gpus):
+        comp = [t for t in graph.tasks if t.kind != "UPD" and t.rank == r]
+        for i, t in enumerate(comp):
+            nxt = comp[i + 1] if i + 1 < len(comp) else None
+            pf = infos[nxt.id].prefetch_bytes if nxt is not None and nxt.id not in waits else 0
+            for k, peaks in enumerate((own, held)):
+                out[k][r] = max(out[k][r], peaks[t.id] + pf)
+    return out
+
+
+def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:
+    from harmony.profile_data import Profile
+    from harmony.schedule.cli import model_sizes
+    from harmony.schedule.io import load_schedule
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.simulate import SimParams
+    gib = 2 ** 30
+    print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5}  per GPU, GiB: {'own tasks':<24} {'sends held':<24} measured")
+    for run in runs:
+        lines = [json.loads(x) for x in Path(run).read_text().splitlines()]
+        s = lines[-1]
+        its = [x for x in lines if x.get("record") == "iteration" and x.get("peak_allocated_bytes")]
+        if s.get("status") != "ok" or not its:
+            continue
+        sched, prof = find_schedule(run, s, schedules), profile_path(profiles, s["model"])
+        if sched is None or prof is None:
+            continue
+        rec, graph = load_schedule(sched)
+        waits = (rec.get("prediction") or {}).get("prefetch_waits")
+        if waits is None:
+            continue
+        params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
+        costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
+        own, held = rank_peaks(graph, costs, params, set(waits))
+        fmt = lambda xs: " ".join(f"{x / gib:5.2f}" for x in xs)       # noqa: E731
+        print(f"{s['model']:<13} {s['mode']:<4} {s['gpus']:>2} {s['minibatch']:>5}  {fmt(own):<24} "
+              f"{fmt(held):<24} {fmt(its[-1]['peak_allocated_bytes'])}")
     return 0
 
 

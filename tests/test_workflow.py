@@ -722,7 +722,8 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
                **{k: c[k] for k in ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")}}
         f = R / "runs" / "harmony-vDP" / "gpt2-tiny" / f"N1-D16-{cfg}.jsonl"
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps(run) + "\n")
+        f.write_text(json.dumps({"record": "iteration", "peak_allocated_bytes": [3 * 2 ** 29]}) + "\n"
+                     + json.dumps(run) + "\n")
         runs[cfg] = (pred, c)
     assert runs["auto"][1] != runs["roomy"][1], "the two caps should give two plans"
     other = tmp_path / "elsewhere"            # a re-run's records, named freely: matched by plan
@@ -741,3 +742,23 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
             pred = runs[r[4]][0]
             assert float(r[6]) == pytest.approx(pred, abs=1e-3) and float(r[8]) == pytest.approx(pred, abs=1e-3), out
             assert float(r[9]) == pytest.approx(2.0, abs=0.01) and r[12] == "0", out    # no retries on record
+    # --peaks: each run's modelled peak under the waits its schedule records is the schedule's recorded peak
+    # (one GPU sends nothing, so holding sends changes nothing), beside the measured one (1.5 GiB here)
+    import importlib.util
+    from harmony.profile_data import Profile
+    from harmony.schedule.cli import model_sizes
+    from harmony.schedule.io import load_schedule
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.simulate import SimParams
+    spec = importlib.util.spec_from_file_location("resimulate_runs", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for cfg in runs:
+        rec, graph = load_schedule(R / "schedules" / "gpt2-tiny" / f"vDP-N1-D16-{cfg}.json")
+        costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
+        own, held = mod.rank_peaks(graph, costs, SimParams.from_calibration(synthetic_calibration("paper")),
+                                   set(rec["prediction"]["prefetch_waits"]))
+        assert own == held == rec["prediction"]["peak_memory_bytes"], cfg
+    rows = [line.split() for line in sh([sys.executable, script, str(R), "--peaks"]).stdout.splitlines()
+            if line.startswith("gpt2-tiny")]
+    assert len(rows) == 2 and all(r[-1] == "1.50" for r in rows), rows

@@ -138,8 +138,9 @@ def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:
     from harmony.schedule.io import load_schedule
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams
-    gib = 2 ** 30
-    print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5}  per GPU, GiB: {'own tasks':<24} {'sends held':<24} measured")
+    def fmt(xs) -> str:
+        return " ".join(f"{x / 2 ** 30:5.2f}" for x in xs)
+    print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5}  {'own tasks, GiB per GPU':<24} {'sends held':<24} measured")
     for run in runs:
         lines = [json.loads(x) for x in Path(run).read_text().splitlines()]
         s = lines[-1]
@@ -156,7 +157,6 @@ def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:
         params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
         costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
         own, held = rank_peaks(graph, costs, params, set(waits))
-        fmt = lambda xs: " ".join(f"{x / gib:5.2f}" for x in xs)       # noqa: E731
         print(f"{s['model']:<13} {s['mode']:<4} {s['gpus']:>2} {s['minibatch']:>5}  {fmt(own):<24} "
               f"{fmt(held):<24} {fmt(its[-1]['peak_allocated_bytes'])}")
     return 0

@@ -19,7 +19,12 @@
 #       results/paper/1xH100-80GB-HBM3 h100-samehost2
 # 2x H200 (N = 2, profiles from before split timing):
 #   HW=2xH200 NGPU=2 bash experiments/device/make-jobs-samehost.sh --move vgg416 resnet1026 bert96 gpt2-xl
+# MODES=vPP (default "vDP vPP"): only that mode's schedules and runs move and run again, and the profile
+# stays (the other mode's records were made with it). Performance log entry 33's check on 2x H200:
+#   HW=2xH200 NGPU=2 MODES=vPP bash experiments/device/make-jobs-samehost.sh --move vgg416=pre-held-sends \
+#       resnet1026=pre-held-sends bert96=pre-held-sends gpt2-xl=pre-held-sends
 HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
+MODES=${MODES:-vDP vPP}; both=0; [ "$MODES" = "vDP vPP" ] && both=1
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
@@ -29,17 +34,18 @@ for arg in "${models[@]}"; do
   m=${arg%%=*}; folder=bare-timing-profile; [ "$m" != "$arg" ] && folder=${arg#*=}
   old=$R/superseded/$folder
   if [ $move = 1 ] && [ -e "$R/profiles/$m.json" ]; then
-    mkdir -p "$old/profiles" "$old/schedules/$m" "$old/runs/harmony-vDP/$m" "$old/runs/harmony-vPP/$m"
-    git mv "$R/profiles/$m.json" "$old/profiles/"
-    for f in "$R"/schedules/$m/v[DP]P-N$NGPU-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
-    for mode in vDP vPP; do
+    mkdir -p "$old/schedules/$m"
+    [ $both = 1 ] && mkdir -p "$old/profiles" && git mv "$R/profiles/$m.json" "$old/profiles/"
+    for mode in $MODES; do
+      mkdir -p "$old/runs/harmony-$mode/$m"
+      for f in "$R"/schedules/$m/$mode-N$NGPU-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
       for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D*-auto*.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
     done
   fi
   t=()
-  for d in 16 64 256 1024; do for mode in vDP vPP; do
+  for d in 16 64 256 1024; do for mode in $MODES; do
     [ -e "$old/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl" ] && t+=("$R/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl")
   done; done
-  listing -- "$R/profiles/$m.json" "${t[@]}"
+  if [ $both = 1 ]; then listing -- "$R/profiles/$m.json" "${t[@]}"; else listing -- "${t[@]}"; fi
 done
 write_joblist "experiments/device/jobs-samehost-${HW%%-*}.sh"

@@ -186,6 +186,28 @@ def test_a_pack_costs_the_larger_of_its_device_and_issue_sums():
     assert LayerCosts(prof).task_time("FWD", 0, 1, 1, 4)[0] == pytest.approx(4 * 1e-3)
 
 
+def test_the_host_runs_ahead_of_the_gpu_across_tasks():
+    """One GPU, no transfers: FWD(0,2) and BWD(0,2) are GPU-bound (kernels 10 ms, issue 2 ms), BWD(2,3)
+    launch-bound (kernels 1 ms, issue 3 ms). The host issues BWD(2,3) from 2 to 5 ms while the GPU runs
+    FWD(0,2) until 10, so BWD(2,3) takes its 1 ms of kernels: 10 + 1 + 10 = 21 ms per iteration, not the
+    23 that charging each task the larger of its sums would give. Where every task is launch-bound the
+    host is the bottleneck: 2 x 3 + 3 + 2 x 3 = 15 ms. The schedule bound's compute term is the larger of
+    the GPU's and the host's sums (21 and 15 ms)."""
+    def sim(devs, isss):
+        prof = make_profile(L=3, w=0, g=0, opt=0.0, us=(1,))
+        for v, dev, iss in zip(prof["vlayers"], devs, isss):
+            for k in ("fwd", "bwd"):
+                v[f"{k}_s"], v[f"{k}_issue_s"] = [dev], [iss]
+        costs = LayerCosts(prof)
+        g = graph("vPP", 1, 1, 1, 1)
+        cal = {"h2d_pinned_Bps": 10.0, "d2h_pinned_Bps": 10.0}
+        return simulate(g, costs, PARAMS), schedule_bound(g, costs, cal)["terms"]["compute_s"]
+    ahead, bound = sim((5e-3, 5e-3, 1e-3), (1e-3, 1e-3, 3e-3))
+    assert ahead.iter_time_s == pytest.approx(21e-3) and bound == pytest.approx(21e-3)
+    host_bound, bound = sim((1e-3,) * 3, (3e-3,) * 3)
+    assert host_bound.iter_time_s == pytest.approx(15e-3) and bound == pytest.approx(15e-3)
+
+
 def _all_packings(lo, hi, cuts_allowed):
     """Every contiguous packing of [lo, hi) whose inner cuts are drawn from cuts_allowed."""
     inner = [c for c in range(lo + 1, hi) if c in cuts_allowed]

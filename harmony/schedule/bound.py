@@ -1,7 +1,9 @@
 """Lower bounds on an iteration, for run records (runtime, baselines) and the schedule's prediction.
 
 schedule_bound(graph, profile, calibration): max of
-  compute_s     the busiest GPU's profiled compute: FWD at u_fwd + BWD (recompute + backward) at u_bwd
+  compute_s     the busiest GPU's profiled compute: FWD at u_fwd + BWD (recompute + backward) at u_bwd, the
+                larger of its kernels' seconds and its host's issue seconds (the host runs ahead across
+                tasks: docs/performance.md entry 34)
   transfer_s    the busiest host link's bytes of THIS graph (count per task_transfers) at calibrated
                 pinned bandwidths (H2D and D2H each; both together at the duplex rate); shared link: all
                 GPUs' bytes on one link
@@ -29,7 +31,8 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
     params = SimParams.from_calibration(calibration, host_link=host_link)
     N = graph.config.gpus
     sizes = costs.layer_sizes()
-    comp = [0.0] * N
+    dev = [0.0] * N
+    iss = [0.0] * N
     h2d = [0] * N
     d2h = [0] * N
     p2p = 0
@@ -38,7 +41,9 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
         if t.kind == "UPD":
             cpu += upd_duration(costs, params, t.pack, 1)   # a bound: all cores on it (workers may step at once)
             continue
-        comp[t.rank] += costs.task_time(t.kind, t.pack[0], t.pack[1], t.ubatch, t.num_samples)[0]
+        d, i = costs.task_device_issue(t.kind, t.pack[0], t.pack[1], t.ubatch, t.num_samples)[:2]
+        dev[t.rank] += d
+        iss[t.rank] += i
         for tr in task_transfers(graph, t, sizes):
             link = 0 if params.shared_link else t.rank
             if tr.kind in ("h2d_weights", "h2d_act"):
@@ -50,7 +55,7 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
     duplex = _raw(calibration).get("duplex_pinned_Bps") or (params.h2d_Bps + params.d2h_Bps)
     transfer = max(max(h2d[r] / params.h2d_Bps, d2h[r] / params.d2h_Bps, (h2d[r] + d2h[r]) / duplex)
                    for r in range(N))
-    terms = {"compute_s": max(comp), "transfer_s": transfer, "cpu_update_s": cpu}
+    terms = {"compute_s": max(max(d, i) for d, i in zip(dev, iss)), "transfer_s": transfer, "cpu_update_s": cpu}
     return {"schedule_bound_s": max(terms.values()), "terms": terms}
 
 

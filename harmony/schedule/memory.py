@@ -160,6 +160,25 @@ class LayerCosts:
             self._task_cache[key] = r
         return r
 
+    def task_device_issue(self, kind: str, s: int, e: int, u: int, n: int) -> tuple[float, ...]:
+        """(device seconds, host issue seconds, first microbatch's device and issue seconds, last
+        microbatch's device seconds) of a FWD/BWD task: its vLayers' sums. The simulator's host lane uses
+        them; task_time charges each microbatch the larger of its device and issue sums instead."""
+        key = ("dev+issue", kind, s, e, u, n)
+        r = self._task_cache.get(key)
+        if r is None:
+            full, rem = divmod(n, u)
+            per = {}
+            for uu in {u, rem} - {0}:
+                c = self.at(uu)
+                d, i = (c.fwd_prefix, c.fwd_issue_prefix) if kind == "FWD" else (c.bwd_prefix, c.bwd_issue_prefix)
+                per[uu] = (d[e] - d[s], i[e] - i[s])
+            dev = full * per[u][0] + (per[rem][0] if rem else 0.0)
+            iss = full * per[u][1] + (per[rem][1] if rem else 0.0)
+            first, last = per[u if full else rem], per[rem if rem else u]
+            r = self._task_cache[key] = (dev, iss, first[0], first[1], last[0])
+        return r
+
     # ---- memory (see the module docstring) -----------------------------------------------------------
     def group_buffers(self, kind: str, s: int, e: int, n: int) -> float:
         """Whole-group tensors a task holds on the GPU besides one microbatch's working set."""

@@ -15,6 +15,10 @@ What overlaps, as the runtime does it:
   - weights (and a BWD's stashed input) of a task are prefetched on the swap-in stream while the rank's
     previous task computes (double buffer), but only if previous peak + those bytes fit under the cap;
     otherwise the prefetch waits for the previous compute to finish;
+  - the host issues each rank's compute tasks one after the other (`host` lane: a task's issue seconds,
+    the sum of its vLayers' profiled host issue times): it runs ahead of the GPU across tasks, within an
+    iteration, so a task's kernels start no earlier than its issue starts and end no earlier than its
+    issue ends (docs/performance.md entry 34); profiles without issue times have no host lane;
   - a task's inputs stream in microbatch by microbatch (`mb_pipeline`): a consumer starts on its first
     microbatch when that has arrived and cannot finish before its last input arrives plus one microbatch;
     a producer's outputs are ready linearly between its first and its last microbatch;
@@ -127,9 +131,10 @@ class SimResult:
 
 
 class _Info:
-    __slots__ = ("t", "kind", "rank", "dur", "first", "last", "nmb", "w_bytes", "act_h2d", "p2p_act",
+    __slots__ = ("t", "kind", "rank", "dur", "nmb", "w_bytes", "act_h2d", "p2p_act",
                  "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
-                 "prefetch_bytes", "stash_src", "sent_bytes")
+                 "prefetch_bytes", "stash_src", "sent_bytes", "dev", "iss", "dev_first", "iss_first",
+                 "dev_last")
 
 
 def _sim_order(g: TaskGraph) -> list[int]:
@@ -173,8 +178,11 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
             infos.append(x)
             continue
         s, e = t.pack
-        x.dur, x.first, x.last, x.nmb = costs.task_time(t.kind, s, e, t.ubatch, t.num_samples)
+        x.dur, _, _, x.nmb = costs.task_time(t.kind, s, e, t.ubatch, t.num_samples)
+        x.dev, x.iss, x.dev_first, x.iss_first, x.dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch,
+                                                                                    t.num_samples)
         x.dur += params.task_overhead_s
+        x.dev += params.task_overhead_s
         x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples))
         act_is_p2p = t.act_in[0] == "task" and g.tasks[t.act_in[1]].rank != t.rank
         for tr in task_transfers(g, t, sizes):
@@ -246,15 +254,20 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     stash_done = [0.0] * nt
     grad_done = [0.0] * nt
     pipe = params.mb_pipeline
-    compute_s = [0.0] * N
+    dev_s, iss_s = [0.0] * N, [0.0] * N
     for x in infos:
         if x.kind != "UPD":
-            compute_s[x.rank] += x.dur
+            dev_s[x.rank] += x.dev
+            iss_s[x.rank] += x.iss
+    compute_s = [max(d, i) for d, i in zip(dev_s, iss_s)]      # as schedule_bound's compute term
 
     for it in range(params.iterations):
         upd_cur = [0.0] * len(cfg.bwd_packs)
         it_end = 0.0
         held = [0] * N                          # bytes the rank's previous compute task sent to other GPUs
+        # each rank's host starts issuing when the last iteration has ended (the runtime waits for its
+        # copies, sends and updates there)
+        host_free = [ends[-1] if ends else 0.0] * N
         for tid in order:
             x = infos[tid]
             t = x.t
@@ -339,10 +352,13 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
                                 ev, t.pack, label)
                 first_in, last_in = max(first_in, f), max(last_in, l)
             # --- compute
-            s0 = max(comp_free[r], first_in)
-            s1 = max(s0 + x.dur, last_in + x.last)
+            h0 = host_free[r]                   # the host issues this task after the rank's previous one
+            host_free[r] = h0 + x.iss
+            s0 = max(comp_free[r], first_in, h0)
+            # the last microbatch runs once its input is here, issued already unless the host is behind
+            s1 = max(s0 + x.dev, h0 + x.iss, last_in + x.dev_last)
             comp_free[r] = s1
-            c_start[tid], c_first[tid], c_end[tid] = s0, s0 + x.first, s1
+            c_start[tid], c_first[tid], c_end[tid] = s0, max(s0 + x.dev_first, h0 + x.iss_first), s1
             x_peak = x.peak + held[r]
             held[r] = x.sent_bytes
             task_peaks[tid] = x_peak
@@ -357,7 +373,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             # --- swap-out
             if x.d2h_act:
                 dur = x.d2h_act / d2h_bw
-                o0 = max(d2h_free[L], s0 + x.first)
+                o0 = max(d2h_free[L], c_first[tid])
                 o1 = max(o0 + dur, s1 + dur / x.nmb) if pipe else max(d2h_free[L], s1) + dur
                 d2h_free[L] = o1
                 stash_done[tid] = o1

@@ -18,7 +18,9 @@ What overlaps, as the runtime does it:
   - the host issues each rank's compute tasks one after the other (`host` lane: a task's issue seconds,
     the sum of its vLayers' profiled host issue times): it runs ahead of the GPU across tasks, within an
     iteration, so a task's kernels start no earlier than its issue starts and end no earlier than its
-    issue ends (docs/performance.md entry 34); profiles without issue times have no host lane;
+    issue ends (docs/performance.md entry 34); the host starts an iteration when the last one has ended
+    (the runtime waits for its copies, sends and updates there); profiles without issue times issue in
+    no time;
   - a task's inputs stream in microbatch by microbatch (`mb_pipeline`): a consumer starts on its first
     microbatch when that has arrived and cannot finish before its last input arrives plus one microbatch;
     a producer's outputs are ready linearly between its first and its last microbatch;

@@ -133,7 +133,7 @@ class SimResult:
 
 
 class _Info:
-    __slots__ = ("t", "kind", "rank", "dur", "nmb", "w_bytes", "act_h2d", "p2p_act",
+    __slots__ = ("t", "kind", "rank", "nmb", "w_bytes", "act_h2d", "p2p_act",
                  "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
                  "prefetch_bytes", "stash_src", "sent_bytes", "dev", "iss", "dev_first", "iss_first",
                  "dev_last")
@@ -180,10 +180,9 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
             infos.append(x)
             continue
         s, e = t.pack
-        x.dur, _, _, x.nmb = costs.task_time(t.kind, s, e, t.ubatch, t.num_samples)
+        x.nmb = -(-t.num_samples // t.ubatch)       # microbatches
         x.dev, x.iss, x.dev_first, x.iss_first, x.dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch,
                                                                                     t.num_samples)
-        x.dur += params.task_overhead_s
         x.dev += params.task_overhead_s
         x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples))
         act_is_p2p = t.act_in[0] == "task" and g.tasks[t.act_in[1]].rank != t.rank

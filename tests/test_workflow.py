@@ -419,6 +419,11 @@ def test_joblist_defers_a_long_job_to_the_end(tmp_path):
         "--defer", "slow,not-a-job", "-o", str(script)])
     outs = [line.rsplit("'", 2)[-2] for line in script.read_text().splitlines() if line.startswith("job ")]
     assert outs == ["p", "quick", "r", "slow"]
+    # JOB_SKIP leaves out the jobs whose first output matches (a machine without one baseline's package)
+    out = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**os.environ, "JOB_SKIP": "^(slow|r)$"},
+                         capture_output=True, text=True, timeout=60)
+    assert "ran 2, skipped 0" in out.stdout and "left out 2 (JOB_SKIP)" in out.stdout, out.stdout
+    assert (tmp_path / "quick").exists() and not (tmp_path / "slow").exists() and out.returncode == 0
 
 def test_joblist_counts_a_failed_parallel_job(tmp_path):
     (tmp_path / "a.txt").write_text(_dry_job("profile", [], ["pa"], "exit 3") + _dry_job("profile", [], ["pb"], "touch pb"))

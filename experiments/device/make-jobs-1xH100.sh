@@ -37,7 +37,3 @@ twins="$R/runs/harmony-vDP/bert96/N1-D64-auto.jsonl,$R/runs/harmony-vPP/gpt2-xl/
 twins="$twins,$R/runs/harmony-vPP/resnet1026/N1-D1024-auto.jsonl"
 write_joblist experiments/device/jobs-1xH100.sh \
   --defer "$twins,$zr/N1-D64-best.jsonl,$zr/N1-D256-best.jsonl,$zr/N1-D1024-best.jsonl"
-# the same list without zero-offload, for calls that do not carry the DeepSpeed wheels (.whl, docs/baselines.md)
-{ sed -n 1p experiments/device/jobs-1xH100.sh
-  echo "# jobs-1xH100.sh without its zero-offload jobs (written by make-jobs-1xH100.sh): for calls that do not carry the DeepSpeed wheels (.whl, docs/baselines.md)"
-  sed 1d experiments/device/jobs-1xH100.sh | grep -v zero-offload; } > experiments/device/jobs-1xH100-nozero.sh

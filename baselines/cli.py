@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--ubatch-search", default="climb", choices=["climb", "all"],
                    help="with a --ubatch list: climb from the middle candidate while throughput rises (default), "
                         "or run every candidate")
+    p.add_argument("--max-iter-s", type=float, default=None, metavar="SECONDS",
+                   help="stop after the first steady-state iteration slower than this, and search no smaller "
+                        "microbatch below such a candidate (default: run every iteration)")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="matmul precision (default fp32)")
     p.add_argument("--data", default="synthetic", help="batch source (default synthetic)")
     p.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
@@ -69,12 +72,15 @@ def settings_from_args(args, ubatch: int | None) -> Settings:
                          f"every GPU gets D/N samples")
     if args.iters < 1 or args.warmup < 0:
         raise ValueError("--iters must be >= 1 and --warmup >= 0")
+    if args.max_iter_s is not None and not args.max_iter_s > 0:
+        raise ValueError(f"--max-iter-s must be > 0 seconds, got {args.max_iter_s}")
     if ubatch is not None and not (1 <= ubatch <= args.minibatch // args.gpus):
         raise ValueError(f"--ubatch {ubatch} must be between 1 and D/N = {args.minibatch // args.gpus}")
     return Settings(system=args.name, model=args.model, minibatch=args.minibatch, gpus=args.gpus,
                     ubatch=ubatch, iters=args.iters, warmup=args.warmup, device=args.device,
                     precision=args.precision, gpu_memory_cap=parse_bytes(args.gpu_memory), data=args.data,
                     seed=args.seed, output=args.output, memcpy_trace=not args.no_memcpy_trace,
+                    max_iter_s=args.max_iter_s,
                     calibration=args.calibration, profile=args.profile, overrides=parse_overrides(args.set),
                     extra={"schedule_out": args.schedule_out} if args.schedule_out else {})
 
@@ -124,18 +130,27 @@ def main(args) -> int:
         rec = done[i][1]
         return (rec["samples_per_s"] or 0.0) if rec["status"] == "ok" else 0.0
 
+    def too_slow(i: int) -> bool:
+        """Candidate i ran slower per iteration than --max-iter-s: a smaller u moves the weights more often
+        per sample, so the climb does not go below it (the skipped ones are listed as not tried)."""
+        rec = done[i][1] if i in done else None
+        return (args.max_iter_s is not None and rec is not None and rec["status"] == "ok"
+                and (rec["iter_time_s"] or 0) > args.max_iter_s)
+
     if getattr(args, "ubatch_search", "climb") == "all":
         for i in range(len(settings)):
             trial(i)
     else:
-        climb(trial, len(settings))
+        climb(trial, len(settings), too_slow)
     results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],
                "message": r.get("message"), "output": s.output} for s, r in results]
     search += [{"ubatch": settings[i].ubatch, "status": "not tried", "iter_time_s": None, "samples_per_s": None,
                 "bytes_h2d": None, "bytes_d2h": None, "output": None,
-                "message": "skipped by the climb: a neighbour nearer the start was slower or did not run"}
+                "message": ("skipped by the climb: a larger u ran slower than --max-iter-s" if any(
+                    too_slow(j) for j in range(i + 1, len(settings))) else
+                            "skipped by the climb: a neighbour nearer the start was slower or did not run")}
                for i in range(len(settings)) if i not in done]
     search.sort(key=lambda x: x["ubatch"])
     ok = [(s, r) for s, r in results if r["status"] == "ok" and r["samples_per_s"]]
@@ -164,7 +179,8 @@ def main(args) -> int:
 def finished_candidate(s: Settings) -> dict | None:
     """The summary of candidate `s` when its record file already holds a finished run of these same
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
-    Error records are run again; a candidate with --set overrides always runs (they are not recorded)."""
+    Error records are run again; a candidate with --set overrides always runs (they are not recorded). A run
+    that --max-iter-s cut short counts as finished with fewer iterations."""
     path = Path(s.output)
     if s.overrides or not path.is_file():
         return None
@@ -176,16 +192,18 @@ def finished_candidate(s: Settings) -> dict | None:
     same = (rec.get("record") == "summary" and rec.get("system") == s.system
             and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
             and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch
-            and rec.get("iterations") == s.iters and env.get("device") == s.device
+            and (rec.get("iterations") == s.iters or (rec.get("cut_short") and rec.get("iterations", 0) < s.iters))
+            and env.get("device") == s.device
             and env.get("precision") == s.precision and env.get("gpu_memory_cap") == s.gpu_memory_cap)
     return rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable") else None
 
 
-def climb(trial, n: int) -> None:
+def climb(trial, n: int, too_slow=lambda i: False) -> None:
     """Hill-climb over candidates 0..n-1 (ascending u); trial(i) runs candidate i and returns its samples/s
     (0 when it did not run). Start in the middle; go up while each step is faster; go down from the start
     only if the first step up was not faster, while each step down is faster. Below a start that did not
-    run (OOM, infeasible), go down until one runs, then on while faster."""
+    run (OOM, infeasible), go down until one runs, then on while faster. Never go down below a candidate
+    that ran but was too_slow(i) (each of its iterations took longer than the caller allows)."""
     start = n // 2
     best_i, best = start, trial(start)
     if best > 0:
@@ -196,6 +214,8 @@ def climb(trial, n: int) -> None:
             return
     i = start - 1
     while i >= 0:
+        if too_slow(i + 1):
+            return
         v = trial(i)
         if v > best:
             best_i, best, i = i, v, i - 1

@@ -63,6 +63,9 @@ class Settings:
     data_seed: int = 1234
     output: str | None = None
     memcpy_trace: bool = True       # trace one steady-state iteration on CUDA
+    # stop after the first measured steady-state iteration slower than this (seconds; None: run all): a
+    # best-setting search of a slow system at a large minibatch otherwise outlasts a device call
+    max_iter_s: float | None = None
     calibration: str | None = None  # calibration.json: for the roofline
     profile: str | None = None      # profile.json: memory estimates of the swap baselines
     overrides: dict = field(default_factory=dict)
@@ -273,7 +276,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     trace_at = s.warmup if (use_cuda and s.memcpy_trace and len(batches) > s.warmup + 1) else None
     warmup = s.warmup + (1 if trace_at is not None else 0)
     traced: dict | None = None
-    status, message = "ok", None
+    status, message, cut = "ok", None, None
     for i, batch in enumerate(batches):
         try:
             for d in devices:
@@ -316,7 +319,12 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
-    extra: dict[str, Any] = {}
+        if cut_short(s, i, dt, warmup, len(batches)):
+            cut = (f"stopped after iteration {i}: {dt:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
+                   f"state is this one iteration")
+            log_phase(s.system, cut)
+            break
+    extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them
         per_rank = gather([traced])
         traced = {k: (sum(t[k] or 0 for t in per_rank) if isinstance(traced.get(k), int) else traced.get(k))
@@ -335,6 +343,13 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     if status == "ok" and not its:
         status, message = "error", "no iterations ran (--iters 0?)"
     return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)
+
+
+def cut_short(s: Settings, i: int, dt: float, warmup: int, n: int) -> bool:
+    """Whether the run stops after iteration i: with --max-iter-s, once a steady-state iteration (past the
+    warm-up and the traced one) took longer, when iterations are left. One measured iteration is the price
+    of finishing at all: a 127 s/iteration run of four iterations plus its trace outlasts a device call."""
+    return s.max_iter_s is not None and i >= warmup and dt > s.max_iter_s and i < n - 1
 
 
 def _sync(devices: list[torch.device]) -> None:

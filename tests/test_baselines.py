@@ -202,6 +202,47 @@ def test_oom_during_a_step_is_a_record(tmp_path):
     assert read_jsonl(s.output)[-1]["status"] == "oom"
 
 
+def test_max_iter_s_stops_after_the_first_slow_steady_state_iteration(tmp_path):
+    """--max-iter-s: a run whose steady-state iteration outlasts the limit stops there with that one iteration
+    as its measurement (status ok, `cut_short` says so); a slow warm-up alone does not stop it."""
+    times = iter([5.0, 0.01, 3.0, 0.01, 0.01])      # seconds each step pretends to take
+    clock = {"t": 0.0}
+
+    def step(i, batch):
+        clock["t"] += next(times)
+        return 1.0
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5, max_iter_s=2.0,
+                 output=str(tmp_path / "o.jsonl"))
+    import baselines.common as bc
+    real = bc.time.perf_counter
+    bc.time.perf_counter = lambda: clock["t"]
+    try:
+        summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")])
+    finally:
+        bc.time.perf_counter = real
+    validate_summary(summary)
+    # iteration 0 (warm-up, 5 s) does not stop it; iteration 2 (3 s, steady state) does
+    assert summary["status"] == "ok" and summary["iterations"] == 3
+    assert "iteration 2" in summary["cut_short"] and summary["iter_time_s"] == pytest.approx((0.01 + 3.0) / 2)
+    assert Settings(system="resident", model="m", minibatch=4).max_iter_s is None
+
+
+@pytest.mark.parametrize("speeds, slow, runs", [
+    ([0, 0, 0, 1, 0, 0, 0], {3}, [3, 4]),         # the start ran, too slow: up once (OOM), never below it
+    ([0, 1, 0, 0, 0, 0, 0], {1}, [3, 2, 1]),      # down past OOMs to the first that runs; too slow: stop there
+    ([0, 1, 0, 0, 0, 0, 0], set(), [3, 2, 1, 0]),  # without the limit the climb checks the next one down
+])
+def test_climb_does_not_go_below_a_too_slow_candidate(speeds, slow, runs):
+    from baselines.cli import climb
+    tried = []
+
+    def trial(i):
+        tried.append(i)
+        return speeds[i]
+    climb(trial, len(speeds), lambda i: i in slow and i in tried)
+    assert tried == runs
+
+
 # ------------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ rule baseline:
         precision=PRECISION,
         cap=baseline_cap,
         ubatch=baseline_ubatch,
+        max_iter=baseline_max_iter,
         iters=S["iters"],
     conda:
         ENV
@@ -29,6 +30,6 @@ rule baseline:
         " --gpus {wildcards.gpus} --minibatch {wildcards.minibatch} --device {params.device}"
         " --precision {params.precision} -- "
         "harmony baseline {wildcards.baseline} {input.model} --minibatch {wildcards.minibatch}"
-        " --gpus {wildcards.gpus} {params.cap} {params.ubatch} --iters {params.iters} --device {params.device}"
+        " --gpus {wildcards.gpus} {params.cap} {params.ubatch} {params.max_iter} --iters {params.iters} --device {params.device}"
         " --precision {params.precision} --profile {input.profile} --calibration {input.calibration}"
         " -o {output} > {log} 2>&1"

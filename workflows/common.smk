@@ -113,6 +113,13 @@ def baseline_ubatch(wildcards):
     return PLAN.baseline_ubatch_args(int(wildcards.minibatch), int(wildcards.gpus))
 
 
+def baseline_max_iter(wildcards):
+    """`--max-iter-s` of the scale (experiments/scales.yaml `baseline_max_iter_s`): a candidate slower per
+    iteration stops after one measured iteration and the search goes no lower; absent: every iteration."""
+    limit = S.get("baseline_max_iter_s")
+    return f"--max-iter-s {limit}" if limit else ""
+
+
 def baseline_cap(wildcards):
     """`resident` is the no-cap ceiling; every other baseline runs under the scale's cap."""
     return "" if wildcards.baseline == "resident" else CAP

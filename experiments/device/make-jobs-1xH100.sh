@@ -13,14 +13,18 @@
 #             microbatch searches resume from the candidates already on record.
 # Every run takes 4 iterations (1 warm-up), not the paper scale's 10: `--config iters=4`. Baselines take the
 # microbatch of the N = 1 searches already on record (swap-dp's best, results/paper/1xH100-80GB-HBM3/runs):
-# swap-pp, fsdp-offload and resident that u; zero-offload, whose GPU footprint is larger, half of it (bert96 at
-# u = 8 already flushed its allocator cache under the 11 GiB cap; u = 16 would not fit).
+# swap-pp and fsdp-offload that u; zero-offload, whose GPU footprint is larger, half of it (bert96 at
+# u = 8 already flushed its allocator cache under the 11 GiB cap; u = 16 would not fit). resident, the
+# no-swap ceiling C10 compares with, searches its own u (thirteenth session: the records that ran swap-dp's
+# u are in superseded/resident-one-u/); it goes first, with gpt2-xl's at D = 64.
 HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
+t=(); for md in bert96/N1-D64 gpt2-xl/N1-D64 vgg416/N1-D64 resnet1026/N1-D256; do t+=("$R/runs/resident/$md-best.jsonl"); done
+listing -- "${t[@]}"
 listing -- "$R/profiles/gpt2-4096x6.json" "$R/profiles/gpt2-4096x12.json" "$R/profiles/bert-large-nodrop.json" \
            "$R/profiles/gpt2-4096x18.json" "$R/profiles/gpt2-4096x24.json"
 for mdu in "bert96 64 16" "vgg416 64 16" "resnet1026 256 32"; do set -- $mdu
-  for sys in swap-pp fsdp-offload resident; do listing baseline_ubatch=$3 -- "$R/runs/$sys/$1/N1-D$2-best.jsonl"; done
+  for sys in swap-pp fsdp-offload; do listing baseline_ubatch=$3 -- "$R/runs/$sys/$1/N1-D$2-best.jsonl"; done
 done
 t=(); for m in gpt2-4096x6 gpt2-4096x12 gpt2-4096x18 gpt2-4096x24; do t+=("$R/runs/harmony-vDP/$m/N1-D32-u1-1-p2.jsonl"); done
 listing -- "${t[@]}"

@@ -137,20 +137,33 @@ def main(args) -> int:
         return (args.max_iter_s is not None and rec is not None and rec["status"] == "ok"
                 and (rec["iter_time_s"] or 0) > args.max_iter_s)
 
+    def no_lower(i: int) -> str | None:
+        """Why no candidate below i is tried, if none is: i was too slow, or infeasible for a reason a
+        smaller u does not change (the host arena holds every sample's stash whatever u is)."""
+        if too_slow(i):
+            return "a larger u ran slower than --max-iter-s"
+        rec = done[i][1] if i in done else None
+        if rec is not None and rec["status"] == "infeasible" and (
+                rec.get("infeasible_reason") == "host-memory"
+                # records from before the field (H100 swap-pp resnet1026 D=1024) say so in the message
+                or (rec.get("message") or "").startswith("host memory too small")):
+            return "a larger u was infeasible for host memory, which a smaller u does not need less of"
+        return None
+
     if getattr(args, "ubatch_search", "climb") == "all":
         for i in range(len(settings)):
             trial(i)
     else:
-        climb(trial, len(settings), too_slow)
+        climb(trial, len(settings), lambda i: no_lower(i) is not None)
     results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],
                "message": r.get("message"), "output": s.output} for s, r in results]
     search += [{"ubatch": settings[i].ubatch, "status": "not tried", "iter_time_s": None, "samples_per_s": None,
                 "bytes_h2d": None, "bytes_d2h": None, "output": None,
-                "message": ("skipped by the climb: a larger u ran slower than --max-iter-s" if any(
-                    too_slow(j) for j in range(i + 1, len(settings))) else
-                            "skipped by the climb: a neighbour nearer the start was slower or did not run")}
+                "message": "skipped by the climb: " + next(
+                    (why for j in range(i + 1, len(settings)) if (why := no_lower(j))),
+                    "a neighbour nearer the start was slower or did not run")}
                for i in range(len(settings)) if i not in done]
     search.sort(key=lambda x: x["ubatch"])
     ok = [(s, r) for s, r in results if r["status"] == "ok" and r["samples_per_s"]]
@@ -198,12 +211,12 @@ def finished_candidate(s: Settings) -> dict | None:
     return rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable") else None
 
 
-def climb(trial, n: int, too_slow=lambda i: False) -> None:
+def climb(trial, n: int, no_lower=lambda i: False) -> None:
     """Hill-climb over candidates 0..n-1 (ascending u); trial(i) runs candidate i and returns its samples/s
     (0 when it did not run). Start in the middle; go up while each step is faster; go down from the start
     only if the first step up was not faster, while each step down is faster. Below a start that did not
     run (OOM, infeasible), go down until one runs, then on while faster. Never go down below a candidate
-    that ran but was too_slow(i) (each of its iterations took longer than the caller allows)."""
+    i with no_lower(i) (it ran too slowly, or failed for a reason a smaller u cannot fix)."""
     start = n // 2
     best_i, best = start, trial(start)
     if best > 0:
@@ -214,7 +227,7 @@ def climb(trial, n: int, too_slow=lambda i: False) -> None:
             return
     i = start - 1
     while i >= 0:
-        if too_slow(i + 1):
+        if no_lower(i + 1):
             return
         v = trial(i)
         if v > best:

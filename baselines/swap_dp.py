@@ -194,6 +194,7 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
         return status_only(s, spec_name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}", mode=mode)
     extra = {"ubatch": s.ubatch_or_default(), "settings": dict(s.extra),
              **{k: summary.get(k) for k in ("memcpy_trace", "memcpy_counted", "memcpy_agreement", "memcpy_agrees")},
+             **({"infeasible_reason": summary["infeasible_reason"]} if summary.get("infeasible_reason") else {}),
              "bytes_source": "counters (harmony runtime)"}
     summary.update(extra)
     if s.output:

@@ -383,6 +383,27 @@ def test_infeasible_only_when_the_lower_bound_says_so():
         swap_dp_config(mj, 64, 1, 64, cap=cap, profile=prof)                    # logits alone: 13 GB at u=64
 
 
+def test_climb_stops_at_a_host_memory_infeasible_candidate(tmp_path, monkeypatch, capsys):
+    """A candidate infeasible because the host arena does not fit (it holds every sample's stash whatever u
+    is) ends the search: smaller u are listed as not tried, with the reason, instead of each paying a
+    set-up to fail the same way (H100 swap-pp resnet1026 D=1024: about a minute per candidate)."""
+    import baselines.cli as bcli
+    ran = []
+
+    def fake_run_one(s):
+        ran.append(s.ubatch)
+        return RunWriter(s, "mlp-tiny").summary(
+            "infeasible", "host memory too small: the run needs 9 bytes", infeasible_reason="host-memory")
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--iters", "2", "-o", str(out)]) == 0
+    assert ran == [4]
+    search = read_jsonl(out)[-1]["ubatch_search"]
+    assert [x["status"] for x in search] == ["not tried", "not tried", "infeasible", "not tried", "not tried"]
+    assert "host memory" in search[0]["message"]
+
+
 def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, capsys):
     """A microbatch search cut short (a device call ends mid-search) goes on where it stopped: candidates
     whose record files hold a finished run of the same settings are read back, not run again; a record of

@@ -64,6 +64,7 @@ def test_host_memory_too_small_is_refused_up_front(monkeypatch, tmp_path):
     out = tmp_path / "run.jsonl"
     s = run_schedule(rec, g, iters=1, output=str(out))
     assert s["status"] == "infeasible" and "10,000 bytes" in s["message"]
+    assert s["infeasible_reason"] == "host-memory"      # the baselines' climb stops on it
     assert read_jsonl(out)[-1]["status"] == "infeasible"
 
 

@@ -213,6 +213,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     prepare_worker_environment(device)  # what the workers will run with, so the env record names it
     env = env_record(device, precision, gpu_memory_cap)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
+    infeasible_reason = None
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
     if trace_it is not None:
@@ -229,7 +230,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
         except HostMemoryError as e:
-            status, message = "infeasible", str(e)
+            # the arena holds every sample's stash whatever u is: a smaller microbatch cannot fix this
+            status, message, infeasible_reason = "infeasible", str(e), "host-memory"
             if writer is None:
                 raise
         predicted_bytes = count_bytes(graph, layer_sizes_from_model(record["model"]))
@@ -251,6 +253,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             failure={k: v for k, v in (failure or {}).items() if k != "traceback"} or None,
             losses=[r.loss for r in records],
             setup_s=setup_s, wall_s=round(time.perf_counter() - t_start, 3),
+            **({"infeasible_reason": infeasible_reason} if infeasible_reason else {}),
             **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus) if memcpy_trace else {}))
         if writer is not None:
             writer.write(summary)

@@ -8,6 +8,9 @@ microbatch size u of a sweep, measure on the target device:
 and once per distinct vLayer the real CPU optimizer (harmony.optim.make_optimizer) on its parameters:
   the bytes of its state K and the time of one step with the runtime's threads per worker (`--threads`;
   on a GPU host: CPU cores / GPUs of the host, what each worker of a run on every GPU gets).
+and once per distinct vLayer, from the tensors autograd saves in one forward (`retention`): whether it
+  keeps its floating input alive for backward, and which bytes of its output only its consumer can keep
+  alive (the pack rule frees them where the consumer does not retain its input).
 Identical vLayers share the numbers (`profiled_as`). Each vLayer is fed its real inputs: the chain is
 walked on the device at batch 2, one vLayer materialised at a time, and inputs at size u are the batch-2
 inputs tiled along the sample dimension.
@@ -39,8 +42,10 @@ from harmony.units import format_bytes
 # Profiles with timing "cuda events" (before this) timed each vLayer bare, launch gaps included.
 TIMING_CUDA = "cuda events behind a spin kernel + host issue time"
 WALK_BATCH = 2           # batch size of the chain walk that produces every vLayer's real inputs
-SERIES = ("fwd_s", "bwd_s", "fwd_issue_s", "bwd_issue_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes",
-          "bwd_peak_held_bytes")
+SERIES = ("fwd_s", "bwd_s", "fwd_issue_s", "bwd_issue_s", "fwd_peak_bytes", "fwd_grad_peak_bytes", "saved_bytes",
+          "bwd_peak_bytes", "bwd_peak_held_bytes")
+# recorded once per vLayer by retention() and copied to the vLayers profiled as a duplicate
+RETENTION = ("retains_input", "freeable_output_bytes_per_sample")
 
 
 @dataclass
@@ -120,10 +125,35 @@ def _tile(t: torch.Tensor, u: int) -> torch.Tensor:
 
 
 def make_inputs(x0: tuple, u: int, needs_grad: bool) -> tuple:
+    """x0 tiled to u samples; with needs_grad the floating ones are leaves that require grad, as the inputs
+    of a pack's first vLayer are in the runtime (and in pack_check)."""
     xs = tuple(_tile(t, u) for t in x0)
     if needs_grad:
         xs = tuple(t.detach().requires_grad_() if t.is_floating_point() else t for t in xs)
     return xs
+
+
+def interior_inputs(x0: tuple, u: int, needs_grad: bool) -> tuple:
+    """make_inputs, but the floating inputs are what a vLayer inside a pack gets: the output of the vLayer
+    below (not a leaf), whose gradient goes on down. It matters under bf16 autocast, which caches the cast
+    copy of a leaf that requires grad and shares it among every op that casts it, while inside a pack each
+    op makes its own: bert's query, key and value Linears save three bf16 copies of their input there, not
+    one (profiled with leaf inputs, bert-tiny's layer measured two copies too few).
+    A view of the leaf is such a tensor, costs no memory, and its backward node is C++ (a Python autograd
+    Function there would add its call to every timed backward); the leaf behind it takes the gradient,
+    which Runner drops after each backward (clear_grads)."""
+    xs = make_inputs(x0, u, needs_grad)
+    return tuple(t.view_as(t) if t.requires_grad else t for t in xs)
+
+
+def clear_grads(xs: tuple) -> None:
+    """Drop the gradients a backward left in the inputs (in the leaf behind an interior input), so that
+    every backward allocates them as the first did."""
+    for t in xs:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            leaf = t if t._base is None else t._base
+            if leaf.is_leaf:
+                leaf.grad = None
 
 
 class Runner:
@@ -159,8 +189,7 @@ class Runner:
         if diff:
             torch.autograd.backward(diff, self.gy)
         del y, diff
-        for t in self.x:
-            t.grad = None
+        clear_grads(self.x)
 
     def bwd_seeded(self):
         """Like bwd, but the output gradient is a fresh copy that autograd frees once consumed, as the
@@ -170,8 +199,7 @@ class Runner:
         if diff:
             _Seed.apply(self.gy, *diff).backward()
         del y, diff
-        for t in self.x:
-            t.grad = None
+        clear_grads(self.x)
 
     def time_split(self, fn, trials: int) -> tuple[list[float], list[float]]:
         """(device seconds, host issue seconds) of each trial.
@@ -277,7 +305,7 @@ class _Seed(torch.autograd.Function):
 def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
     """Time and memory of one vLayer at microbatch u."""
     dev = torch.device(opts.device)
-    r = Runner([layer], make_inputs(x0, u, needs_grad=not first), dev, opts.precision)
+    r = Runner([layer], interior_inputs(x0, u, needs_grad=not first), dev, opts.precision)
     for _ in range(max(1, opts.warmup)):     # >= 1: output grads and dW exist before measuring
         r.fwd()
         r.bwd()
@@ -288,8 +316,12 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
         fwd_peak = m.peak() - base
         del y
         base = m.current()
+        m.reset_peak()
         y = r.fwd_grad()
         saved = m.current() - base
+        # the forward alone, with its input alive: in a pack a vLayer that does not keep its input still
+        # holds it until this forward ends (profile_data.Profile.dropped)
+        fwd_grad_peak = m.peak() - base
         del y
         base = m.current()
         m.reset_peak()
@@ -308,8 +340,44 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
             "bwd_s": statistics.median(tb), "bwd_spread": [min(tb), max(tb)],
             "fwd_issue_s": issue(issue_f), "bwd_issue_s": issue(issue_b),
             "fwd_issue_spread": [min(issue_f), max(issue_f)], "bwd_issue_spread": [min(issue_b), max(issue_b)],
-            "fwd_peak_bytes": int(fwd_peak), "saved_bytes": int(saved), "bwd_peak_bytes": int(bwd_peak),
+            "fwd_peak_bytes": int(fwd_peak), "fwd_grad_peak_bytes": int(fwd_grad_peak),
+            "saved_bytes": int(saved), "bwd_peak_bytes": int(bwd_peak),
             "bwd_peak_held_bytes": int(bwd_peak_held)}
+
+
+def retention(layer: nn.Module, x0: tuple, u: int, first: bool, opts: ProfileOptions) -> dict:
+    """What a vLayer keeps alive of its inputs and outputs once its forward with grad is done, from the
+    storages autograd saves for its backward (torch.autograd.graph.saved_tensors_hooks) in one such
+    forward at microbatch u, under the profile's precision. Exact and device-independent: no memory is
+    measured. (A memory drop cannot tell: the leaf behind the profiler's input is held by autograd's
+    AccumulateGrad node whatever the vLayer saves.)
+
+    retains_input: a floating input's storage is saved (itself or a view; under autocast a cast copy is
+    another storage, so it does not count) or is one of the outputs' storages (passed through). Either way
+    the input outlives the forward in a pack; otherwise (cross-entropy keeps its log-softmax, not its
+    logits) the pack frees it as soon as this forward ends.
+    freeable_output_bytes_per_sample: the bytes of the floating outputs in storages of their own (not an
+    input's, a weight's or a buffer's) that the vLayer does not save itself. saved_bytes counts them, and
+    they are what a pack frees once the next vLayer's forward has run, if that one does not retain its
+    input. Integer outputs are left out (labels: cross-entropy saves its target)."""
+    x = interior_inputs(x0, u, needs_grad=not first)
+    saved: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.add(gpumem._storage_key(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = Runner([layer], x, opts.device, opts.precision).fwd_grad()
+    floats = [t for t in x if t.is_floating_point()]
+    inputs = {gpumem._storage_key(t) for t in floats}
+    outs = {gpumem._storage_key(t): t.untyped_storage().nbytes() for t in y
+            if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    own = {gpumem._storage_key(t) for t in (*layer.parameters(), *layer.buffers())}
+    kept = saved | inputs | own | {0}            # 0: no storage (empty, meta)
+    freeable = sum(n for key, n in outs.items() if key not in kept)
+    return {"retains_input": bool(inputs & (saved | set(outs))),
+            "freeable_output_bytes_per_sample": int(freeable // u)}
 
 
 def _extrapolate(meas: dict, key: str, u: int) -> float:
@@ -493,6 +561,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
                 if not meas:
                     raise ValueError(f"vLayer {i} ({vl[i]['kind']}) does not fit on {opts.device} even at u=1 "
                                      f"({stop}); raise --gpu-memory or split the layer")
+                rec.update(retention(layer, x, min(meas), first=(i == 0), opts=opts))
                 rec.update(optimizer_cost(layer, cfg, opts.opt_trials))
                 rec["_meas"], rec["sweep_stop"] = meas, stop
                 results[i] = rec
@@ -506,7 +575,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         rep = results[first_of[r["signature"]]]
         rec = _static_record(r)
         rec["profiled_as"] = rep["index"]
-        for k in ("weight_bytes", "buffer_bytes", "grad_bytes"):
+        for k in ("weight_bytes", "buffer_bytes", "grad_bytes", *RETENTION):
             rec[k] = rep[k]
         rec.update(optim_bytes=rep["optim_bytes"], opt_step_s=rep["opt_step_s"], opt_median_s=rep["opt_median_s"],
                    opt_spread=rep["opt_spread"],

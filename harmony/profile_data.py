@@ -20,9 +20,13 @@ profile.json (artifact "profile", schema_version 1):
                a pack costs max(sum of device times, sum of issue times) (schedule/memory.py UCosts)
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
                                   (output + temporaries)
+             fwd_grad_peak_bytes [per u]: peak bytes above (W + B + input) during the forward with grad
+                                  (saved activations, output, temporaries); absent in older profiles
              saved_bytes [per u]: bytes held after the forward with grad (activations saved for backward
-                                  + output), i.e. what this vLayer adds to a pack's recompute footprint;
-                                  storages shared with the input or the weights are not counted
+                                  + output), i.e. what this vLayer adds to a pack's recompute footprint
+                                  (less its output where the next vLayer does not retain it:
+                                  Profile.chain_saved); storages shared with the input or the weights
+                                  are not counted
              bwd_peak_bytes [per u]: peak bytes above (W + B + dW + input) during recompute forward +
                                   backward of this vLayer alone, dW already allocated (the runtime
                                   accumulates gradients over microbatches); the output gradient is
@@ -32,6 +36,13 @@ profile.json (artifact "profile", schema_version 1):
              bwd_peak_held_bytes [per u]: the same, but with the output gradient allocated before and
                                   held by the caller throughout (so not counted): how the top vLayer of a
                                   pack runs. Profiles written before it existed lack it (see pack_bwd_memory)
+             retains_input: whether the vLayer keeps a floating input alive past its forward (saves it,
+                                  or a view of it, for backward, or passes it through as an output);
+                                  false for cross-entropy, which keeps its log-softmax, not its logits
+             freeable_output_bytes_per_sample: bytes of its floating outputs in storages of their own that
+                                  its backward does not keep (counted in saved_bytes; a pack frees them
+                                  once a consumer that does not retain its input has run its forward).
+                                  Both absent in older profiles: every input counts as retained there
              measured [per u]: true where measured, false where interpolated}]
   Memory is measured by harmony.gpumem.MemoryMeter: on CUDA max_memory_allocated deltas, on the CPU a
   tracker of tensor storages alive (docs/profiling.md). Pack memory follows from these per-vLayer
@@ -113,6 +124,38 @@ class Profile:
 
     def bwd_peak(self, i: int, u: float) -> float:
         return self._series(i, "bwd_peak_bytes", u)
+
+    def fwd_grad_peak(self, i: int, u: float) -> float:
+        """Peak above the input during vLayer i's forward with grad. Profiles without it: bwd_peak, whose
+        recompute forward is that same forward, so it bounds it from above."""
+        if "fwd_grad_peak_bytes" not in self.raw["vlayers"][i]:
+            return self.bwd_peak(i, u)
+        return self._series(i, "fwd_grad_peak_bytes", u)
+
+    def retains_input(self, i: int) -> bool:
+        """Whether vLayer i keeps its floating input alive past its forward (harmony.profile.retention).
+        Profiles without the record say True: the pack rule then counts every vLayer's output as held by
+        its consumer, exactly as it did before the profiler recorded it."""
+        return bool(self.raw["vlayers"][i].get("retains_input", True))
+
+    def freeable_output_bytes(self, i: int) -> int:
+        """Per sample, the bytes of vLayer i's output that only its consumer can keep alive. Records that
+        have retains_input but not this (hand-written profiles) take the whole output."""
+        v = self.raw["vlayers"][i]
+        return v.get("freeable_output_bytes_per_sample", v["output_bytes_per_sample"])
+
+    def dropped(self, i: int, u: float) -> float:
+        """Bytes of saved(i, u) a pack frees while the vLayers above i run: vLayer i's output, once vLayer
+        i+1's forward has run, when i+1 does not retain its input (the logits under GPT-2's cross-entropy);
+        0 for the last vLayer and where i+1 retains it."""
+        if i + 1 >= self.num_layers or self.retains_input(i + 1):
+            return 0.0
+        return min(self.saved(i, u), self.freeable_output_bytes(i) * u)
+
+    def chain_saved(self, i: int, u: float) -> float:
+        """What vLayer i holds in a pack while the vLayers above it run: saved(i, u), which the profiler
+        measures with i's output kept, less that output where the consumer i+1 does not keep it (dropped)."""
+        return self.saved(i, u) - self.dropped(i, u)
 
     @functools.cached_property
     def has_issue_times(self) -> bool:
@@ -214,11 +257,18 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     then backward), everything on the GPU counted:
 
         W + B + dW of the pack + X_start*u + dY_(end-1)*u
-        + max over l in [start, end) of ( sum_{k<l} saved_k(u) + bwd_peak_l(u) [+ Y_(end-1)*u] )
+        + max over l in [start, end) of ( sum_{k<l} chain_saved_k(u) + peak_l(u) [+ Y_(end-1)*u] )
+        peak_l = bwd_peak_l(u), or, if the pack freed vLayer l-1's output (dropped_(l-1) > 0),
+                 max(bwd_peak_l(u), dropped_(l-1)(u) + fwd_grad_peak_l(u))
 
     While vLayer l runs its backward, the activations saved by the vLayers below it are still held and
     l itself peaks at bwd_peak_l (its own saved activations, its output gradient while alive, its input
-    gradient and temporaries).
+    gradient and temporaries). saved_k includes k's output, which stays alive only if vLayer k+1 keeps it:
+    where k+1 does not retain its input (GPT-2's cross-entropy keeps its log-softmax, not the logits), the
+    pack frees it once k+1's forward has run, and chain_saved_k leaves it out (the logits: 3.07 GiB of a
+    gpt2-xl [lm_head, loss] pack at u = 16; docs/performance.md entry 35). Until then it is alive beside
+    the forward of k+1, hence the second term of peak_l; bwd_peak_l alone covers that forward only with
+    its input held outside the measurement.
 
     The pack's output Y and its gradient dY are held by the caller for the whole backward. dY is in the
     edges. With a profile that measured bwd_peak_held (the top vLayer run with its output gradient held
@@ -233,12 +283,12 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     held = profile.has_held_peaks
     below, act = 0.0, 0.0
     for l in range(start, end):
-        if not held:
-            peak = profile.bwd_peak(l, u)
-        elif l == top:
-            peak = profile.bwd_peak_held(l, u)
-        else:
-            peak = profile.bwd_peak(l, u) + y_top
+        peak = profile.bwd_peak_held(l, u) if held and l == top else profile.bwd_peak(l, u)
+        freed = profile.dropped(l - 1, u) if l > start else 0.0
+        if freed > 0:          # the forward of l, with its input not yet freed
+            peak = max(peak, freed + profile.fwd_grad_peak(l, u))
+        if held and l != top:
+            peak += y_top
         act = max(act, below + peak)
-        below += profile.saved(l, u)
+        below += profile.chain_saved(l, u)
     return resident + edges + act

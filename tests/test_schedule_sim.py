@@ -1,9 +1,11 @@
 """Scheduler: hand-computed simulations, bytes == count_bytes, bounds, packing properties, bad input."""
+import copy
 import dataclasses
 import random
 
 import pytest
 
+from harmony.profile_data import Profile, pack_bwd_memory
 from harmony.schedule.bound import physical_roofline, schedule_bound
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.packing import (PackContext, bwd_packings, fwd_packings,
@@ -341,21 +343,43 @@ def test_optimizer_step_is_at_least_the_workers_share_of_the_calibrated_rate():
 
 
 @pytest.mark.parametrize("held", [False, True])
-def test_vectorised_pack_fits_agree_with_the_pack_rule(held):
+@pytest.mark.parametrize("retention", [False, True])
+def test_vectorised_pack_fits_agree_with_the_pack_rule(held, retention):
     """LayerCosts.feasible_ends (every pack end at once, with an early cut) gives exactly the ends whose
-    task_bytes fit, for profiles with and without the top vLayer's held-gradient peak."""
+    task_bytes fit, for profiles with and without the top vLayer's held-gradient peak, and with and
+    without vLayers that do not retain their input (whose producer's output the pack frees, and whose
+    forward then runs beside it: random forward peaks, so that either term of the peak can win)."""
     prof = make_profile(L=7, w=100, g=100, x=40, us=(1, 2, 4, 8), saved=30, peak=50, seed=3)
     rng = random.Random(5)
     for v in prof["vlayers"]:
         v["output_bytes_per_sample"] = rng.randint(5, 80)
         if held:       # below the seeded-gradient peak, as measured (the pack's dY is not the vLayer's)
             v["bwd_peak_held_bytes"] = [p * rng.uniform(0.4, 1.0) for p in v["bwd_peak_bytes"]]
+        if retention:
+            v["retains_input"] = v["index"] % 2 == 0
+            v["freeable_output_bytes_per_sample"] = rng.randint(0, v["output_bytes_per_sample"])
+            v["fwd_grad_peak_bytes"] = [p * rng.uniform(0.8, 1.0) for p in v["bwd_peak_bytes"]]
     costs = LayerCosts(prof)
     assert costs.profile.has_held_peaks is held
+    p = costs.profile
+    if retention:      # the scheduler's per-vLayer saved bytes are the rule's chain_saved
+        assert any(p.dropped(i, 4) for i in range(costs.L))
+        # the forward term (the freed output beside the consumer's forward) sets some pack's peak
+        no_fwd = copy.deepcopy(prof)
+        for v in no_fwd["vlayers"]:
+            v["fwd_grad_peak_bytes"] = [0.0] * len(v["fwd_grad_peak_bytes"])
+        assert any(pack_bwd_memory(p, s, e, 4) != pack_bwd_memory(Profile(no_fwd), s, e, 4)
+                   for s in range(costs.L) for e in range(s + 1, costs.L + 1))
+    for u in (2, 3, 8):
+        assert costs.at(u).saved == pytest.approx([p.chain_saved(i, u) for i in range(costs.L)])
+        assert costs.at(u).saved_prefix[-1] == pytest.approx(sum(p.chain_saved(i, u) for i in range(costs.L)))
+        for s, e in ((0, costs.L), (1, 3), (2, costs.L)):
+            assert costs.task_bytes("BWD", s, e, u, 16) == (pack_bwd_memory(p, s, e, u)
+                                                            + costs.group_buffers("BWD", s, e, 16))
     for kind in ("FWD", "BWD"):
         for s in range(costs.L):
             for u, n in ((2, 8), (4, 4), (8, 16)):
                 sizes = [costs.task_bytes(kind, s, e, u, n) for e in range(s + 1, costs.L + 1)]
-                for cap in sorted(set(sizes))[::2] + [min(sizes) - 1, max(sizes) + 1]:
+                for cap in sorted(set(sizes)) + [b - 0.5 for b in sizes] + [max(sizes) + 1]:   # at and just under each
                     want = [e for e, b in zip(range(s + 1, costs.L + 1), sizes) if b <= cap]
                     assert costs.feasible_ends(kind, s, u, n, cap).tolist() == want, (kind, s, u, n, cap)

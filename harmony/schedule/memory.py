@@ -9,8 +9,11 @@ The pack memory rule (GPU bytes, one task, at microbatch size u over n samples o
 One microbatch's working set is the profiler's additive rule, harmony.profile_data.pack_fwd_memory /
 pack_bwd_memory (checked against measured packs by `harmony profile --check-pack`):
   FWD  W[s,e) + max_l ( X_in[l]*u + fwd_peak_l(u) )
-  BWD  W[s,e) + dW[s,e) + X_in[s]*u + dY[e-1]*u + max_l ( sum_{s<=k<l} saved_k(u) + bwd_peak_l(u) )
-       where the profile has them: bwd_peak_held for the top vLayer e-1, and + Y[e-1]*u below it
+  BWD  W[s,e) + dW[s,e) + X_in[s]*u + dY[e-1]*u + max_l ( sum_{s<=k<l} chain_saved_k(u) + bwd_peak_l(u) )
+       where the profile has them: bwd_peak_held for the top vLayer e-1, and + Y[e-1]*u below it;
+       chain_saved_k = saved_k less k's output where vLayer k+1 does not retain its input (the pack frees
+       it: GPT-2's logits under cross-entropy), and then bwd_peak_l at least that output + fwd_grad_peak_l
+       (l's forward runs with it alive); Profile.chain_saved / dropped
 On top, the whole-group tensors a Harmony task keeps on the GPU (group_buffers):
   FWD  n*X_in[s] (the group's input) + n*X_out[e-1] (its output, held for the next task / the stash copy)
   BWD  n*X_in[s] (stashed or forwarded input) + [e<L] n*X_out[e-1] (incoming output grads)
@@ -45,7 +48,7 @@ class UCosts:
     fwd: list[float]
     bwd: list[float]
     fwd_peak: list[float]
-    saved: list[float]
+    saved: list[float]                      # Profile.chain_saved: what a vLayer holds while those above it run
     bwd_peak: list[float]
     bwd_peak_held: list[float] | None       # None: the profile predates it (pack_bwd_memory says how it differs)
     fwd_prefix: list[float]
@@ -127,16 +130,22 @@ class LayerCosts:
             series = {k: [_interp(us, v[k], u) for v in lay] for k in keys}
             held = series.get("bwd_peak_held_bytes")
             zeros = [0.0] * len(lay)
-            c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], series["saved_bytes"],
+            p = self.profile
+            dropped = [p.dropped(i, u) for i in range(self.L)]
+            saved = [sv - d for sv, d in zip(series["saved_bytes"], dropped)]     # Profile.chain_saved
+            c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], saved,
                        series["bwd_peak_bytes"], held, _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
-                       _prefix(series["saved_bytes"]), _prefix(series.get("fwd_issue_s", zeros)),
+                       _prefix(saved), _prefix(series.get("fwd_issue_s", zeros)),
                        _prefix(series.get("bwd_issue_s", zeros)))
             c.np_ = {"fwd_prefix": np.array(c.fwd_prefix), "bwd_prefix": np.array(c.bwd_prefix),
                      "fwd_issue_prefix": np.array(c.fwd_issue_prefix),
                      "bwd_issue_prefix": np.array(c.bwd_issue_prefix),
                      "fwd_peak": np.array(c.fwd_peak), "saved": np.array(c.saved),
                      "bwd_peak": np.array(c.bwd_peak),
-                     "bwd_peak_held": None if held is None else np.array(held)}
+                     "bwd_peak_held": None if held is None else np.array(held),
+                     # vLayer l's forward with l-1's dropped output still alive (pack_bwd_memory's peak_l)
+                     "fwd_after_drop": np.array([-np.inf] + [d + p.fwd_grad_peak(i + 1, u) if d > 0 else -np.inf
+                                                             for i, d in enumerate(dropped[:-1])])}
             self._us[u] = c
         return c
 
@@ -227,7 +236,9 @@ class LayerCosts:
         else:                  # pack_bwd_memory + group buffers
             sv = c["saved"][s:stop]
             acc_excl = np.concatenate(([0.0], np.cumsum(sv[:-1])))
-            terms = np.maximum.accumulate(acc_excl + c["bwd_peak"][s:stop])
+            # the output of s-1 is not in the pack: its input X_in[s] is held by the caller throughout
+            fwd_drop = np.concatenate(([-np.inf], c["fwd_after_drop"][s + 1:stop]))
+            terms = np.maximum.accumulate(acc_excl + np.maximum(c["bwd_peak"][s:stop], fwd_drop))
             buf_in = n * self.xin[s] * (2 if s > 0 else 1)
             base = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
                     - a["g_prefix"][s] + buf_in + uu * self.xin[s])
@@ -236,7 +247,8 @@ class LayerCosts:
                 act = terms
             else:                             # end e: vLayers below e-1 with Y[e-1] alive, e-1 at its held peak
                 below_top = np.concatenate(([-np.inf], terms[:-1]))
-                act = np.maximum(below_top + uu * xout, acc_excl + c["bwd_peak_held"][s:stop])
+                act = np.maximum(below_top + uu * xout,
+                                 acc_excl + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
                 mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
             full = base + act + uu * xout + n * xout * (idx < self.L)   # no incoming dY buffer at the loss
         bad = mono > cap_                             # every term of mono grows with the pack

@@ -21,9 +21,10 @@ export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
 mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony && chmod +x /tmp/bin/harmony
 export PATH="/tmp/bin:$PATH"
 # PyYAML, psutil, nvidia-ml-py where the image lacks them; DeepSpeed (zero-offload) and its dependencies
-if ls .whl/*.whl >/dev/null 2>&1; then
+wheels=$(ls .whl/*.whl .whl/deepspeed/*.whl 2>/dev/null)   # either folder (docs/baselines.md: .whl/deepspeed/)
+if [ -n "$wheels" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    .whl/*.whl $(ls .whl/deepspeed/*.whl 2>/dev/null) && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+    $wheels && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 # zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
 export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}

@@ -319,8 +319,10 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
-        if cut_short(s, i, dt, warmup, len(batches)):
-            cut = (f"stopped after iteration {i}: {dt:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
+        # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
+        slowest = max(gather([dt])) if (gather is not None and s.max_iter_s is not None) else dt
+        if cut_short(s, i, slowest, warmup, len(batches)):
+            cut = (f"stopped after iteration {i}: {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
                    f"state is this one iteration")
             log_phase(s.system, cut)
             break

@@ -225,6 +225,11 @@ def test_max_iter_s_stops_after_the_first_slow_steady_state_iteration(tmp_path):
     assert summary["status"] == "ok" and summary["iterations"] == 3
     assert "iteration 2" in summary["cut_short"] and summary["iter_time_s"] == pytest.approx((0.01 + 3.0) / 2)
     assert Settings(system="resident", model="m", minibatch=4).max_iter_s is None
+    # several ranks: the slowest rank's time decides, so every rank leaves the loop at the same iteration
+    s2 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=4, max_iter_s=2.0)
+    fast = train_loop(s2, RunWriter(s2, "mlp-tiny"), lambda i, b: 1.0, [()] * 4, devices=[torch.device("cpu")],
+                      gather=lambda v: v + [9.0] if v and isinstance(v[0], float) else v)
+    assert fast["iterations"] == 2 and "9.0 s" in fast["cut_short"]
 
 
 @pytest.mark.parametrize("speeds, slow, runs", [

@@ -266,6 +266,28 @@ def test_search_respects_cap_and_is_deterministic():
     assert len(f.candidates) == 1 and f.best.config.bwd_packs == ((0, 3), (3, 6), (6, 9), (9, 10))
 
 
+def test_search_splits_the_bottom_pack_when_that_shortens_the_iteration_tail():
+    """The bottom backward pack's gradient copy and CPU update run after the GPU's last task; the search
+    also tries that pack split in two (with the forward pack around the split point split too) and keeps
+    the split where it simulates faster, as on the H100 gpt2-xl D = 16 plan (docs/performance.md entry 36)."""
+    from harmony.schedule.search import bottom_splits
+    cfg = ScheduleConfig("vPP", 1, 16, 4, 4, ((0, 4), (4, 8)), ((0, 4),))
+    splits = bottom_splits(cfg)
+    assert [c.bwd_packs for c in splits] == [((0, k), (k, 4), (4, 8)) for k in (1, 2, 3)]
+    assert [c.fwd_packs for c in splits] == [((0, k), (k, 4)) for k in (1, 2, 3)]
+    one = bottom_splits(ScheduleConfig("vPP", 1, 16, 4, 4, ((0, 3),), ()))     # one pack, the loss's too
+    assert [(c.bwd_packs, c.fwd_packs) for c in one] == [(((0, 1), (1, 3)), ((0, 1),)), (((0, 2), (2, 3)), ((0, 2),))]
+    for c in splits + one:
+        build_task_graph(c, c.bwd_packs[-1][1])     # a valid schedule: every backward input is stashed
+    costs = LayerCosts(make_profile(L=8, w=1e8, g=1e8, x=1e6, saved=3e7, peak=1e7, opt=0.05, seed=3,
+                                    us=(1, 2, 4, 8)))
+    params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10, p2p_fallback_Bps=1e10)
+    r = search(costs, params, minibatch=16, gpus=1, mode="vPP", cap=1.2e9)
+    unsplit = [c for c in r.candidates if "split-bottom" not in c.bwd_packer and c.feasible]
+    assert r.best.bwd_packer.endswith("+split-bottom")
+    assert r.best.iter_time_s < min(c.iter_time_s for c in unsplit)
+
+
 def test_bad_inputs_are_clear():
     costs = LayerCosts(make_profile(L=4, w=1e9, g=1e9, x=1e6, saved=1e7, peak=1e7))
     params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10)

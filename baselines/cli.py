@@ -130,20 +130,17 @@ def main(args) -> int:
         rec = done[i][1]
         return (rec["samples_per_s"] or 0.0) if rec["status"] == "ok" else 0.0
 
-    def too_slow(i: int) -> bool:
-        """Candidate i ran slower per iteration than --max-iter-s: a smaller u moves the weights more often
-        per sample, so the climb does not go below it (the skipped ones are listed as not tried)."""
-        rec = done[i][1] if i in done else None
-        return (args.max_iter_s is not None and rec is not None and rec["status"] == "ok"
-                and (rec["iter_time_s"] or 0) > args.max_iter_s)
-
     def no_lower(i: int) -> str | None:
-        """Why no candidate below i is tried, if none is: i was too slow, or infeasible for a reason a
-        smaller u does not change (the host arena holds every sample's stash whatever u is)."""
-        if too_slow(i):
+        """Why no candidate below i is tried, if none is (the skipped ones are listed as not tried): i ran
+        slower per iteration than --max-iter-s (a smaller u moves the weights more often per sample), or
+        was infeasible for a reason a smaller u does not change (the host arena holds every sample's stash
+        whatever u is)."""
+        if i not in done:
+            return None
+        rec = done[i][1]
+        if args.max_iter_s is not None and rec["status"] == "ok" and (rec["iter_time_s"] or 0) > args.max_iter_s:
             return "a larger u ran slower than --max-iter-s"
-        rec = done[i][1] if i in done else None
-        if rec is not None and rec["status"] == "infeasible" and (
+        if rec["status"] == "infeasible" and (
                 rec.get("infeasible_reason") == "host-memory"
                 # records from before the field (H100 swap-pp resnet1026 D=1024) say so in the message
                 or (rec.get("message") or "").startswith("host memory too small")):

@@ -50,5 +50,8 @@ case $rc in   # the job list exits 1 when a job failed or jobs were left for lac
   *) why="unexpected" ;;
 esac
 echo "[$TAG] job list rc=$rc ($why)" | tee -a "$RESULTS/calls/$TAG.console.log"
-pkill -f "harmony.cli" 2>/dev/null; sleep 2
+# Only processes that ARE the CLI (their command line starts with it): a bare "harmony.cli" pattern also
+# matched the device call's own shell when its command line named harmony.cli, and killed the call before
+# this tarball was written (h100-retain1, 2026-11-24: 6 minutes of runs lost).
+pkill -f '^python3? -m harmony\.cli' 2>/dev/null; sleep 2
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/$TAG.tgz" "$RESULTS" && ls -la "$OUT"; fi

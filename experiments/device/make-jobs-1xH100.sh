@@ -19,6 +19,9 @@
 # u are in superseded/resident-one-u/); it goes first, with gpt2-xl's at D = 64.
 HW=1xH100-80GB-HBM3; CONF=(scale=paper hardware=$HW gpus_present=1 iters=4)
 source "$(dirname "$0")/joblist_lib.sh"
+# First: fsdp-offload vgg416 D = 256. Its u = 4 ran 127 s iterations (u = 8/16 OOM, on record); with
+# --max-iter-s it stops after its first steady-state iteration, about 5 minutes, so a call starts with it.
+listing -- "$R/runs/fsdp-offload/vgg416/N1-D256-best.jsonl"
 t=(); for md in bert96/N1-D64 gpt2-xl/N1-D64 vgg416/N1-D64 resnet1026/N1-D256; do t+=("$R/runs/resident/$md-best.jsonl"); done
 listing -- "${t[@]}"
 listing -- "$R/profiles/gpt2-4096x6.json" "$R/profiles/gpt2-4096x12.json" "$R/profiles/bert-large-nodrop.json" \

@@ -259,7 +259,7 @@ StepFn = Callable[[int, tuple], float]     # (iteration, minibatch) -> loss of t
 def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: list, *,
                devices: list[torch.device], counted_bytes: Callable[[int], dict] | None = None,
                trace_bytes_as_counters: bool = False, gather: Callable[[list], list] | None = None,
-               cpu_update: bool = True, model_json: dict | None = None) -> dict:
+               cpu_update: bool = True, model_json: dict | None = None, trace: bool | None = None) -> dict:
     """Run len(batches) iterations of `step`, write the records, return the summary.
 
     counted_bytes(i) -> {"h2d", "d2h", "p2p", "allreduce"}: the system's own counters for iteration i.
@@ -267,16 +267,19 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     come from the memcpy trace (from the traced iteration on). On CUDA with settings.memcpy_trace the
     iteration right after warm-up is traced and counted as warm-up too (the profiler slows it).
     gather(values) -> per-rank values (multi-process systems; rank 0 writes).
+    trace: whether to trace one iteration (default: on CUDA with settings.memcpy_trace).
     """
     from harmony.memcpy_trace import agreement, measure_memcpy_bytes
 
     s = settings
     gpus = [d for d in devices if d.type == "cuda"]
     use_cuda = bool(gpus)
-    trace_at = s.warmup if (use_cuda and s.memcpy_trace and len(batches) > s.warmup + 1) else None
+    if trace is None:
+        trace = use_cuda and s.memcpy_trace
+    trace_at = s.warmup if (trace and len(batches) > s.warmup + 1) else None
     warmup = s.warmup + (1 if trace_at is not None else 0)
     traced: dict | None = None
-    status, message, cut = "ok", None, None
+    status, message, cut, trace_skipped = "ok", None, None, None
     for i, batch in enumerate(batches):
         try:
             for d in devices:
@@ -321,6 +324,13 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
         # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
         slowest = max(gather([dt])) if (gather is not None and s.max_iter_s is not None) else dt
+        if trace_at is not None and i < trace_at and too_slow_to_trace(s, slowest):
+            # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
+            # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
+            trace_skipped = (f"warm-up iteration {i} took {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}: "
+                             f"the next iteration is timed untraced")
+            log_phase(s.system, trace_skipped)
+            trace_at, warmup = None, s.warmup
         if cut_short(s, i, slowest, warmup, len(batches)):
             cut = (f"stopped after iteration {i}: {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
                    f"state is this one iteration")
@@ -337,6 +347,10 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         if not trace_bytes_as_counters and counted_bytes is not None:
             extra["memcpy_agreement"] = agreement(counted_bytes(trace_at), traced)
     extra["bytes_source"] = ("memcpy_trace" if trace_bytes_as_counters else "counters")
+    if trace_skipped:
+        extra["memcpy_trace_skipped"] = trace_skipped
+        if trace_bytes_as_counters:    # no counters of its own and no trace: the bytes are unknown, not 0
+            extra.update(bytes_source=None, bytes_h2d=None, bytes_d2h=None, bytes_p2p=None)
     its = writer.iterations
     rl = roofline_s(model_json, s, offload=cpu_update) if model_json else None
     if rl is not None:
@@ -352,6 +366,12 @@ def cut_short(s: Settings, i: int, dt: float, warmup: int, n: int) -> bool:
     warm-up and the traced one) took longer, when iterations are left. One measured iteration is the price
     of finishing at all: a 127 s/iteration run of four iterations plus its trace outlasts a device call."""
     return s.max_iter_s is not None and i >= warmup and dt > s.max_iter_s and i < n - 1
+
+
+def too_slow_to_trace(s: Settings, dt: float) -> bool:
+    """Whether a warm-up iteration of dt seconds drops the memcpy trace: with --max-iter-s, when it was
+    already slower, the run times one untraced iteration and stops (cut_short) instead of tracing first."""
+    return s.max_iter_s is not None and dt > s.max_iter_s
 
 
 def _sync(devices: list[torch.device]) -> None:

@@ -232,6 +232,37 @@ def test_max_iter_s_stops_after_the_first_slow_steady_state_iteration(tmp_path):
     assert fast["iterations"] == 2 and "9.0 s" in fast["cut_short"]
 
 
+def test_a_too_slow_warmup_drops_the_memcpy_trace(tmp_path, monkeypatch):
+    """--max-iter-s: when the warm-up iteration is already slower than the limit, the iteration after it is
+    timed untraced (the trace doubles an iteration and counts as warm-up) and the run stops there; a system
+    whose bytes come from the trace then records them as unknown (None), not as 0."""
+    import harmony.memcpy_trace as mt
+    traced = []
+    monkeypatch.setattr(mt, "measure_memcpy_bytes", lambda fn: traced.append(fn()) or
+                        {"h2d": 7, "d2h": 7, "p2p": 0})
+    times = iter([5.0, 3.0, 0.01, 0.01])
+    clock = {"t": 0.0}
+
+    def step(i, batch):
+        clock["t"] += next(times)
+        return 1.0
+    import baselines.common as bc
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=4, iters=4, max_iter_s=2.0)
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 4, devices=[torch.device("cpu")],
+                         trace_bytes_as_counters=True, trace=True)
+    validate_summary(summary)
+    assert not traced and summary["iterations"] == 2 and summary["iter_time_s"] == pytest.approx(3.0)
+    assert "warm-up iteration 0" in summary["memcpy_trace_skipped"] and "iteration 1" in summary["cut_short"]
+    assert summary["bytes_h2d"] is None and summary["bytes_source"] is None
+    # a fast warm-up keeps the trace: iteration 1 is traced (and counts as warm-up), its bytes are the record's
+    times, clock["t"] = iter([0.5, 0.5, 0.5, 0.5]), 0.0
+    s2 = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=4, iters=4, max_iter_s=2.0)
+    ok = train_loop(s2, RunWriter(s2, "mlp-tiny"), step, [()] * 4, devices=[torch.device("cpu")],
+                    trace_bytes_as_counters=True, trace=True)
+    assert len(traced) == 1 and ok["bytes_h2d"] == 7 and "memcpy_trace_skipped" not in ok
+
+
 @pytest.mark.parametrize("speeds, slow, runs", [
     ([0, 0, 0, 1, 0, 0, 0], {3}, [3, 4]),         # the start ran, too slow: up once (OOM), never below it
     ([0, 1, 0, 0, 0, 0, 0], {1}, [3, 2, 1]),      # down past OOMs to the first that runs; too slow: stop there

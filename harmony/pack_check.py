@@ -99,11 +99,20 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
         if cap:
             fits = [v for v in fits if predict_pack_peak(p, layers_range, v) <= 0.8 * cap] or fits[:1]
         u = max(fits) if fits else 1
-    meas = measure_pack(model_json, layers_range, u, device, precision, trials=trials)
     pred_f, pred_b = pack_fwd_memory(p, s, e, u), pack_bwd_memory(p, s, e, u)
+    try:
+        meas = measure_pack(model_json, layers_range, u, device, precision, trials=trials)
+    except Exception as exc:   # an OOM under the cap is a result (the pack needs more), not a lost profile
+        if not gpumem.is_oom(exc):
+            raise
+        gpumem.free_cached(torch.device(device))
+        return {"range": [s, e], "u": u, "status": "oom", "message": str(exc).splitlines()[0][:300],
+                "predicted_bytes": max(pred_f, pred_b), "predicted_fwd_bytes": pred_f,
+                "predicted_bwd_bytes": pred_b, "measured_bytes": None,
+                "gpu_memory_cap": prof.get("gpu_memory_cap")}
     resident = sum(p.weight_bytes(i) + p.grad_bytes(i) for i in range(s, e))
     pred = max(pred_f, pred_b)
-    out = {"range": [s, e], "u": u, "predicted_bytes": pred, "measured_bytes": meas["peak_bytes"],
+    out = {"range": [s, e], "u": u, "status": "ok", "predicted_bytes": pred, "measured_bytes": meas["peak_bytes"],
            "rel_error": (pred - meas["peak_bytes"]) / meas["peak_bytes"],
            "predicted_fwd_bytes": pred_f, "measured_fwd_bytes": meas["fwd_peak_bytes"],
            "predicted_bwd_bytes": pred_b, "measured_bwd_bytes": meas["bwd_peak_bytes"],

@@ -729,7 +729,10 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
           f"bwd {sum(P.bwd_time(i, hi) for i in L) / hi * 1e3:.2f} ms; "
           f"CPU optimizer {sum(P.opt_time(i) for i in L) * 1e3:.1f} ms/iteration", file=file)
     pc = prof.get("pack_check")
-    if pc:
+    if pc and pc.get("status") == "oom":
+        print(f"pack {pc['range'][0]}:{pc['range'][1]} at u={pc['u']}: predicted "
+              f"{format_bytes(pc['predicted_bytes'])}, did not fit under the cap ({pc['message']})", file=file)
+    elif pc:
         print(f"pack {pc['range'][0]}:{pc['range'][1]} at u={pc['u']}: predicted "
               f"{format_bytes(pc['predicted_bytes'])}, measured {format_bytes(pc['measured_bytes'])} "
               f"({pc['rel_error'] * 100:+.1f}%; activations {pc['rel_error_activations'] * 100:+.1f}%)", file=file)

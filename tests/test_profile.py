@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import time
 
@@ -407,6 +408,26 @@ def test_pack_check_times_the_pack_against_the_summed_vlayer_times(tmp_path):
         assert 0.2 < res[f"time_ratio_{kind}"] < 5, res
     assert res["predicted_bwd_s"] > res["predicted_fwd_s"]      # recompute forward + backward
     assert "measured_fwd_s" not in pc.check_pack(mj, prof, (1, 5), 4, "cpu", "fp32", trials=0)
+
+def test_pack_check_records_an_oom_as_its_result(tmp_path, monkeypatch):
+    """A pack that does not fit under the cap is the check's answer (status oom, with the prediction), not a
+    crash that loses the profile it was run with (h100-retain2: gpt2-xl [lm_head, loss] at u = 16)."""
+    mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
+    prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4], trials=1, progress=False))
+
+    def oom(*a, **k):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.07 GiB.")
+    monkeypatch.setattr(pc, "measure_pack", oom)
+    res = pc.check_pack(mj, prof, (1, 5), 4, "cpu", "fp32", trials=0)
+    assert res["status"] == "oom" and res["measured_bytes"] is None and res["predicted_bytes"] > 0
+    assert "3.07 GiB" in res["message"]
+    out = io.StringIO()
+    hp.print_summary(dict(prof, pack_check=res), file=out)
+    assert "did not fit under the cap" in out.getvalue()
+    monkeypatch.setattr(pc, "measure_pack", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad range")))
+    with pytest.raises(ValueError, match="bad range"):      # anything else is still an error
+        pc.check_pack(mj, prof, (1, 5), 4, "cpu", "fp32", trials=0)
+
 
 @pytest.mark.parametrize("extra", [["--ubatch", "0,2"], ["--ubatch", "1,x"], ["--gpu-memory", "11 potatoes"],
                                    ["--gpu-memory=-5GiB"], ["--trials", "0"], ["--check-pack", "3"],

@@ -286,6 +286,8 @@ def test_search_splits_the_bottom_pack_when_that_shortens_the_iteration_tail():
     unsplit = [c for c in r.candidates if "split-bottom" not in c.bwd_packer and c.feasible]
     assert r.best.bwd_packer.endswith("+split-bottom")
     assert r.best.iter_time_s < min(c.iter_time_s for c in unsplit)
+    # every split candidate is named after the one plan it splits (not after the best found meanwhile)
+    assert all(c.bwd_packer.count("split-bottom") == 1 for c in r.candidates if "split-bottom" in c.bwd_packer)
 
 
 def test_bad_inputs_are_clear():

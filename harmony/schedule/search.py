@@ -173,8 +173,9 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                                              ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
                         evaluate(cfg, bname, fname, jb + objective(costs, fctx, fpacks))
     if best is not None and not pack_size:
-        for cfg in bottom_splits(best.config):
-            evaluate(cfg, best.bwd_packer + "+split-bottom", best.fwd_packer + "+split-bottom", best.objective_s)
+        base = best      # evaluate() moves `best`: the splits are all of this one, and named after it
+        for cfg in bottom_splits(base.config):
+            evaluate(cfg, base.bwd_packer + "+split-bottom", base.fwd_packer + "+split-bottom", base.objective_s)
     if best is None:
         over_host = [c for c in cands if c.gpu_feasible]
         if over_host:

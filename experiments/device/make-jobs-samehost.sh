@@ -23,8 +23,15 @@
 # stays (the other mode's records were made with it). Performance log entry 33's check on 2x H200:
 #   HW=2xH200 NGPU=2 MODES=vPP bash experiments/device/make-jobs-samehost.sh --move vgg416=pre-held-sends \
 #       resnet1026=pre-held-sends bert96=pre-held-sends gpt2-xl=pre-held-sends
+# DS (default "16 64 256 1024": figure 10's minibatches) and CFGS (default auto: the searched plans; '*' also
+# takes fixed configurations such as u10-5-p14) pick the records. Figure 8 (bert-large-nodrop, D = 600: the
+# searched plan and four fixed ones), last run before entry 32's runtime:
+#   DS=600 CFGS='*' MODES=vPP BOTH=1 bash experiments/device/make-jobs-samehost.sh --move bert-large-nodrop=pre-entry-32
 HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
+DS=${DS:-16 64 256 1024}; CFGS=${CFGS:-auto}
 MODES=${MODES:-vDP vPP}; both=0; [ "$MODES" = "vDP vPP" ] && both=1
+# BOTH=1: the profile moves and is made again even with one mode (a model that has only vPP records)
+[ "${BOTH:-0}" = 1 ] && both=1
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
@@ -38,13 +45,17 @@ for arg in "${models[@]}"; do
     [ $both = 1 ] && mkdir -p "$old/profiles" && git mv "$R/profiles/$m.json" "$old/profiles/"
     for mode in $MODES; do
       mkdir -p "$old/runs/harmony-$mode/$m"
-      for f in "$R"/schedules/$m/$mode-N$NGPU-D*-auto.*; do git mv "$f" "$old/schedules/$m/"; done
-      for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D*-auto*.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
+      for d in $DS; do
+        for f in "$R"/schedules/$m/$mode-N$NGPU-D$d-$CFGS.*; do [ -e "$f" ] && git mv "$f" "$old/schedules/$m/"; done
+        for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
+      done
     done
   fi
   t=()
-  for d in 16 64 256 1024; do for mode in $MODES; do
-    [ -e "$old/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl" ] && t+=("$R/runs/harmony-$mode/$m/N$NGPU-D$d-auto.jsonl")
+  for d in $DS; do for mode in $MODES; do
+    for f in "$old"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do
+      [ -e "$f" ] && t+=("$R/runs/harmony-$mode/$m/${f##*/}")
+    done
   done; done
   if [ $both = 1 ]; then listing -- "$R/profiles/$m.json" "${t[@]}"; else listing -- "${t[@]}"; fi
 done

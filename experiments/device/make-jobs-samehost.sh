@@ -26,12 +26,13 @@
 # DS (default "16 64 256 1024": figure 10's minibatches) and CFGS (default auto: the searched plans; '*' also
 # takes fixed configurations such as u10-5-p14) pick the records. Figure 8 (bert-large-nodrop, D = 600: the
 # searched plan and four fixed ones), last run before entry 32's runtime:
-#   DS=600 CFGS='*' MODES=vPP BOTH=1 bash experiments/device/make-jobs-samehost.sh --move bert-large-nodrop=pre-entry-32
+#   DS=600 CFGS='*' MODES=vPP PROFILE=remake bash experiments/device/make-jobs-samehost.sh --move bert-large-nodrop=pre-entry-32
 HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
 DS=${DS:-16 64 256 1024}; CFGS=${CFGS:-auto}
 MODES=${MODES:-vDP vPP}; both=0; [ "$MODES" = "vDP vPP" ] && both=1
-# BOTH=1: the profile moves and is made again even with one mode (a model that has only vPP records)
-[ "${BOTH:-0}" = 1 ] && both=1
+# PROFILE=remake: the profile moves and is made again even with one mode (a model that has only vPP
+# records); PROFILE=keep: it stays even with both modes (plans re-searched on the same profile)
+case ${PROFILE:-} in remake) both=1 ;; keep) both=0 ;; "") ;; *) echo "PROFILE=remake|keep" >&2; exit 2 ;; esac
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }

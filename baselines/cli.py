@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings
-from harmony.jsonio import read_jsonl
+from harmony.jsonio import DEFERRED_EXIT, read_jsonl
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -97,6 +99,31 @@ def parse_ubatch(text: str | None) -> list[int | None]:
     return values
 
 
+class Deferred(Exception):
+    """The next candidate of a search would outlast $HARMONY_DEADLINE (the device call's end, in seconds
+    since the epoch, set by experiments/device/grid_gpu.sh). The search then exits DEFERRED_EXIT without
+    a record, and the next call's search goes on from the candidates on record."""
+
+
+def candidate_cost_s(rec_path: str) -> float:
+    """What a finished candidate cost, at least: the sum of its iterations' times from its record file
+    (setup not counted), or 0 when it has none (an OOM before the first iteration)."""
+    try:
+        return sum(r.get("time_s") or 0.0 for r in read_jsonl(rec_path) if r.get("record") == "iteration")
+    except (OSError, ValueError):
+        return 0.0
+
+
+def deadline() -> float | None:
+    raw = os.environ.get("HARMONY_DEADLINE")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"HARMONY_DEADLINE={raw!r}: give the deadline in seconds since the epoch") from None
+
+
 def run_one(s: Settings) -> dict:
     mod = importlib.import_module(MODULES[s.system])
     return mod.run(s)
@@ -113,6 +140,8 @@ def main(args) -> int:
     out = Path(args.output)
     settings.sort(key=lambda s: s.ubatch)
     done: dict[int, tuple[Settings, dict]] = {}
+    end = deadline()
+    costs: list[float] = []       # what each candidate of this search cost (measured here, or on record)
 
     def trial(i: int) -> float:
         """Run candidate i (once); its samples/s, 0 unless it ran ok."""
@@ -121,8 +150,16 @@ def main(args) -> int:
             s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
             rec = finished_candidate(s)
             if rec is None:
+                # the costliest candidate so far is the estimate: neighbouring u cost about the same
+                est = max(costs, default=0.0)
+                if end is not None and est > 0 and time.time() + est > end:
+                    raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as the costliest candidate so "
+                                   f"far), {max(end - time.time(), 0):.0f} s are left before HARMONY_DEADLINE")
+                t0 = time.perf_counter()
                 rec = run_one(s)
+                costs.append(time.perf_counter() - t0)
             else:
+                costs.append(candidate_cost_s(s.output))
                 print(f"{s.system}: u={s.ubatch} already on record ({rec['status']}), not run again: {s.output}",
                       file=sys.stderr)
             _report(rec, s.output)
@@ -147,11 +184,16 @@ def main(args) -> int:
             return "a larger u was infeasible for host memory, which a smaller u does not need less of"
         return None
 
-    if getattr(args, "ubatch_search", "climb") == "all":
-        for i in range(len(settings)):
-            trial(i)
-    else:
-        climb(trial, len(settings), lambda i: no_lower(i) is not None)
+    try:
+        if getattr(args, "ubatch_search", "climb") == "all":
+            for i in range(len(settings)):
+                trial(i)
+        else:
+            climb(trial, len(settings), lambda i: no_lower(i) is not None)
+    except Deferred as e:
+        print(f"{args.name}: microbatch search left for the next call: {e}; the candidates on record are "
+              f"kept and read back then", file=sys.stderr)
+        return DEFERRED_EXIT
     results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],

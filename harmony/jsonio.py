@@ -115,6 +115,12 @@ class JsonlWriter:
         self.close()
 
 
+# Exit status of a command that stopped, by design, before it could write its record (a baseline search
+# whose next candidate would outlast $HARMONY_DEADLINE): the workflow's guard records nothing, and the job
+# lists count the job as left for the next call, not as failed.
+DEFERRED_EXIT = 75     # EX_TEMPFAIL
+
+
 def partial_path(path: str | os.PathLike) -> Path:
     """Where a JsonlWriter for `path` keeps its records until it is closed."""
     path = Path(path)

@@ -440,6 +440,43 @@ def test_climb_stops_at_a_host_memory_infeasible_candidate(tmp_path, monkeypatch
     assert "host memory" in search[0]["message"]
 
 
+def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, monkeypatch, capsys):
+    """With $HARMONY_DEADLINE (the device call's end), the search does not start a candidate that, costing
+    what the costliest one so far cost, would end after it: it exits DEFERRED_EXIT with no record, and the
+    next call's search reads back what finished and goes on (h100-grid9 lost 5 minutes to a killed one)."""
+    import baselines.cli as bcli
+    from harmony.jsonio import DEFERRED_EXIT
+    clock = {"t": 1000.0}
+
+    class FakeTime:
+        def time(self):
+            return clock["t"]
+
+        def perf_counter(self):
+            return clock["t"]
+    monkeypatch.setattr(bcli, "time", FakeTime())
+    ran, real = [], bcli.run_one
+
+    def slow(s):                      # each candidate "takes" 60 s
+        ran.append(s.ubatch)
+        clock["t"] += 60
+        return real(s)
+    monkeypatch.setattr(bcli, "run_one", slow)
+    monkeypatch.setenv("HARMONY_DEADLINE", "1100")
+    out = tmp_path / "r.jsonl"
+    args = ["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16", "--iters", "2",
+            "-o", str(out)]
+    assert harmony_main(args) == DEFERRED_EXIT
+    assert ran == [4] and not out.exists() and (tmp_path / "r.u4.jsonl").exists()
+    assert "u=8 would take about 60 s" in capsys.readouterr().err
+    monkeypatch.delenv("HARMONY_DEADLINE")
+    assert harmony_main(args) == 0 and out.exists()
+    assert ran[0] == 4 and 4 not in ran[1:] and ran[1] == 8       # u=4 read back, the climb went on at u=8
+    monkeypatch.setenv("HARMONY_DEADLINE", "soon")
+    with pytest.raises(ValueError, match="HARMONY_DEADLINE"):
+        bcli.deadline()
+
+
 def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, capsys):
     """A microbatch search cut short (a device call ends mid-search) goes on where it stopped: candidates
     whose record files hold a finished run of the same settings are read back, not run again; a record of

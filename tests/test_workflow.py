@@ -434,6 +434,23 @@ def test_joblist_counts_a_failed_parallel_job(tmp_path):
     assert out.returncode != 0 and "failed 1" in out.stdout and "FAILED: profile: pa" in out.stderr
 
 
+def test_a_deferred_job_is_left_for_the_next_call_not_failed(tmp_path):
+    """A job that exits DEFERRED_EXIT (a baseline search whose next candidate would outlast the call) is
+    counted as left, the jobs after it still run, and the guard writes no record for it."""
+    from harmony.jsonio import DEFERRED_EXIT
+    out = tmp_path / "b.jsonl"
+    guard = (f"{sys.executable} -m harmony.workflow guard --out {out} --system resident --model m --gpus 1 "
+             f"--minibatch 8 -- {sys.executable} -c 'import sys; sys.exit({DEFERRED_EXIT})'")
+    (tmp_path / "a.txt").write_text(_dry_job("baseline", [], [str(out)], guard) + _dry_job("run", [], ["r"], "touch r"))
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "a.txt"), "-o", str(script)])
+    res = subprocess.run(["bash", str(script)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert "ran 1, skipped 0" in res.stdout and "failed 0, left 1" in res.stdout, res.stdout + res.stderr
+    assert "LEFT (would outlast the call)" in res.stderr and "left for the next call" in res.stderr
+    assert not out.exists() and (tmp_path / "r").exists() and res.returncode != 0   # the next call runs it
+
+
 # ------------------------------------------------------------------------------------------------
 # The README's main command, end to end on the CPU (real smoke-scale runs)
 # ------------------------------------------------------------------------------------------------

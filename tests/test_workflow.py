@@ -221,6 +221,25 @@ def test_checks_claims_on_handmade_rows(tmp_path):
     assert res["C6"]["verdict"] == "pass" and float(res["C6"]["measured"]) == 0.0
 
 
+def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):
+    """C8: a grid point without a record that figures 10 and 12 both show counts once, and the detail
+    names it by system, so that the claim says what is left to run."""
+    from harmony.checks import Results, nothing_dropped
+    from harmony.figures import COLUMNS
+    R = tmp_path / "r"
+    R.mkdir()
+    for fig in ("figure10", "figure12"):
+        with open(R / f"{fig}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows([{"figure": fig, "model": "m", "minibatch": 64, "system": "swap-dp", "gpus": 1,
+                          "cfg": "best", "kind": "measured", "status": "missing"},
+                         {"figure": fig, "model": "m", "minibatch": 16, "system": "harmony-vPP", "gpus": 1,
+                          "cfg": "auto", "kind": "measured", "status": "ok"}])
+    n, detail, ok = nothing_dropped(Results(R), "paper")
+    assert n == 1 and not ok and "1 grid points without a record (swap-dp: m D=64 N=1)" in detail
+
+
 def test_c7_compares_vpp_with_the_same_schedule_on_one_gpu(tmp_path):
     """C7: vPP at every N against the same fixed schedule on one GPU; a saving at some N (weights kept
     between a GPU's consecutive forward and backward task of a pack) is not 'growth'."""

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from baselines.common import PRECISIONS, SYSTEMS, Settings
+from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
 from harmony.jsonio import DEFERRED_EXIT, read_jsonl
 from harmony.units import format_bytes, parse_bytes
 
@@ -174,8 +174,8 @@ def main(args) -> int:
         whatever u is)."""
         if i not in done:
             return None
-        rec = done[i][1]
-        if args.max_iter_s is not None and rec["status"] == "ok" and (rec["iter_time_s"] or 0) > args.max_iter_s:
+        s, rec = done[i]
+        if rec["status"] == "ok" and over_max_iter(s, rec["iter_time_s"] or 0):
             return "a larger u ran slower than --max-iter-s"
         if rec["status"] == "infeasible" and (
                 rec.get("infeasible_reason") == "host-memory"

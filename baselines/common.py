@@ -324,7 +324,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
         # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
         slowest = max(gather([dt])) if (gather is not None and s.max_iter_s is not None) else dt
-        if trace_at is not None and i < trace_at and too_slow_to_trace(s, slowest):
+        if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
             # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
             # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
             trace_skipped = (f"warm-up iteration {i} took {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}: "
@@ -361,17 +361,18 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)
 
 
+def over_max_iter(s: Settings, dt: float) -> bool:
+    """Whether an iteration of dt seconds is slower than --max-iter-s (never without the limit). A warm-up
+    iteration that is drops the memcpy trace (train_loop); a steady-state one ends the run (cut_short); a
+    candidate whose steady state is keeps the microbatch search from going lower (baselines/cli.py)."""
+    return s.max_iter_s is not None and dt > s.max_iter_s
+
+
 def cut_short(s: Settings, i: int, dt: float, warmup: int, n: int) -> bool:
     """Whether the run stops after iteration i: with --max-iter-s, once a steady-state iteration (past the
     warm-up and the traced one) took longer, when iterations are left. One measured iteration is the price
     of finishing at all: a 127 s/iteration run of four iterations plus its trace outlasts a device call."""
-    return s.max_iter_s is not None and i >= warmup and dt > s.max_iter_s and i < n - 1
-
-
-def too_slow_to_trace(s: Settings, dt: float) -> bool:
-    """Whether a warm-up iteration of dt seconds drops the memcpy trace: with --max-iter-s, when it was
-    already slower, the run times one untraced iteration and stops (cut_short) instead of tracing first."""
-    return s.max_iter_s is not None and dt > s.max_iter_s
+    return i >= warmup and over_max_iter(s, dt) and i < n - 1
 
 
 def _sync(devices: list[torch.device]) -> None:

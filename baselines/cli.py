@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
-from harmony.jsonio import DEFERRED_EXIT, read_jsonl
+from harmony.jsonio import DEFERRED_EXIT, Deferred, deadline, partial_path, read_jsonl
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -99,12 +98,6 @@ def parse_ubatch(text: str | None) -> list[int | None]:
     return values
 
 
-class Deferred(Exception):
-    """The next candidate of a search would outlast $HARMONY_DEADLINE (the device call's end, in seconds
-    since the epoch, set by experiments/device/grid_gpu.sh). The search then exits DEFERRED_EXIT without
-    a record, and the next call's search goes on from the candidates on record."""
-
-
 def candidate_cost_s(rec_path: str) -> float:
     """What a finished candidate cost, at least: the sum of its iterations' times from its record file
     (setup not counted), or 0 when it has none (an OOM before the first iteration)."""
@@ -114,14 +107,14 @@ def candidate_cost_s(rec_path: str) -> float:
         return 0.0
 
 
-def deadline() -> float | None:
-    raw = os.environ.get("HARMONY_DEADLINE")
-    if not raw:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"HARMONY_DEADLINE={raw!r}: give the deadline in seconds since the epoch") from None
+def _deferred(name: str, unfinished: Settings | None, why: Deferred, search: bool = False) -> int:
+    """Leave the rest for the next call: drop the iteration lines of a run the deadline stopped (its next
+    call starts it afresh) and exit DEFERRED_EXIT, which the workflow's guard records nothing for."""
+    if unfinished is not None and unfinished.output:
+        partial_path(unfinished.output).unlink(missing_ok=True)
+    kept = "; the candidates on record are kept and read back then" if search else ""
+    print(f"{name}: {'microbatch search ' if search else ''}left for the next call: {why}{kept}", file=sys.stderr)
+    return DEFERRED_EXIT
 
 
 def run_one(s: Settings) -> dict:
@@ -133,7 +126,10 @@ def main(args) -> int:
     ubatches = parse_ubatch(args.ubatch)
     settings = [settings_from_args(args, u) for u in ubatches]   # validates every candidate first
     if len(settings) == 1:
-        rec = run_one(settings[0])
+        try:
+            rec = run_one(settings[0])
+        except Deferred as e:
+            return _deferred(args.name, settings[0], e)
         _report(rec, args.output)
         return 1 if rec["status"] == "error" else 0
     # search: each candidate it runs to its own file, the fastest that ran to the output
@@ -156,7 +152,11 @@ def main(args) -> int:
                     raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as the costliest candidate so "
                                    f"far), {max(end - time.time(), 0):.0f} s are left before HARMONY_DEADLINE")
                 t0 = time.perf_counter()
-                rec = run_one(s)
+                try:
+                    rec = run_one(s)
+                except Deferred as e:     # the run itself saw the deadline coming (train_loop)
+                    partial_path(s.output).unlink(missing_ok=True)   # its next call starts it afresh
+                    raise Deferred(f"u={s.ubatch}: {e}") from None
                 costs.append(time.perf_counter() - t0)
             else:
                 costs.append(candidate_cost_s(s.output))
@@ -191,9 +191,7 @@ def main(args) -> int:
         else:
             climb(trial, len(settings), lambda i: no_lower(i) is not None)
     except Deferred as e:
-        print(f"{args.name}: microbatch search left for the next call: {e}; the candidates on record are "
-              f"kept and read back then", file=sys.stderr)
-        return DEFERRED_EXIT
+        return _deferred(args.name, None, e, search=True)
     results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import JsonlWriter
+from harmony.jsonio import Deferred, JsonlWriter, seconds_left
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
 _T0 = time.time()      # about process start (this module is imported first by every baseline)
@@ -334,6 +334,15 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         if cut_short(s, i, slowest, warmup, len(batches)):
             cut = (f"stopped after iteration {i}: {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
                    f"state is this one iteration")
+            log_phase(s.system, cut)
+            break
+        left = seconds_left() if gather is None else None   # one process: its ranks would need to agree
+        if left is not None and i < len(batches) - 1 and 1.1 * slowest > left:
+            if i < warmup:      # nothing timed yet: the next call runs it afresh
+                raise Deferred(f"iteration {i + 1} (about {slowest:.0f} s, as iteration {i}) would end after "
+                               f"HARMONY_DEADLINE, {max(left, 0):.0f} s away, before any timed iteration")
+            cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
+                   f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
             log_phase(s.system, cut)
             break
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}

@@ -41,6 +41,7 @@ from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, a
                               load_model, pin_batches, resolve_device, spawn_ranks, status_only,
                               train_loop, use_rank_share_of_cores)
 from harmony.data import load_batches
+from harmony.jsonio import Deferred
 from harmony.optim import make_optimizer, set_lr
 
 
@@ -233,6 +234,8 @@ def run(s: Settings, _result: dict | None = None) -> dict:
     if s.gpus == 1:
         try:
             return _worker(0, s, port, _result)
+        except Deferred:
+            raise           # baselines/cli.py leaves it for the next call
         except Exception as e:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             spec, _ = load_model(s.model, s.overrides)

@@ -177,6 +177,7 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
                            f"the Harmony runtime is not in this build ({e}); swap-dp and swap-pp run as "
                            f"schedules on harmony.runtime.run_schedule", mode=mode,
                            predicted_bytes=record["prediction"]["bytes"] if record.get("prediction") else None)
+    from harmony.jsonio import Deferred
     from harmony.schedule.tasks import TaskGraph
     graph = TaskGraph.from_json(record["graph"])
     try:
@@ -187,6 +188,8 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
                                # every swap baseline on record ran with the copy stream's pool; the
                                # compute-stream plan (docs/runtime.md) is Harmony's, measured in entry 32
                                load_buffers="copy-stream")
+    except Deferred:
+        raise                   # baselines/cli.py leaves the run (or the search) for the next call
     except Exception as e:  # noqa: BLE001 - the runtime should write its own record; this is the backstop
         import traceback
         traceback.print_exc(file=sys.stderr)

@@ -34,6 +34,7 @@ from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, a
                               status_only, train_loop, use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
+from harmony.jsonio import Deferred
 from harmony.optim import set_lr
 
 INSTALL = "pip install -e .[deepspeed]"
@@ -177,6 +178,8 @@ def run(s: Settings) -> dict:
     if s.gpus == 1:
         try:
             return _train(0, s, port)
+        except Deferred:
+            raise           # baselines/cli.py leaves it for the next call
         except Exception as e:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
             spec, _ = load_model(s.model, s.overrides)

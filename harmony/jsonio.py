@@ -9,6 +9,7 @@ import io
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,29 @@ class JsonlWriter:
 # whose next candidate would outlast $HARMONY_DEADLINE): the workflow's guard records nothing, and the job
 # lists count the job as left for the next call, not as failed.
 DEFERRED_EXIT = 75     # EX_TEMPFAIL
+
+
+class Deferred(Exception):
+    """Work that would outlast $HARMONY_DEADLINE (the device call's end, in seconds since the epoch, set by
+    experiments/device/grid_gpu.sh) was not started or not finished: the command exits DEFERRED_EXIT
+    without a record, and the next call runs it (a baseline search goes on from its candidates on record)."""
+
+
+def deadline() -> float | None:
+    """$HARMONY_DEADLINE as seconds since the epoch, or None when it is not set."""
+    raw = os.environ.get("HARMONY_DEADLINE")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"HARMONY_DEADLINE={raw!r}: give the deadline in seconds since the epoch") from None
+
+
+def seconds_left() -> float | None:
+    """Seconds until $HARMONY_DEADLINE (negative once past it), or None when it is not set."""
+    end = deadline()
+    return None if end is None else end - time.time()
 
 
 def partial_path(path: str | os.PathLike) -> Path:

@@ -263,6 +263,54 @@ def test_a_too_slow_warmup_drops_the_memcpy_trace(tmp_path, monkeypatch):
     assert len(traced) == 1 and ok["bytes_h2d"] == 7 and "memcpy_trace_skipped" not in ok
 
 
+def test_the_deadline_ends_a_run_after_its_timed_iterations_or_leaves_it(monkeypatch):
+    """$HARMONY_DEADLINE (a device call's end): a run stops before an iteration that, as slow as the slowest
+    so far (10% over), would end after it, keeping the timed iterations it has (a record, like
+    --max-iter-s's cut); with none timed yet it raises Deferred and writes nothing (the next call runs it)."""
+    import baselines.common as bc
+    from harmony.jsonio import Deferred
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(bc, "seconds_left", lambda: 10.0 - clock["t"])
+
+    def step(i, batch):
+        clock["t"] += 3.0
+        return 1.0
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")])
+    validate_summary(summary)
+    # iterations end at 3, 6, 9 s: at 9 s one more (3.3 s) would pass the 10 s deadline
+    assert summary["status"] == "ok" and summary["iterations"] == 3 and summary["iter_time_s"] == 3.0
+    assert "HARMONY_DEADLINE" in summary["cut_short"] and "after iteration 2" in summary["cut_short"]
+    clock["t"] = 0.0
+
+    def slow(i, batch):
+        clock["t"] += 8.0
+        return 1.0
+    s2 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    with pytest.raises(Deferred, match="before any timed iteration"):
+        train_loop(s2, RunWriter(s2, "mlp-tiny"), slow, [()] * 5, devices=[torch.device("cpu")])
+    # without the deadline the same run goes to the end
+    monkeypatch.setattr(bc, "seconds_left", lambda: None)
+    clock["t"] = 0.0
+    s3 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    assert train_loop(s3, RunWriter(s3, "mlp-tiny"), slow, [()] * 5,
+                      devices=[torch.device("cpu")])["iterations"] == 5
+
+
+@pytest.mark.parametrize("system", ["resident", "fsdp-offload"])
+def test_a_run_the_deadline_leaves_exits_deferred_without_a_record(tmp_path, monkeypatch, system):
+    """The CLI turns a run's Deferred into DEFERRED_EXIT and drops its partial record, also through the
+    systems that turn other exceptions into error records (fsdp-offload at N = 1)."""
+    import baselines.common as bc
+    from harmony.jsonio import DEFERRED_EXIT, partial_path
+    monkeypatch.setattr(bc, "seconds_left", lambda: 0.0)
+    out = tmp_path / "r.jsonl"
+    rc = harmony_main(["baseline", system, "mlp-tiny", "--minibatch", "8", "--ubatch", "4", "--iters", "3",
+                       "-o", str(out)])
+    assert rc == DEFERRED_EXIT and not out.exists() and not partial_path(out).exists()
+
+
 @pytest.mark.parametrize("speeds, slow, runs", [
     ([0, 0, 0, 1, 0, 0, 0], {3}, [3, 4]),         # the start ran, too slow: up once (OOM), never below it
     ([0, 1, 0, 0, 0, 0, 0], {1}, [3, 2, 1]),      # down past OOMs to the first that runs; too slow: stop there
@@ -454,7 +502,9 @@ def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, mon
 
         def perf_counter(self):
             return clock["t"]
+    import harmony.jsonio as jsonio
     monkeypatch.setattr(bcli, "time", FakeTime())
+    monkeypatch.setattr(jsonio, "time", FakeTime())        # the runs' own deadline check (seconds_left)
     ran, real = [], bcli.run_one
 
     def slow(s):                      # each candidate "takes" 60 s

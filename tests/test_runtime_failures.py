@@ -228,3 +228,23 @@ print("alive", flush=True)
         assert time.monotonic() - t0 < 30
         time.sleep(0.5)
         assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_run_that_would_outlast_the_deadline_is_left_for_the_next_call(tmp_path):
+    """With $HARMONY_DEADLINE (a device call's end), `harmony run` does not start a run whose predicted
+    iterations plus set-up would end after it: it exits DEFERRED_EXIT with neither a record nor a partial
+    one, for the next call to run (h100-grid14 lost a gpt2-xl run cut off after 3 of its 4 iterations).
+    With time enough it runs as usual."""
+    from harmony.jsonio import DEFERRED_EXIT
+    from harmony.runtime import RUN_OVERHEAD_S
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    rec = dict(rec, prediction={"iter_time_s": 0.5})      # what `harmony schedule` would have predicted
+    p, out = _cli(tmp_path, rec, extra_env={"HARMONY_DEADLINE": str(time.time() + RUN_OVERHEAD_S - 5)})
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == DEFERRED_EXIT, err
+    assert not out.exists() and not partial_path(out).exists()
+    assert "left for the next call" in err and "before HARMONY_DEADLINE" in err
+    p, out = _cli(tmp_path, rec, extra_env={"HARMONY_DEADLINE": str(time.time() + 600)})
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert read_jsonl(out)[-1]["status"] == "ok"

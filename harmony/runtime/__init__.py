@@ -180,6 +180,26 @@ def _rss() -> int:
     return psutil.Process().memory_info().rss
 
 
+# What a run costs besides its iterations: interpreter and CUDA start, worker set-up (17.5 s for gpt2-xl on
+# the H100), exit. A run that started with 135 s left and needed 4 x 24 s iterations was cut off (h100-grid14).
+RUN_OVERHEAD_S = 45.0
+
+
+def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
+    """Raise Deferred when the schedule's predicted iterations (10% over, plus RUN_OVERHEAD_S) would
+    outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
+    from harmony.jsonio import Deferred, seconds_left
+    left = seconds_left()
+    per_iter = (record.get("prediction") or {}).get("iter_time_s")
+    if left is None or not per_iter:
+        return
+    # the traced iteration runs about twice as long as the others
+    need = 1.1 * per_iter * (iters + (1 if traced else 0)) + RUN_OVERHEAD_S
+    if need > left:
+        raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up, "
+                       f"{max(left, 0):.0f} s are left before HARMONY_DEADLINE")
+
+
 def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
@@ -203,6 +223,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
+    defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2)
     load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below

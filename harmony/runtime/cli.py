@@ -62,12 +62,17 @@ def main(args) -> int:
     import json
     import os
     fault = json.loads(os.environ["HARMONY_FAULT"]) if os.environ.get("HARMONY_FAULT") else None  # tests only
-    summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data, precision=precision,
-                           gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
-                           system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
-                           fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
-                           update_threads=args.update_threads, load_buffers=args.load_buffers,
-                           weight_copies=args.weight_copies, coalesce_below=args.coalesce_below)
+    from harmony.jsonio import DEFERRED_EXIT, Deferred
+    try:
+        summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data,
+                               precision=precision, gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
+                               system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
+                               fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
+                               update_threads=args.update_threads, load_buffers=args.load_buffers,
+                               weight_copies=args.weight_copies, coalesce_below=args.coalesce_below)
+    except Deferred as e:       # the device call would end inside the run: the next call runs it
+        print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
+        return DEFERRED_EXIT
     t = summary.get("iter_time_s")
     print(f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: {summary['status']}"
           + (f", {t:.4f} s/iteration, {summary['samples_per_s']:.2f} samples/s" if t else "")

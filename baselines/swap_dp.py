@@ -184,7 +184,7 @@ def run_on_runtime(s: Settings, record: dict, spec_name: str, mode: str) -> dict
         summary = run_schedule(record, graph, iters=s.iters, device=s.device, data=s.data,
                                precision=s.precision, gpu_memory_cap=s.gpu_memory_cap, warmup=s.warmup,
                                output=s.output, system=s.system, seed=s.seed, data_seed=s.data_seed,
-                               memcpy_trace=s.memcpy_trace,
+                               memcpy_trace=s.memcpy_trace, max_iter_s=s.max_iter_s,
                                # every swap baseline on record ran with the copy stream's pool; the
                                # compute-stream plan (docs/runtime.md) is Harmony's, measured in entry 32
                                load_buffers="copy-stream")

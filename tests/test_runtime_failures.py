@@ -248,3 +248,22 @@ def test_a_run_that_would_outlast_the_deadline_is_left_for_the_next_call(tmp_pat
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert read_jsonl(out)[-1]["status"] == "ok"
+
+
+@pytest.mark.parametrize("why", ["max-iter-s", "deadline"])
+def test_the_workers_stop_together_after_a_timed_iteration(tmp_path, monkeypatch, why):
+    """The swap baselines' --max-iter-s (every timed iteration here is slower than 0 s) or a
+    $HARMONY_DEADLINE already past stops both ranks after the first timed iteration, not before (the
+    warm-up is never the measurement); the summary says why and has its median from what ran."""
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P2")
+    if why == "deadline":
+        monkeypatch.setenv("HARMONY_DEADLINE", str(time.time() - 1))   # the workers inherit it
+    out = tmp_path / "run.jsonl"
+    s = run_schedule(rec, g, iters=4, warmup=1, device="cpu", output=str(out),
+                     max_iter_s=0.0 if why == "max-iter-s" else None)
+    validate_summary(s)
+    assert s["status"] == "ok" and s["iterations"] == 2 and s["iter_time_s"] > 0
+    assert "stopped after iteration 1 of 4" in s["cut_short"]
+    assert ("--max-iter-s" if why == "max-iter-s" else "HARMONY_DEADLINE") in s["cut_short"]
+    assert [l["record"] for l in read_jsonl(out)] == ["iteration", "iteration", "summary"]
+    assert _no_children_left()

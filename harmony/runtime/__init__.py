@@ -85,7 +85,8 @@ class Prepared:
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
-                 coalesce_below: int = COALESCE_BELOW):
+                 coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
+                 first_timed_iteration: int = 1):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -112,7 +113,9 @@ class Prepared:
                     "weight_copies": weight_copies,
                     "coalesce_below": coalesce_below,
                     "threads_per_worker": worker_threads,
-                    "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None}
+                    "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None,
+                    # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
+                    "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration}
         self.records = []
 
     def fill_weights(self) -> None:
@@ -206,7 +209,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
-                 coalesce_below: int | None = None) -> dict:
+                 coalesce_below: int | None = None, max_iter_s: float | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -215,7 +218,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     kinds and the reason), `memcpy_counted` (our counters for the same iteration), `memcpy_agreement`
     (relative difference per kind) and `memcpy_agrees` (every visible kind within 1%); see docs/runtime.md.
     Failures inside the run give a summary with status oom/error/interrupted; a schedule that does not fit
-    the model, or a host too small for the arena, raise before anything starts."""
+    the model, or a host too small for the arena, raise before anything starts.
+    The workers stop after a timed iteration when the slowest rank's was slower than `max_iter_s` (the swap
+    baselines' --max-iter-s), or when the next would end after $HARMONY_DEADLINE; `cut_short` says so."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -246,7 +251,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
                            worker_threads=worker_threads, update_threads=update_threads,
                            load_buffers=load_buffers, weight_copies=weight_copies,
-                           coalesce_below=coalesce_below)
+                           coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -256,6 +261,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             if writer is None:
                 raise
         predicted_bytes = count_bytes(graph, layer_sizes_from_model(record["model"]))
+        cut = _cut_short(records, iters, max_iter_s) if status == "ok" else None
         summary = make_summary(
             system=system, model=record["model"]["model"], mode=cfg.mode, gpus=cfg.gpus, minibatch=cfg.minibatch,
             status=status, iterations=records, warmup=warmup, env=env, message=message,
@@ -275,6 +281,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             losses=[r.loss for r in records],
             setup_s=setup_s, wall_s=round(time.perf_counter() - t_start, 3),
             **({"infeasible_reason": infeasible_reason} if infeasible_reason else {}),
+            **({"cut_short": cut} if cut else {}),
             **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus) if memcpy_trace else {}))
         if writer is not None:
             writer.write(summary)
@@ -282,6 +289,16 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     finally:
         if writer is not None:
             writer.close()
+
+
+def _cut_short(records: list, iters: int, max_iter_s: float | None) -> str | None:
+    """Why the workers stopped before `iters` iterations (worker.stop_after), or None if they did not."""
+    if not records or len(records) >= iters:
+        return None
+    last = records[-1]
+    why = (f"{last.time_s:.1f} s > --max-iter-s {max_iter_s:g}" if max_iter_s is not None and last.time_s > max_iter_s
+           else "the next would end after HARMONY_DEADLINE")
+    return f"stopped after iteration {last.iteration} of {iters}: {why}; the steady state is what ran"
 
 
 def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters: int, warmup: int,

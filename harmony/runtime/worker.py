@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
+from harmony.jsonio import seconds_left
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
@@ -558,6 +559,23 @@ class Worker:
                 payload["memcpy_trace"] = traced
             self.results.put(("iteration", self.rank, payload))
             self._barrier()
+            if self.stop_after(it, dt):
+                break
+
+    def stop_after(self, it: int, dt: float) -> bool:
+        """Whether every rank stops after iteration `it`: it was timed (past warm-up and trace), more are
+        left, and the slowest rank's took longer than --max-iter-s, or one more as long (10% over) would
+        end after $HARMONY_DEADLINE. The ranks reduce the same two numbers, so they all decide alike."""
+        limit = self.job.get("max_iter_s")
+        left = seconds_left()
+        if (it < self.job.get("first_timed_iteration", 1) or it >= self.job["iters"] - 1
+                or (limit is None and left is None)):
+            return False
+        vals = torch.tensor([dt, -(left if left is not None else float("inf"))], dtype=torch.float64)
+        if self.N > 1:
+            dist.all_reduce(vals, op=dist.ReduceOp.MAX, group=self.ctrl)
+        slowest, left = float(vals[0]), -float(vals[1])
+        return (limit is not None and slowest > limit) or 1.1 * slowest > left
 
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""

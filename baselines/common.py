@@ -323,7 +323,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
         # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
-        slowest = max(gather([dt])) if (gather is not None and s.max_iter_s is not None) else dt
+        deadline_set = seconds_left() is not None          # the same environment on every rank
+        slowest = (max(gather([dt])) if (gather is not None and (s.max_iter_s is not None or deadline_set))
+                   else dt)
         if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
             # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
             # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
@@ -336,15 +338,19 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                    f"state is this one iteration")
             log_phase(s.system, cut)
             break
-        left = seconds_left() if gather is None else None   # one process: its ranks would need to agree
-        if left is not None and i < len(batches) - 1 and 1.1 * slowest > left:
-            if i < warmup:      # nothing timed yet: the next call runs it afresh
+        if deadline_set and i < len(batches) - 1:
+            left = seconds_left()
+            left = min(gather([left])) if gather is not None else left
+            if 1.1 * slowest > left and i >= warmup:
+                cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
+                       f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
+                log_phase(s.system, cut)
+                break
+            if 1.1 * slowest > left and gather is None:
+                # nothing timed yet: the next call runs it afresh. (Spawned ranks cannot hand an exception
+                # to the parent, so a run at N > 1 goes on and may be cut off by the call's end.)
                 raise Deferred(f"iteration {i + 1} (about {slowest:.0f} s, as iteration {i}) would end after "
                                f"HARMONY_DEADLINE, {max(left, 0):.0f} s away, before any timed iteration")
-            cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
-                   f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
-            log_phase(s.system, cut)
-            break
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them
         per_rank = gather([traced])

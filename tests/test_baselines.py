@@ -298,6 +298,21 @@ def test_the_deadline_ends_a_run_after_its_timed_iterations_or_leaves_it(monkeyp
                       devices=[torch.device("cpu")])["iterations"] == 5
 
 
+def test_the_deadline_ends_a_two_rank_run_on_every_rank_at_once(tmp_path, monkeypatch):
+    """At N = 2 (fsdp-offload on gloo) the ranks gather their times and seconds left, so both stop after
+    the same timed iteration (a rank left in a collective would hang); the warm-up is never the end."""
+    from baselines import fsdp_offload
+    monkeypatch.setenv("HARMONY_DEADLINE", str(__import__("time").time() - 1))   # the ranks inherit it
+    out = tmp_path / "run.jsonl"
+    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=D, gpus=2, ubatch=2, iters=4,
+                 output=str(out))
+    fsdp_offload.run(s)
+    summary = read_jsonl(out)[-1]
+    validate_summary(summary)
+    assert summary["status"] == "ok" and summary["iterations"] == 2
+    assert "after iteration 1" in summary["cut_short"] and "HARMONY_DEADLINE" in summary["cut_short"]
+
+
 @pytest.mark.parametrize("system", ["resident", "fsdp-offload"])
 def test_a_run_the_deadline_leaves_exits_deferred_without_a_record(tmp_path, monkeypatch, system):
     """The CLI turns a run's Deferred into DEFERRED_EXIT and drops its partial record, also through the

@@ -23,8 +23,13 @@ export PATH="/tmp/bin:$PATH"
 # PyYAML, psutil, nvidia-ml-py where the image lacks them; DeepSpeed (zero-offload) and its dependencies
 wheels=$(ls .whl/*.whl .whl/deepspeed/*.whl 2>/dev/null)   # either folder (docs/baselines.md: .whl/deepspeed/)
 if [ -n "$wheels" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-    $wheels && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  # once per warm machine: a second install into the same --target prints a warning per package, and
+  # those fill the device tool's output tail (12,000 characters) when two grids share a call
+  stamp=/tmp/site/.installed-$(echo "$wheels" | md5sum | cut -c1-12)
+  if [ -e "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site $wheels && touch "$stamp"; }; then
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  fi
 fi
 # zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
 export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
-from harmony.jsonio import DEFERRED_EXIT, Deferred, deadline, partial_path, read_jsonl
+from harmony.jsonio import DEFERRED_EXIT, Deferred, partial_path, read_jsonl, seconds_left
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -136,7 +136,6 @@ def main(args) -> int:
     out = Path(args.output)
     settings.sort(key=lambda s: s.ubatch)
     done: dict[int, tuple[Settings, dict]] = {}
-    end = deadline()
     costs: list[float] = []       # what each candidate of this search cost (measured here, or on record)
 
     def trial(i: int) -> float:
@@ -147,10 +146,10 @@ def main(args) -> int:
             rec = finished_candidate(s)
             if rec is None:
                 # the costliest candidate so far is the estimate: neighbouring u cost about the same
-                est = max(costs, default=0.0)
-                if end is not None and est > 0 and time.time() + est > end:
+                est, left = max(costs, default=0.0), seconds_left()
+                if est > 0 and left is not None and est > left:
                     raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as the costliest candidate so "
-                                   f"far), {max(end - time.time(), 0):.0f} s are left before HARMONY_DEADLINE")
+                                   f"far), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
                 t0 = time.perf_counter()
                 try:
                     rec = run_one(s)

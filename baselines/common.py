@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import Deferred, JsonlWriter, seconds_left
+from harmony.jsonio import Deferred, JsonlWriter, outlasts_deadline, seconds_left
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
 _T0 = time.time()      # about process start (this module is imported first by every baseline)
@@ -280,6 +280,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     warmup = s.warmup + (1 if trace_at is not None else 0)
     traced: dict | None = None
     status, message, cut, trace_skipped = "ok", None, None, None
+    deadline_set = seconds_left() is not None      # the same environment on every rank
     for i, batch in enumerate(batches):
         try:
             for d in devices:
@@ -323,7 +324,6 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
         # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
-        deadline_set = seconds_left() is not None          # the same environment on every rank
         slowest = (max(gather([dt])) if (gather is not None and (s.max_iter_s is not None or deadline_set))
                    else dt)
         if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
@@ -338,15 +338,16 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                    f"state is this one iteration")
             log_phase(s.system, cut)
             break
-        if deadline_set and i < len(batches) - 1:
-            left = seconds_left()
-            left = min(gather([left])) if gather is not None else left
-            if 1.1 * slowest > left and i >= warmup:
+        left = seconds_left() if deadline_set and i < len(batches) - 1 else None
+        if left is not None and gather is not None:
+            left = min(gather([left]))
+        if outlasts_deadline(slowest, left):
+            if i >= warmup:
                 cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
                        f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
                 log_phase(s.system, cut)
                 break
-            if 1.1 * slowest > left and gather is None:
+            if gather is None:
                 # nothing timed yet: the next call runs it afresh. (Spawned ranks cannot hand an exception
                 # to the parent, so a run at N > 1 goes on and may be cut off by the call's end.)
                 raise Deferred(f"iteration {i + 1} (about {slowest:.0f} s, as iteration {i}) would end after "

@@ -145,6 +145,15 @@ def seconds_left() -> float | None:
     return None if end is None else end - time.time()
 
 
+DEADLINE_MARGIN = 1.1    # an estimate is charged 10% over: iteration times vary between iterations and hosts
+
+
+def outlasts_deadline(seconds: float, left: float | None) -> bool:
+    """Whether work estimated at `seconds` (charged DEADLINE_MARGIN over) would end after the deadline that
+    is `left` seconds away (never without one). The one rule of every run's deadline check."""
+    return left is not None and DEADLINE_MARGIN * seconds > left
+
+
 def partial_path(path: str | os.PathLike) -> Path:
     """Where a JsonlWriter for `path` keeps its records until it is closed."""
     path = Path(path)

@@ -539,7 +539,7 @@ def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, mon
     assert ran[0] == 4 and 4 not in ran[1:] and ran[1] == 8       # u=4 read back, the climb went on at u=8
     monkeypatch.setenv("HARMONY_DEADLINE", "soon")
     with pytest.raises(ValueError, match="HARMONY_DEADLINE"):
-        bcli.deadline()
+        bcli.seconds_left()      # what the search reads the deadline with
 
 
 def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, capsys):

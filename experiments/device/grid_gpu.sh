@@ -45,9 +45,9 @@ python3 -m harmony.cli calibrate --device cuda --precision tf32 --quiet -o "$RES
   > "$RESULTS/calls/$TAG.calibration.log" 2>&1 || echo "[$TAG] calibrate failed: $RESULTS/calls/$TAG.calibration.log"
 slots=${GPU_SLOTS:-1}
 echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
-# A baseline's microbatch search does not start a candidate it cannot finish before the job list is
-# stopped (baselines/cli.py Deferred): it leaves it, with no record, for the next call (h100-grid9 spent
-# 5 minutes on a resident candidate the call's end then killed).
+# Work that cannot finish before the job list is stopped is left, with no record, for the next call
+# (harmony.jsonio.Deferred: a search's next candidate, a run's next iteration, a schedule's predicted
+# run); h100-grid9 spent 5 minutes on a resident candidate the call's end then killed.
 export HARMONY_DEADLINE=$(( $(date +%s) + BUDGET_S - 30 ))
 GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
   | tee -a "$RESULTS/calls/$TAG.console.log"

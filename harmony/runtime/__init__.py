@@ -191,14 +191,14 @@ RUN_OVERHEAD_S = 45.0
 def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
     """Raise Deferred when the schedule's predicted iterations (10% over, plus RUN_OVERHEAD_S) would
     outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
-    from harmony.jsonio import Deferred, seconds_left
+    from harmony.jsonio import DEADLINE_MARGIN, Deferred, outlasts_deadline, seconds_left
     left = seconds_left()
     per_iter = (record.get("prediction") or {}).get("iter_time_s")
     if left is None or not per_iter:
         return
-    # the traced iteration runs about twice as long as the others
-    need = 1.1 * per_iter * (iters + (1 if traced else 0)) + RUN_OVERHEAD_S
-    if need > left:
+    iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
+    if outlasts_deadline(iter_s, left - RUN_OVERHEAD_S):
+        need = DEADLINE_MARGIN * iter_s + RUN_OVERHEAD_S
         raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up, "
                        f"{max(left, 0):.0f} s are left before HARMONY_DEADLINE")
 

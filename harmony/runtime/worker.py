@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
-from harmony.jsonio import seconds_left
+from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
@@ -575,7 +575,7 @@ class Worker:
         if self.N > 1:
             dist.all_reduce(vals, op=dist.ReduceOp.MAX, group=self.ctrl)
         slowest, left = float(vals[0]), -float(vals[1])
-        return (limit is not None and slowest > limit) or 1.1 * slowest > left
+        return (limit is not None and slowest > limit) or outlasts_deadline(slowest, left)
 
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""

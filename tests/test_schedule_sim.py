@@ -399,7 +399,14 @@ def test_vectorised_pack_fits_agree_with_the_pack_rule(held, retention):
         assert costs.at(u).saved_prefix[-1] == pytest.approx(sum(p.chain_saved(i, u) for i in range(costs.L)))
         for s, e in ((0, costs.L), (1, 3), (2, costs.L)):
             assert costs.task_bytes("BWD", s, e, u, 16) == (pack_bwd_memory(p, s, e, u)
-                                                            + costs.group_buffers("BWD", s, e, 16))
+                                                            + costs.group_buffers("BWD", s, e, u, 16))
+        # a stashed input (0 < s, e < L) streams one microbatch ahead; the loss pack's input is the group's
+        ahead = min(u, 16 - u)
+        assert costs.group_buffers("BWD", 1, 3, u, 16) == pytest.approx(
+            (ahead + 16) * costs.xin[1] + 16 * costs.xout[2])
+        assert costs.group_buffers("BWD", 2, costs.L, u, 16) == pytest.approx(2 * 16 * costs.xin[2])
+    assert LayerCosts.stash_ahead(4, 4) == 0 and LayerCosts.stash_ahead(8, 4) == 0    # one microbatch: none
+    assert LayerCosts.stash_ahead(4, 10) == 4 and LayerCosts.stash_ahead(4, 6) == 2
     for kind in ("FWD", "BWD"):
         for s in range(costs.L):
             for u, n in ((2, 8), (4, 4), (8, 16)):

@@ -125,6 +125,11 @@ class StreamedInput:
         self.chunks = chunks(producer)
         self.next = 0                  # index of the first chunk not yet received
 
+    def microbatch(self, lo: int, hi: int) -> list[torch.Tensor]:
+        """Global samples [lo, hi), received."""
+        self.upto(hi)
+        return [x[lo - self.s0:hi - self.s0] for x in self.tensors]
+
     def upto(self, hi: int) -> None:
         while self.next < len(self.chunks) and self.chunks[self.next][0] < hi:
             i, (lo_c, hi_c) = self.next, self.chunks[self.next]
@@ -135,10 +140,16 @@ class StreamedInput:
 
 
 class LocalInput:
-    """An input already here (same rank, stash or data): nothing to wait for."""
+    """An input already here (same rank, or the minibatch's data): nothing to wait for. s0: the global
+    index of its first sample."""
 
-    def __init__(self, tensors):
+    def __init__(self, tensors, s0: int):
         self.tensors = list(tensors)
+        self.s0 = s0
+
+    def microbatch(self, lo: int, hi: int) -> list[torch.Tensor]:
+        """Global samples [lo, hi)."""
+        return [x[lo - self.s0:hi - self.s0] for x in self.tensors]
 
     def upto(self, hi: int) -> None:
         pass

@@ -118,6 +118,9 @@ class Copier:
             self.compute = torch.cuda.current_stream(device)
             self.h2d_stream = torch.cuda.Stream(device)
             self.d2h_stream = torch.cuda.Stream(device)
+            # a stash's later microbatches (StashInput): their copies wait for compute progress, so on the
+            # prefetch stream they would hold back the next task's weights queued behind them
+            self.stash_stream = torch.cuda.Stream(device)
 
     # -- host -> device --------------------------------------------------------------------------
     def reserve(self, srcs: list[torch.Tensor]):
@@ -130,9 +133,12 @@ class Copier:
         ev.record(self.compute)
         return outs, ev
 
-    def h2d(self, srcs: list[torch.Tensor], kind: str, nbytes: int | None = None, into=None):
+    def h2d(self, srcs: list[torch.Tensor], kind: str, nbytes: int | None = None, into=None, after=None,
+            stash_stream: bool = False):
         """Issue copies of host tensors to new device tensors (or into `into`, from `reserve`); returns
-        (tensors, event or None). nbytes: the sources' total size when the caller knows it."""
+        (tensors, event or None). nbytes: the sources' total size when the caller knows it. after: an
+        event the copies wait for (the D2H that wrote the sources). stash_stream: on the stream of a
+        stash's later microbatches instead of the prefetch stream."""
         self.counters.add(kind, sum(t.numel() * t.element_size() for t in srcs) if nbytes is None else nbytes)
         if not self.cuda:
             if into is None:
@@ -140,16 +146,19 @@ class Copier:
             for o, t in zip(into[0], srcs):
                 o.copy_(t)
             return into[0], None
-        with torch.cuda.stream(self.h2d_stream):
+        stream = self.stash_stream if stash_stream else self.h2d_stream
+        with torch.cuda.stream(stream):
+            if after is not None:
+                stream.wait_event(after)
             if into is not None:
                 outs, free_after = into
-                self.h2d_stream.wait_event(free_after)
+                stream.wait_event(free_after)
             else:
                 outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
             for o, t in zip(outs, srcs):
                 o.copy_(t, non_blocking=True)
             ev = torch.cuda.Event()
-            ev.record(self.h2d_stream)
+            ev.record(stream)
         return outs, ev
 
     def h2d_block(self, block: torch.Tensor, views: BlockViews, kind: str, nbytes: int, into=None):
@@ -196,6 +205,52 @@ class Copier:
     def synchronize(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
+
+
+class StashInput:
+    """A BWD task's stashed input, loaded from the arena one microbatch ahead of the microbatch that uses
+    it, so at most two of its microbatches are on the device instead of the whole group (docs/performance.md
+    entry 37: for gpt2-xl at D = 256 the group's stash was 1.56 GiB, twice when the next task's was
+    prefetched). The first microbatch comes with the task's prefetch (`first`: (tensors, event) of
+    Copier.h2d), overlapping the previous task; microbatch i+1's copy is issued when microbatch i is,
+    into a buffer reserved from the compute stream's pool (Copier.reserve: the copy waits for the compute
+    work issued so far, so the block it reuses, microbatch i-1's, is free), on the stash stream.
+
+    views: the stash's host tensors (group samples first); s0: the global index of its first sample;
+    microbatches: the task's global sample ranges, taken in order; after: the D2H event that wrote the
+    stash on this rank (None: written and published before the first copy was issued)."""
+
+    def __init__(self, copier: "Copier", views: list[torch.Tensor], s0: int, microbatches, first, after=None):
+        self.copier, self.views, self.s0 = copier, views, s0
+        self.mbs = list(microbatches)
+        self.after = after
+        self.loaded = first            # (tensors, event) of microbatch self.k
+        self.k = 0
+
+    @staticmethod
+    def slices(views: list[torch.Tensor], s0: int, lo: int, hi: int) -> list[torch.Tensor]:
+        return [v[lo - s0:hi - s0] for v in views]
+
+    def microbatch(self, lo: int, hi: int) -> list[torch.Tensor]:
+        """The device tensors of global samples [lo, hi), the next microbatch in order; issues the copy of
+        the one after it."""
+        if self.k >= len(self.mbs) or self.mbs[self.k] != (lo, hi):
+            want = self.mbs[self.k] if self.k < len(self.mbs) else "none"
+            raise RuntimeError(f"stash read out of order: microbatch {(lo, hi)} asked, {want} next")
+        tensors, ev = self.loaded
+        self.k += 1
+        if self.k < len(self.mbs):
+            src = self.slices(self.views, self.s0, *self.mbs[self.k])
+            self.loaded = self.copier.h2d(src, "h2d_act", into=self.copier.reserve(src), after=self.after,
+                                          stash_stream=True)
+            self.after = None          # the stash stream has waited for it once: later copies follow
+        else:
+            self.loaded = None
+        self.copier.ready(tensors, ev)
+        return tensors
+
+    def upto(self, hi: int) -> None:
+        pass
 
 
 def wait_event(event) -> None:

@@ -37,7 +37,7 @@ from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
-from harmony.runtime.transfer import BlockViews, Copier, Counters, check_weight_copies
+from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
@@ -225,14 +225,19 @@ class Worker:
             return None
         out = {layer: self.copier.reserve([self.w_blocks[layer]] if self.per_vlayer_copies else self.w_views[layer])
                for layer in range(*t.load_layers)}
-        if t.act_in[0] == "stash":
-            out["stash"] = self.copier.reserve(self.stash_views[t.act_in[1]])
+        if t.act_in[0] == "stash":      # its first microbatch (StashInput loads the others)
+            out["stash"] = self.copier.reserve(self._stash_slices(t, *t.microbatches()[0]))
         return out
+
+    def _stash_slices(self, t, lo: int, hi: int) -> list[torch.Tensor]:
+        """Host views of global samples [lo, hi) of task t's stashed input."""
+        return StashInput.slices(self.stash_views[t.act_in[1]], t.samples[0], lo, hi)
 
     def prefetch(self, t, it: int, reserved: dict | None = None) -> dict:
         """Issue the H2D copies of task t's `load_layers` (after their packs' UPD of the previous iteration)
-        and of its stash input, into `reserved` buffers if given (reserve_loads). Returns
-        {layer: (tensors, event, device buffers)}, plus the stash under key 'stash': (tensors, event)."""
+        and of its stash input's first microbatch, into `reserved` buffers if given (reserve_loads). Returns
+        {layer: (tensors, event, device buffers)}, plus the stash under key 'stash': a StashInput that holds
+        the first microbatch's copy and loads the others as the task runs."""
         lo, hi = t.load_layers
         out = {}
         into = reserved or {}
@@ -248,14 +253,15 @@ class Worker:
                                               into.get(layer))
                 out[layer] = (tensors, ev, tensors)
         if t.act_in[0] == "stash":
-            src = t.act_in[1]
+            src, written = t.act_in[1], None
             if src in self.stash_events:      # produced on this rank: order by event, no host wait
-                ev = self.stash_events.pop(src)
-                if ev is not None:
-                    self.copier.h2d_stream.wait_event(ev)
+                written = self.stash_events.pop(src)
             else:
                 self._wait_flag(self.stash_flags, src, it + 1, f"the stash of task {src}")
-            out["stash"] = self.copier.h2d(self.stash_views[src], "h2d_act", into=into.get("stash"))
+            mbs = t.microbatches()
+            first = self.copier.h2d(self._stash_slices(t, *mbs[0]), "h2d_act", into=into.get("stash"),
+                                    after=written)
+            out["stash"] = StashInput(self.copier, self.stash_views[src], t.samples[0], mbs, first, written)
         return out
 
     def install(self, t, fetched: dict) -> None:
@@ -308,27 +314,26 @@ class Worker:
             self.sends.append((self.channels.isend(x, dst, tag(producer.id, kind, chunk, j)), x))
 
     def get_input(self, t, it: int, fetched: dict):
-        """The task's activation input: a LocalInput (data, stash, same-rank producer) or a StreamedInput
-        that receives a remote producer's output microbatch by microbatch (`upto`)."""
+        """The task's activation input, read microbatch by microbatch (`microbatch(lo, hi)`): a LocalInput
+        (data, same-rank producer), the StashInput from its prefetch, or a StreamedInput that receives a
+        remote producer's output."""
         kind, src = t.act_in
+        lo, hi = t.samples
         if kind == "data":
-            lo, hi = t.samples
             xs, ev = self.copier.h2d([x[lo:hi] for x in self.batches[it]], "h2d_act")
             self.copier.ready(xs, ev)
-            return LocalInput(xs)
+            return LocalInput(xs, lo)
         if kind == "stash":
-            xs, ev = fetched["stash"]
-            self.copier.ready(xs, ev)
-            return LocalInput(xs)
+            return fetched["stash"]
         producer = self.graph.tasks[src]
         if producer.rank == self.rank:
-            return LocalInput(self.acts.pop(src))
+            return LocalInput(self.acts.pop(src), lo)
         return StreamedInput(self.channels, producer, "act", self._specs(t.pack[0] - 1), self.device)
 
     def get_grad(self, t):
         producer = self.graph.tasks[t.grad_in]
         if producer.rank == self.rank:
-            return LocalInput(self.grads_out.pop(t.grad_in))
+            return LocalInput(self.grads_out.pop(t.grad_in), t.samples[0])
         return StreamedInput(self.channels, producer, "grad", self._specs(t.pack[1] - 1, floating_only=True),
                              self.device)
 
@@ -359,8 +364,7 @@ class Worker:
         for i, (lo, hi) in enumerate(mbs):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
-            inp.upto(hi)
-            xs = tuple(x[lo - s0:hi - s0] for x in inp.tensors)
+            xs = tuple(inp.microbatch(lo, hi))
             with torch.no_grad(), autocast(self.device, self.precision):
                 ys = self._run_layers(t, xs, it, lo)
             ys = [y.to(dt) for y, (_, dt) in zip(ys, specs)]
@@ -395,23 +399,25 @@ class Worker:
     def run_bwd(self, t, it: int, fetched: dict) -> None:
         inp = self.get_input(t, it, fetched)
         gin_src = self.get_grad(t) if t.grad_in is not None else None
-        xs_full = inp.tensors
         is_loss = t.pack[1] == self.cfg.num_layers
         s0, D = t.samples[0], self.cfg.minibatch
         grad_consumer = self.grad_consumer.get(t.id)
         need_in_grad = grad_consumer is not None
         remote = need_in_grad and grad_consumer.rank != self.rank
-        in_float = [x.dtype in _FLOAT for x in xs_full]
         out_float = [dt in _FLOAT for _, dt in self._specs(t.pack[1] - 1)]
-        gin = ([torch.zeros_like(x) for x, f in zip(xs_full, in_float) if f] if need_in_grad else None)
+        in_float = gin = None
         for i, (lo, hi) in enumerate(t.microbatches()):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
             sl = slice(lo - s0, hi - s0)
-            inp.upto(hi)
-            if gin_src is not None:
-                gin_src.upto(hi)
-            xs = tuple(x[sl].detach().requires_grad_(need_in_grad and f) for x, f in zip(xs_full, in_float))
+            xs = inp.microbatch(lo, hi)
+            gys = gin_src.microbatch(lo, hi) if gin_src is not None else None
+            if in_float is None:        # the first microbatch says what the input is
+                in_float = [x.dtype in _FLOAT for x in xs]
+                if need_in_grad:        # the group's input gradient, for the consumer
+                    gin = [torch.zeros((t.num_samples, *x.shape[1:]), dtype=x.dtype, device=self.device)
+                           for x, f in zip(xs, in_float) if f]
+            xs = tuple(x.detach().requires_grad_(need_in_grad and f) for x, f in zip(xs, in_float))
             with torch.enable_grad():
                 with autocast(self.device, self.precision):
                     ys = self._run_layers(t, xs, it, lo)
@@ -421,7 +427,7 @@ class Worker:
                     self.loss_acc = self.loss_acc + loss.detach() * ((hi - lo) / D)
                 else:
                     yf = [y for y, f in zip(ys, out_float) if f]
-                    pairs = [(y, g[sl]) for y, g in zip(yf, gin_src.tensors) if y.requires_grad]
+                    pairs = [(y, g) for y, g in zip(yf, gys) if y.requires_grad]
                     if pairs:
                         torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
             if need_in_grad:
@@ -430,8 +436,8 @@ class Worker:
                         buf[sl].copy_(x.grad)
                 if remote:     # stream: the previous pack's GPU starts its backward on this microbatch
                     self._send([buf[sl] for buf in gin], grad_consumer.rank, t, "grad", i)
-            del xs, ys
-        del inp, gin_src, xs_full
+            del xs, ys, gys
+        del inp, gin_src
         self._finish_grads(t, it)
         if need_in_grad and not remote:
             self.grads_out[t.id] = gin
@@ -517,7 +523,8 @@ class Worker:
 
     def stream_names(self) -> dict[int, str]:
         c = self.copier
-        return {c.compute.cuda_stream: "compute", c.h2d_stream.cuda_stream: "h2d", c.d2h_stream.cuda_stream: "d2h"}
+        return {c.compute.cuda_stream: "compute", c.h2d_stream.cuda_stream: "h2d", c.d2h_stream.cuda_stream: "d2h",
+                c.stash_stream.cuda_stream: "h2d-stash"}
 
     def run(self) -> None:
         import psutil

@@ -16,12 +16,16 @@ pack_bwd_memory (checked against measured packs by `harmony profile --check-pack
        (l's forward runs with it alive); Profile.chain_saved / dropped
 On top, the whole-group tensors a Harmony task keeps on the GPU (group_buffers):
   FWD  n*X_in[s] (the group's input) + n*X_out[e-1] (its output, held for the next task / the stash copy)
-  BWD  n*X_in[s] (stashed or forwarded input) + [e<L] n*X_out[e-1] (incoming output grads)
-       + [s>0] n*X_in[s] (outgoing input grads)
-(one microbatch's slice is counted in both: conservative by at most u/n of a group buffer).
-Double buffering is dynamic (simulate.py): the next task's weights (and a BWD's stash) are prefetched
-during the current task only if current peak + those bytes fit under the cap; otherwise the prefetch
-waits for the current task to finish. A candidate is feasible when every task's own peak fits.
+  BWD  input: a stash (0<s, e<L) is loaded one microbatch ahead (runtime.transfer.StashInput), so only
+       the next microbatch's min(u, n-u)*X_in[s] is on top of the current one's; the data (s=0) or the
+       last FWD's output (e=L) is the group's n*X_in[s];
+       + [e<L] n*X_out[e-1] (incoming output grads) + [s>0] n*X_in[s] (outgoing input grads)
+(one microbatch's slice of a group buffer is counted in both: conservative by at most u/n of it).
+Before entry 37 of docs/performance.md the stash was loaded whole: n*X_in[s], 47% of gpt2-xl's D = 256
+plan with the group's other buffers.
+Double buffering is dynamic (simulate.py): the next task's weights (and a BWD's first stash microbatch)
+are prefetched during the current task only if current peak + those bytes fit under the cap; otherwise
+the prefetch waits for the current task to finish. A candidate is feasible when every task's own peak fits.
 This is the harmony-notes rule (sum of per-layer activation peaks over the pack plus the first input)
 refined with the profiler's saved/peak split and the group buffers Harmony keeps on the GPU.
 """
@@ -189,11 +193,18 @@ class LayerCosts:
         return r
 
     # ---- memory (see the module docstring) -----------------------------------------------------------
-    def group_buffers(self, kind: str, s: int, e: int, n: int) -> float:
+    @staticmethod
+    def stash_ahead(u: int, n: int) -> int:
+        """Samples of a streamed stash on the GPU besides the current microbatch's: the next microbatch."""
+        uu = min(u, n)
+        return min(uu, n - uu)
+
+    def group_buffers(self, kind: str, s: int, e: int, u: int, n: int) -> float:
         """Whole-group tensors a task holds on the GPU besides one microbatch's working set."""
         if kind == "FWD":
             return n * (self.xin[s] + self.xout[e - 1])
-        buf = n * self.xin[s]
+        stashed = 0 < s and e < self.L
+        buf = (self.stash_ahead(u, n) if stashed else n) * self.xin[s]
         if e < self.L:
             buf += n * self.xout[e - 1]
         if s > 0:
@@ -201,10 +212,10 @@ class LayerCosts:
         return buf
 
     def fwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
-        return pack_fwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("FWD", s, e, n)
+        return pack_fwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("FWD", s, e, u, n)
 
     def bwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
-        return pack_bwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("BWD", s, e, n)
+        return pack_bwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("BWD", s, e, u, n)
 
     def task_bytes(self, kind: str, s: int, e: int, u: int, n: int) -> float:
         key = ("mem", kind, s, e, u, n)
@@ -239,7 +250,10 @@ class LayerCosts:
             # the output of s-1 is not in the pack: its input X_in[s] is held by the caller throughout
             fwd_drop = np.concatenate(([-np.inf], c["fwd_after_drop"][s + 1:stop]))
             terms = np.maximum.accumulate(acc_excl + np.maximum(c["bwd_peak"][s:stop], fwd_drop))
-            buf_in = n * self.xin[s] * (2 if s > 0 else 1)
+            # input and outgoing gradient (group_buffers): a stash (e < L) streams, the loss pack's input
+            # (e = L) is the group's; base takes the stash's, a bound for the cut, and full adds the rest
+            buf_in = (self.stash_ahead(u, n) + n) * self.xin[s] if s > 0 else n * self.xin[s]
+            loss_in = (n - self.stash_ahead(u, n)) * self.xin[s] * (idx == self.L) if s > 0 else 0.0
             base = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
                     - a["g_prefix"][s] + buf_in + uu * self.xin[s])
             if c["bwd_peak_held"] is None:    # the older form (pack_bwd_memory)
@@ -250,7 +264,7 @@ class LayerCosts:
                 act = np.maximum(below_top + uu * xout,
                                  acc_excl + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
                 mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
-            full = base + act + uu * xout + n * xout * (idx < self.L)   # no incoming dY buffer at the loss
+            full = base + act + uu * xout + n * xout * (idx < self.L) + loss_in   # no incoming dY at the loss
         bad = mono > cap_                             # every term of mono grows with the pack
         k = int(np.argmax(bad)) if bad.any() else len(mono)
         out = idx[:k][full[:k] <= cap_]

@@ -12,7 +12,7 @@ overlap happens only across streams):
               together). From calibration, overridable.
 
 What overlaps, as the runtime does it:
-  - weights (and a BWD's stashed input) of a task are prefetched on the swap-in stream while the rank's
+  - weights (and a BWD's first stashed microbatch) of a task are prefetched on the swap-in stream while the rank's
     previous task computes (double buffer), but only if previous peak + those bytes fit under the cap;
     otherwise the prefetch waits for the previous compute to finish;
   - the host issues each rank's compute tasks one after the other (`host` lane: a task's issue seconds,
@@ -205,7 +205,10 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
                 x.allreduce += tr.nbytes
         if t.act_in[0] == "stash":
             x.stash_src = t.act_in[1]
-        x.prefetch_bytes = x.w_bytes + (x.act_h2d if t.act_in[0] == "stash" else 0)
+        # a stash's first microbatch comes with the prefetch; the others stream in during the task, one
+        # microbatch ahead (runtime.transfer.StashInput), inside the task's own peak (LayerCosts.group_buffers)
+        x.prefetch_bytes = x.w_bytes + (x.act_h2d * min(t.ubatch, t.num_samples) // t.num_samples
+                                        if t.act_in[0] == "stash" else 0)
         ll = t.load_layers
         x.gate_packs = [i for i, p in enumerate(cfg.bwd_packs) if p[0] < ll[1] and ll[0] < p[1]] \
             if ll[1] > ll[0] else []

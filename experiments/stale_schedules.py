@@ -1,0 +1,84 @@
+"""Search every searched schedule of a results folder again, with today's code and the folder's profiles,
+and say where the plan on record is no longer the one the search picks.
+
+A run record is checked against its own schedule's prediction (`harmony check`), so a schedule searched
+from an older profile or by an older search keeps "passing" while a better plan exists: gpt2-xl at
+D = 256 on the H100 ran a u = 4 plan searched from the profile before docs/performance.md entry 35 for two
+sessions, 6% slower by prediction than what the search picks from today's profile (entry 37). This finds
+such schedules. Only `*-auto.json` schedules are searched (fixed plans such as figure 8's are not), with
+the cap, headroom and mode each one records, the folder's `profiles/<model>.json`, `models/<model>.json`
+and `calibration.json`. A plan whose microbatches or packs differ and whose prediction is at least
+`--threshold` faster (default 2%) is marked STALE: re-search it and re-run its records.
+
+    PYTHONPATH=. python experiments/stale_schedules.py results/paper/1xH100-80GB-HBM3 [--gpus 1]
+        [--threshold 0.02] [--only MODEL] > results/paper/1xH100-80GB-HBM3/stale-schedules.txt
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def plan(rec: dict) -> tuple:
+    c = rec["graph"]["config"]
+    return c["ubatch_fwd"], c["ubatch_bwd"], len(c["bwd_packs"]), len(c["fwd_packs"])
+
+
+def research(root: Path, sched: Path, out: Path) -> dict:
+    """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode)."""
+    rec = json.loads(sched.read_text())
+    c = rec["graph"]["config"]
+    model = sched.parent.name
+    cmd = [sys.executable, "-m", "harmony.cli", "schedule", str(root / "profiles" / f"{model}.json"),
+           "--model", str(root / "models" / f"{model}.json"), "--minibatch", str(c["minibatch"]),
+           "--gpus", str(c["gpus"]), "--mode", c["mode"], "--calibration", str(root / "calibration.json"),
+           "-o", str(out)]
+    if rec.get("gpu_memory_cap"):
+        cmd += ["--gpu-memory", str(rec["gpu_memory_cap"])]
+    if rec.get("search", {}).get("headroom") is not None:
+        cmd += ["--headroom", str(rec["search"]["headroom"])]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{sched}: the search failed: {r.stderr.strip()[-400:]}")
+    return json.loads(out.read_text())
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root", type=Path, help="a results folder with schedules/, profiles/, models/, calibration.json")
+    ap.add_argument("--gpus", type=int, default=None, help="only schedules for this many GPUs")
+    ap.add_argument("--only", default=None, help="only this model")
+    ap.add_argument("--threshold", type=float, default=0.02, help="predicted gain that makes a plan STALE")
+    a = ap.parse_args(argv)
+    scheds = sorted(p for p in (a.root / "schedules").glob("*/*-auto.json")
+                    if (a.only is None or p.parent.name == a.only)
+                    and (a.root / "profiles" / f"{p.parent.name}.json").exists())
+    if not scheds:
+        print(f"no searched schedules with a profile under {a.root}/schedules", file=sys.stderr)
+        return 2
+    print(f"# {a.root}: each searched schedule against today's search (u_fwd, u_bwd, bwd packs, fwd packs; "
+          f"predicted s/iteration); STALE: another plan, >= {a.threshold:.0%} faster")
+    stale = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, p in enumerate(scheds):
+            old = json.loads(p.read_text())
+            if a.gpus is not None and old["graph"]["config"]["gpus"] != a.gpus:
+                continue
+            print(f"[{i + 1}/{len(scheds)}] {p.parent.name}/{p.name}", file=sys.stderr, flush=True)
+            new = research(a.root, p, Path(tmp) / "s.json")
+            t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
+            gain = 1 - t_new / t_old
+            mark = "STALE" if plan(old) != plan(new) and gain >= a.threshold else ""
+            stale += bool(mark)
+            print(f"{p.parent.name:18s} {p.stem:18s} record {plan(old)} {t_old:8.3f}  now {plan(new)} "
+                  f"{t_new:8.3f} ({-gain:+.1%}) {mark}".rstrip(), flush=True)
+    print(f"# {stale} stale")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

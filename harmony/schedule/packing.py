@@ -217,7 +217,11 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     S_cap = max(2 S_g + 4, N (ceil(S_g/N) + 2)) packs, S_g = the greedy packing's count (the balanced
     heuristics search the same range; with tau = 0, J is flat in S beyond it, and ties go to fewer packs).
     Layered DP over S: m_S[e] = min over s of max(m_{S-1}[s], cost(s, e)); edges costlier than the best J
-    so far divided by wave_factor(S) (non-decreasing) are pruned (exact: they cannot improve J)."""
+    so far divided by wave_factor(S) (non-decreasing) are pruned (exact: they cannot improve J).
+    J sees only the costliest pack, so many packings tie; among the ties of each state the DP keeps the one
+    with the least sum of squared pack costs (a tie-break, not part of J: the most even packs, which fill and
+    drain the pipeline soonest). Without it the DP returned, of gpt2-xl's tied 4-pack plans at N = 4 (table
+    1, analytic), one the simulator puts 2.9% behind balanced-time's (docs/performance.md entry 37)."""
     INF = float("inf")
     N, tau = ctx.gpus, ctx.task_overhead_s
     bounds = sorted(set(stops or ()) | {hi})
@@ -243,7 +247,9 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     width = hi - lo + 1
     cur = np.full(width, INF)
     cur[0] = 0.0
+    cur_sq = np.zeros(width)                   # the tie-break: sum of squared costs of the state's packing
     layers = [cur]
+    layers_sq = [cur_sq]
     for S in range(1, min(s_cap, hi - lo) + 1):
         w = wave_factor(ctx, S)
         limit = (best_j - tau * S) / w if best_j < INF else INF
@@ -256,9 +262,15 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
         v = np.maximum(cur[es], ec)
         heads = np.flatnonzero(np.r_[True, ee[1:] != ee[:-1]])
         new = np.full(width, INF)
-        new[ee[heads]] = np.minimum.reduceat(v, heads)
+        best_v = np.minimum.reduceat(v, heads)
+        new[ee[heads]] = best_v
+        group = np.repeat(np.arange(len(heads)), np.diff(np.r_[heads, len(v)]))
+        q = np.where(v <= best_v[group] * (1 + 1e-12), cur_sq[es] + ec * ec, INF)
+        new_sq = np.zeros(width)
+        new_sq[ee[heads]] = np.minimum.reduceat(q, heads)
         layers.append(new)
-        cur = new
+        layers_sq.append(new_sq)
+        cur, cur_sq = new, new_sq
         if new[-1] < INF:
             j = w * new[-1] + tau * S
             if j < best_j * (1 - 1e-12) or best_layer is None and j <= best_j:
@@ -272,14 +284,15 @@ def dp_waves(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, stops=None) 
     # reconstruct: walk back through the layers
     es, ee, ec = all_edges
     packs, e = [], hi - lo
-    target = layers[best_layer][e]
+    target, target_sq = layers[best_layer][e], layers_sq[best_layer][e]
     for S in range(best_layer, 0, -1):
-        prev = layers[S - 1]
+        prev, prev_sq = layers[S - 1], layers_sq[S - 1]
         m = (ee == e) & (prev[es] < INF) & (np.maximum(prev[es], ec) <= target * (1 + 1e-12))
-        k = int(np.nonzero(m)[0][0])
+        cand = np.nonzero(m)[0]
+        k = int(cand[np.argmin(np.abs(prev_sq[es[cand]] + ec[cand] ** 2 - target_sq))])
         s = int(es[k])
         packs.append((s + lo, e + lo))
-        target = prev[s]
+        target, target_sq = prev[s], prev_sq[s]
         e = s
     return packs[::-1]
 

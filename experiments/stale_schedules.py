@@ -16,11 +16,14 @@ and `calibration.json`. A plan whose microbatches or packs differ and whose pred
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from harmony.cli import main as harmony_main
 
 
 def plan(rec: dict) -> tuple:
@@ -33,7 +36,7 @@ def research(root: Path, sched: Path, out: Path) -> dict:
     rec = json.loads(sched.read_text())
     c = rec["graph"]["config"]
     model = sched.parent.name
-    cmd = [sys.executable, "-m", "harmony.cli", "schedule", str(root / "profiles" / f"{model}.json"),
+    cmd = ["schedule", str(root / "profiles" / f"{model}.json"),
            "--model", str(root / "models" / f"{model}.json"), "--minibatch", str(c["minibatch"]),
            "--gpus", str(c["gpus"]), "--mode", c["mode"], "--calibration", str(root / "calibration.json"),
            "-o", str(out)]
@@ -41,9 +44,11 @@ def research(root: Path, sched: Path, out: Path) -> dict:
         cmd += ["--gpu-memory", str(rec["gpu_memory_cap"])]
     if rec.get("search", {}).get("headroom") is not None:
         cmd += ["--headroom", str(rec["search"]["headroom"])]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError(f"{sched}: the search failed: {r.stderr.strip()[-400:]}")
+    err = io.StringIO()        # in this process: one torch import for every search, not one each
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = harmony_main(cmd)
+    if rc:
+        raise RuntimeError(f"{sched}: the search failed: {err.getvalue().strip()[-400:]}")
     return json.loads(out.read_text())
 
 

@@ -24,7 +24,11 @@
 #   HW=2xH200 NGPU=2 MODES=vPP bash experiments/device/make-jobs-samehost.sh --move vgg416=pre-held-sends \
 #       resnet1026=pre-held-sends bert96=pre-held-sends gpt2-xl=pre-held-sends
 # DS (default "16 64 256 1024": figure 10's minibatches) and CFGS (default auto: the searched plans; '*' also
-# takes fixed configurations such as u10-5-p14) pick the records. Figure 8 (bert-large-nodrop, D = 600: the
+# takes fixed configurations such as u10-5-p14) pick the records; MODEL:D,D=FOLDER takes that model's
+# minibatches instead of DS. The four vPP plans experiments/stale_schedules.py marked STALE (performance
+# log entry 37; sixteenth session, h100-stale1), re-searched on their profiles:
+#   MODES=vPP PROFILE=keep bash experiments/device/make-jobs-samehost.sh --move gpt2-xl:256=stale-schedule \
+#       vgg416:256=stale-schedule resnet1026:64,1024=stale-schedule Figure 8 (bert-large-nodrop, D = 600: the
 # searched plan and four fixed ones), last run before entry 32's runtime:
 #   DS=600 CFGS='*' MODES=vPP PROFILE=remake bash experiments/device/make-jobs-samehost.sh --move bert-large-nodrop=pre-entry-32
 HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
@@ -40,20 +44,21 @@ models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >
 # split-timing runs on two allocator pools at 5% headroom).
 for arg in "${models[@]}"; do
   m=${arg%%=*}; folder=bare-timing-profile; [ "$m" != "$arg" ] && folder=${arg#*=}
+  ds=$DS; [ "${m#*:}" != "$m" ] && { ds=${m#*:}; ds=${ds//,/ }; m=${m%%:*}; }
   old=$R/superseded/$folder
   if [ $move = 1 ] && [ -e "$R/profiles/$m.json" ]; then
     mkdir -p "$old/schedules/$m"
     [ $both = 1 ] && mkdir -p "$old/profiles" && git mv "$R/profiles/$m.json" "$old/profiles/"
     for mode in $MODES; do
       mkdir -p "$old/runs/harmony-$mode/$m"
-      for d in $DS; do
+      for d in $ds; do
         for f in "$R"/schedules/$m/$mode-N$NGPU-D$d-$CFGS.*; do [ -e "$f" ] && git mv "$f" "$old/schedules/$m/"; done
         for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
       done
     done
   fi
   t=()
-  for d in $DS; do for mode in $MODES; do
+  for d in $ds; do for mode in $MODES; do
     for f in "$old"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do
       [ -e "$f" ] && t+=("$R/runs/harmony-$mode/$m/${f##*/}")
     done

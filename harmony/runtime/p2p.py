@@ -150,6 +150,3 @@ class LocalInput:
     def microbatch(self, lo: int, hi: int) -> list[torch.Tensor]:
         """Global samples [lo, hi)."""
         return [x[lo - self.s0:hi - self.s0] for x in self.tensors]
-
-    def upto(self, hi: int) -> None:
-        pass

@@ -249,9 +249,6 @@ class StashInput:
         self.copier.ready(tensors, ev)
         return tensors
 
-    def upto(self, hi: int) -> None:
-        pass
-
 
 def wait_event(event) -> None:
     """Block this host thread until `event` (None: nothing pending) has completed."""

@@ -17,6 +17,10 @@ matched to the schedule of ROOT/schedules whose packs and microbatches it ran; `
 host's calibration (a call's `calls/TAG.calibration.json`); `--schedules DIR` another schedule folder (such as
 a superseded one).
 
+`--task-peaks SCHEDULE PROBE_DIR` prints each compute task's measured peak from a run of SCHEDULE made with
+the worker's per-task memory probe (`HARMONY_TASK_PEAKS=PROBE_DIR harmony run ...`, docs/runtime.md) against
+the model's, largest excess first: where a run's peak exceeds the model, which task and pack add it.
+
 `--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
 last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
 schedules do not, so their overlaps are unknown): the tasks' own peaks, then with what each rank still holds
@@ -24,7 +28,7 @@ for its sends to other GPUs (docs/performance.md entry 33), each plus the next t
 plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
-        [--runs DIR] [--calibration FILE] [--schedules DIR] [--peaks]
+        [--runs DIR] [--calibration FILE] [--schedules DIR] [--peaks | --task-peaks SCHEDULE PROBE_DIR]
 """
 from __future__ import annotations
 
@@ -74,6 +78,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
     ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules)")
     ap.add_argument("--peaks", action="store_true", help="modelled peak memory per GPU against the measured one")
+    ap.add_argument("--task-peaks", nargs=2, metavar=("SCHEDULE", "PROBE_DIR"), default=None,
+                    help="each task's measured peak (a run with HARMONY_TASK_PEAKS=PROBE_DIR) against the model's")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -84,6 +90,10 @@ def main(argv: list[str]) -> int:
             else sorted(glob.glob(str(root / "runs" / "harmony-*" / "*" / "*.jsonl"))))
     print(f"# {root}: schedules of the runs; calibration {cal_path}; profiles from {profiles}; "
           f"runs from {args.runs or root / 'runs'}")
+    if args.task_peaks:
+        sched = Path(args.task_peaks[0])
+        model = json.loads(sched.read_text())["model"]["model"]
+        return print_task_peaks(sched, profile_path(profiles, model), cal, Path(args.task_peaks[1]))
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
@@ -114,22 +124,64 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def rank_peaks(graph, costs, params, waits: set[int]) -> tuple[list[int], list[int]]:
-    """Per GPU, the largest task peak plus the next task's prefetch where the plan overlaps them: with the
-    tasks' own peaks, and with the simulator's (which add what the rank still holds for its sends)."""
+def task_predictions(graph, costs, params, waits: set[int]) -> dict[int, tuple[int, int]]:
+    """Per compute task, the modelled peak while it runs plus the next task's prefetch where the plan
+    overlaps them: (with the task's own peak, with the simulator's, which adds what the rank still holds
+    for its sends)."""
     from harmony.schedule.simulate import _prepare, simulate
     infos = _prepare(graph, costs, costs.layer_sizes(), params)
     held = simulate(graph, costs, params).task_peak_bytes
-    own = [x.peak for x in infos]
-    out = ([0] * graph.config.gpus, [0] * graph.config.gpus)
+    out = {}
     for r in range(graph.config.gpus):
         comp = [t for t in graph.tasks if t.kind != "UPD" and t.rank == r]
         for i, t in enumerate(comp):
             nxt = comp[i + 1] if i + 1 < len(comp) else None
             pf = infos[nxt.id].prefetch_bytes if nxt is not None and nxt.id not in waits else 0
-            for k, peaks in enumerate((own, held)):
-                out[k][r] = max(out[k][r], peaks[t.id] + pf)
+            out[t.id] = (infos[t.id].peak + pf, held[t.id] + pf)
     return out
+
+
+def rank_peaks(graph, costs, params, waits: set[int]) -> tuple[list[int], list[int]]:
+    """Per GPU, the largest of task_predictions: with the tasks' own peaks, and with the simulator's."""
+    out = ([0] * graph.config.gpus, [0] * graph.config.gpus)
+    preds = task_predictions(graph, costs, params, waits)
+    for t in graph.tasks:
+        if t.id in preds:
+            for k in range(2):
+                out[k][t.rank] = max(out[k][t.rank], preds[t.id][k])
+    return out
+
+
+def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
+    """Each compute task's measured peak (`HARMONY_TASK_PEAKS=DIR harmony run ...`, docs/runtime.md; the
+    median over the iterations after the first) against task_predictions, largest excess first."""
+    import statistics
+    from harmony.profile_data import Profile
+    from harmony.schedule.cli import model_sizes
+    from harmony.schedule.io import load_schedule
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.simulate import SimParams
+    rec, graph = load_schedule(sched)
+    waits = set((rec.get("prediction") or {}).get("prefetch_waits") or ())
+    params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
+    preds = task_predictions(graph, LayerCosts(Profile.load(profile), sizes=model_sizes(rec["model"])), params, waits)
+    by_task: dict[int, list[dict]] = {}
+    for f in sorted(probe.glob("rank*.json")):
+        for x in json.loads(f.read_text())["tasks"]:
+            if x["iteration"] >= 1:
+                by_task.setdefault(x["task"], []).append(x)
+    G = 2 ** 30
+    rows = []
+    for tid, xs in by_task.items():
+        meas = statistics.median(x["peak_bytes"] for x in xs)
+        start = statistics.median(x["start_bytes"] for x in xs)
+        rows.append((meas - preds[tid][1], tid, xs[0], meas, start))
+    print(f"{'task':>5} {'kind':<4} {'pack':<11} {'next':>5} {'at start':>9} {'measured':>9} {'modelled':>9} "
+          f"{'excess':>8}  GiB")
+    for excess, tid, x, meas, start in sorted(rows, key=lambda r: -r[0]):
+        print(f"{tid:>5} {x['kind']:<4} {x['pack'][0]:>4}:{x['pack'][1]:<6} {str(x['next_task']):>5} "
+              f"{start / G:>9.2f} {meas / G:>9.2f} {preds[tid][1] / G:>9.2f} {excess / G:>+8.2f}")
+    return 0
 
 
 def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:

@@ -364,21 +364,18 @@ class Worker:
         for i, (lo, hi) in enumerate(mbs):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
-            xs = tuple(inp.microbatch(lo, hi))
-            with torch.no_grad(), autocast(self.device, self.precision):
-                ys = self._run_layers(t, xs, it, lo)
-            ys = [y.to(dt) for y, (_, dt) in zip(ys, specs)]
+            ys = self._fwd_microbatch(t, it, inp, lo, hi, specs)
             if remote:         # stream: the consumer's GPU starts on this microbatch now
                 self._send(ys, consumer.rank, t, "act", i)
-            if not keep_outs:
-                continue
-            if len(mbs) == 1:
+            if keep_outs and len(mbs) == 1:
                 outs = ys
-            else:
+            elif keep_outs:
                 if outs is None:
                     outs = [torch.empty((n, *y.shape[1:]), dtype=y.dtype, device=self.device) for y in ys]
-                for o, y in zip(outs, ys):
-                    o[lo - s0:hi - s0].copy_(y)
+                _copy_rows(outs, ys, slice(lo - s0, hi - s0))
+            # freed here, not when the next microbatch rebinds the name: until then this output stayed
+            # alive beside the next forward, u x Y more than the pack rule (docs/performance.md entry 38)
+            del ys
         del inp
         if t.stash_out:
             ev = self.copier.d2h(self.stash_views[t.id], outs, "d2h_act")
@@ -400,7 +397,7 @@ class Worker:
         inp = self.get_input(t, it, fetched)
         gin_src = self.get_grad(t) if t.grad_in is not None else None
         is_loss = t.pack[1] == self.cfg.num_layers
-        s0, D = t.samples[0], self.cfg.minibatch
+        s0 = t.samples[0]
         grad_consumer = self.grad_consumer.get(t.id)
         need_in_grad = grad_consumer is not None
         remote = need_in_grad and grad_consumer.rank != self.rank
@@ -411,36 +408,51 @@ class Worker:
             self._fault_point(t, it)
             sl = slice(lo - s0, hi - s0)
             xs = inp.microbatch(lo, hi)
-            gys = gin_src.microbatch(lo, hi) if gin_src is not None else None
             if in_float is None:        # the first microbatch says what the input is
                 in_float = [x.dtype in _FLOAT for x in xs]
                 if need_in_grad:        # the group's input gradient, for the consumer
                     gin = [torch.zeros((t.num_samples, *x.shape[1:]), dtype=x.dtype, device=self.device)
                            for x, f in zip(xs, in_float) if f]
-            xs = tuple(x.detach().requires_grad_(need_in_grad and f) for x, f in zip(xs, in_float))
-            with torch.enable_grad():
-                with autocast(self.device, self.precision):
-                    ys = self._run_layers(t, xs, it, lo)
-                if is_loss:
-                    loss = ys[0].float()
-                    (loss * ((hi - lo) / D)).backward()
-                    self.loss_acc = self.loss_acc + loss.detach() * ((hi - lo) / D)
-                else:
-                    yf = [y for y, f in zip(ys, out_float) if f]
-                    pairs = [(y, g) for y, g in zip(yf, gys) if y.requires_grad]
-                    if pairs:
-                        torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
+            gys = gin_src.microbatch(lo, hi) if gin_src is not None else None
+            dxs = self._bwd_microbatch(t, it, xs, gys, lo, hi, in_float, out_float, need_in_grad, is_loss)
             if need_in_grad:
-                for buf, x in zip(gin, [x for x, f in zip(xs, in_float) if f]):
-                    if x.grad is not None:
-                        buf[sl].copy_(x.grad)
+                _copy_rows(gin, dxs, sl)
                 if remote:     # stream: the previous pack's GPU starts its backward on this microbatch
                     self._send([buf[sl] for buf in gin], grad_consumer.rank, t, "grad", i)
-            del xs, ys, gys
+            # nothing of this microbatch may outlive it: a name still bound during the next microbatch's
+            # recompute holds its tensor (an input gradient, u x X_in, did; docs/performance.md entry 38)
+            del xs, gys, dxs
         del inp, gin_src
         self._finish_grads(t, it)
         if need_in_grad and not remote:
             self.grads_out[t.id] = gin
+
+    def _fwd_microbatch(self, t, it: int, inp, lo: int, hi: int, specs) -> list:
+        """Forward of one microbatch (no grad); its outputs in the dtypes the next pack takes."""
+        xs = tuple(inp.microbatch(lo, hi))
+        with torch.no_grad(), autocast(self.device, self.precision):
+            ys = self._run_layers(t, xs, it, lo)
+        return [y.to(dt) for y, (_, dt) in zip(ys, specs)]
+
+    def _bwd_microbatch(self, t, it: int, xs, gys, lo: int, hi: int, in_float, out_float, need_in_grad: bool,
+                        is_loss: bool) -> list:
+        """Recompute forward and backward of one microbatch; returns the gradients of its floating inputs
+        (None where autograd made none) when the consumer needs them. A method of its own so that its
+        outputs, and everything else that refers to them, are freed when it returns."""
+        xs = tuple(x.detach().requires_grad_(need_in_grad and f) for x, f in zip(xs, in_float))
+        with torch.enable_grad():
+            with autocast(self.device, self.precision):
+                ys = self._run_layers(t, xs, it, lo)
+            if is_loss:
+                loss = ys[0].float()
+                (loss * ((hi - lo) / self.cfg.minibatch)).backward()
+                self.loss_acc = self.loss_acc + loss.detach() * ((hi - lo) / self.cfg.minibatch)
+            else:
+                yf = [y for y, f in zip(ys, out_float) if f]
+                pairs = [(y, g) for y, g in zip(yf, gys) if y.requires_grad]
+                if pairs:
+                    torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
+        return [x.grad for x, f in zip(xs, in_float) if f] if need_in_grad else []
 
     def _finish_grads(self, t, it: int) -> None:
         """All-reduce (vDP) and send the task's accumulated weight gradients to the arena, once; or, with
@@ -537,6 +549,8 @@ class Worker:
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")
+        probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
+        self.task_peaks, self.probe_peak = ([] if probe_dir else None), 0
         for it in range(self.job["iters"]):
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)
@@ -555,6 +569,8 @@ class Worker:
             loss = float(self.loss_acc)
             dt = time.perf_counter() - t0
             alloc, reserved = self._memory()
+            if self.task_peaks is not None:       # the probe resets the allocator's peak at every task
+                alloc, self.probe_peak = max(alloc, self.probe_peak), 0
             payload = {"iteration": it, "time_s": dt, "loss_part": loss, "bytes": self.counters.take(),
                        "peak_allocated": alloc, "peak_reserved": reserved,
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
@@ -568,6 +584,10 @@ class Worker:
             self._barrier()
             if self.stop_after(it, dt):
                 break
+        if probe_dir:
+            from harmony.jsonio import write_json
+            write_json(os.path.join(probe_dir, f"rank{self.rank}.json"),
+                       {"rank": self.rank, "gpu_memory_cap": self.job.get("gpu_memory_cap"), "tasks": self.task_peaks})
 
     def stop_after(self, it: int, dt: float) -> bool:
         """Whether every rank stops after iteration `it`: it was timed (past warm-up and trace), more are
@@ -583,6 +603,25 @@ class Worker:
             dist.all_reduce(vals, op=dist.ReduceOp.MAX, group=self.ctrl)
         slowest, left = float(vals[0]), -float(vals[1])
         return (limit is not None and slowest > limit) or outlasts_deadline(slowest, left)
+
+    # Per-task memory probe (HARMONY_TASK_PEAKS=DIR; diagnosis only, docs/runtime.md "Per-task memory
+    # probe"): the device is synchronized before each compute task and after the next task's prefetch is
+    # issued, so a task's peak is what it and that prefetch held, as the simulator charges it
+    # (task_peak + the next task's prefetch_bytes). The synchronizations serialize the host with the GPU:
+    # times taken with the probe on are not the run's.
+    def _probe_start(self) -> int:
+        torch.cuda.synchronize(self.device)
+        self.probe_peak = max(self.probe_peak, torch.cuda.max_memory_allocated(self.device))
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return torch.cuda.memory_allocated(self.device)
+
+    def _probe_end(self, it: int, t, nxt, start_bytes: int) -> None:
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        self.probe_peak = max(self.probe_peak, peak)
+        self.task_peaks.append({"iteration": it, "task": t.id, "kind": t.kind, "pack": list(t.pack),
+                                "next_task": nxt.id if nxt is not None else None, "start_bytes": start_bytes,
+                                "peak_bytes": peak, "end_bytes": torch.cuda.memory_allocated(self.device)})
 
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
@@ -601,6 +640,8 @@ class Worker:
             nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
             after_t = nxt is not None and self.copier.reserves and nxt.id in self.prefetch_waits
             reserved = self.reserve_loads(nxt) if nxt is not None and not after_t else None  # before t is issued
+            if self.task_peaks is not None:
+                start_bytes = self._probe_start()
             (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
             if after_t:               # the plan's wait: t's memory is reused, so the copies wait for t
                 self.release(t)
@@ -608,6 +649,8 @@ class Worker:
             fetched = self.prefetch(nxt, it, reserved) if nxt is not None else {}
             if not after_t:
                 self.release(t)
+            if self.task_peaks is not None:
+                self._probe_end(it, t, nxt, start_bytes)
         self.current = None
         t1 = clock()
         for w, _ in self.sends:
@@ -637,6 +680,14 @@ class Worker:
                         max_allocated_bytes=torch.cuda.max_memory_allocated(self.device),
                         gpu_memory_cap=self.job.get("gpu_memory_cap"))
         return info
+
+
+def _copy_rows(dsts: list, srcs: list, rows: slice) -> None:
+    """dst[rows] = src for each pair (a None src is skipped). A function, so that no loop variable keeps
+    the last src alive in the caller (docs/performance.md entry 38)."""
+    for dst, src in zip(dsts, srcs):
+        if src is not None:
+            dst[rows].copy_(src)
 
 
 _CTRL: dict = {}

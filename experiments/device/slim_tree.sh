@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The device tool copies the working tree and refuses one over 64 MiB; with the committed results it is
+# about 59 MiB (experiments/device/tree_size.py), so DeepSpeed's wheels (`carry: [".whl"]`, 4.9 MiB) no
+# longer fit. Device calls read nothing under a results folder's superseded/ (records replaced by later
+# runs, kept as evidence) or the 4x H200 results, so this leaves them out of the working tree with a sparse
+# checkout: git keeps them (committed, in the index, in every clone), they are only not on disk here.
+#   bash experiments/device/slim_tree.sh on     before device calls (about 50 MiB left)
+#   bash experiments/device/slim_tree.sh off    before moving records into superseded/ (make-jobs-samehost.sh
+#                                               --move) or reading them; git refuses to add paths outside a
+#                                               sparse checkout
+set -euo pipefail
+case ${1:-} in
+  on)  git sparse-checkout set --no-cone '/*' '!/results/paper/*/superseded/' '!/results/paper/4xH200/' ;;
+  off) git sparse-checkout disable ;;
+  *)   echo "usage: $0 on|off" >&2; exit 2 ;;
+esac
+python3 experiments/device/tree_size.py --carry .whl --top 3 | tail -1 || true    # the size with the wheels carried

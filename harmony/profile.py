@@ -363,11 +363,16 @@ def retention(layer: nn.Module, x0: tuple, u: int, first: bool, opts: ProfileOpt
     x = interior_inputs(x0, u, needs_grad=not first)
     saved: set[int] = set()
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> None:
+        # Nothing kept: no backward runs here. Returning t itself made an output that its own grad_fn saves
+        # (ReLU's result) a reference cycle through autograd that the garbage collector cannot see; it
+        # kept every profiled vLayer's graph, output and weights alive (vgg416: 1.1 GiB after a CPU
+        # profile; on the H100 the pack checks after a profile ran out of memory under the cap,
+        # docs/performance.md entry 38).
         saved.add(gpumem._storage_key(t))
-        return t
+        return None
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda _: None):
         y = Runner([layer], x, opts.device, opts.precision).fwd_grad()
     floats = [t for t in x if t.is_floating_point()]
     inputs = {gpumem._storage_key(t) for t in floats}

@@ -40,6 +40,12 @@ case ${PROFILE:-} in remake) both=1 ;; keep) both=0 ;; "") ;; *) echo "PROFILE=r
 source "$(dirname "$0")/joblist_lib.sh"
 move=0; [ "${1:-}" = --move ] && { move=1; shift; }
 models=("$@"); [ ${#models[@]} -gt 0 ] || { echo "usage: $0 [--move] MODEL..." >&2; exit 2; }
+# --move puts records under superseded/, which experiments/device/slim_tree.sh leaves out of the working tree
+if [ $move = 1 ] && [ "$(git config --get core.sparseCheckout)" = true ]; then
+  echo "$0: the working tree is slimmed (a sparse checkout without superseded/): run" \
+       "'bash experiments/device/slim_tree.sh off' first, then 'on' again before the device call" >&2
+  exit 2
+fi
 # MODEL=FOLDER moves that model's records to superseded/FOLDER instead (entry 32: copy-stream-5pct, the
 # split-timing runs on two allocator pools at 5% headroom).
 for arg in "${models[@]}"; do

@@ -11,7 +11,10 @@ and `calibration.json`. A plan whose microbatches or packs differ and whose pred
 `--threshold` faster (default 2%) is marked STALE: re-search it and re-run its records.
 
     PYTHONPATH=. python experiments/stale_schedules.py results/paper/1xH100-80GB-HBM3 [--gpus 1]
-        [--threshold 0.02] [--only MODEL] > results/paper/1xH100-80GB-HBM3/stale-schedules.txt
+        [--threshold 0.02] [--only MODEL] [--headroom H] > results/paper/1xH100-80GB-HBM3/stale-schedules.txt
+
+`--headroom H` searches with that headroom instead of each record's: the predicted cost, point by point,
+of changing the workflow's headroom (docs/performance.md entry 38).
 """
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ def plan(rec: dict) -> tuple:
     return c["ubatch_fwd"], c["ubatch_bwd"], len(c["bwd_packs"]), len(c["fwd_packs"])
 
 
-def research(root: Path, sched: Path, out: Path) -> dict:
-    """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode)."""
+def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> dict:
+    """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode;
+    `headroom` replaces the record's)."""
     rec = json.loads(sched.read_text())
     c = rec["graph"]["config"]
     model = sched.parent.name
@@ -42,8 +46,10 @@ def research(root: Path, sched: Path, out: Path) -> dict:
            "-o", str(out)]
     if rec.get("gpu_memory_cap"):
         cmd += ["--gpu-memory", str(rec["gpu_memory_cap"])]
-    if rec.get("search", {}).get("headroom") is not None:
-        cmd += ["--headroom", str(rec["search"]["headroom"])]
+    if headroom is None:
+        headroom = rec.get("search", {}).get("headroom")
+    if headroom is not None:
+        cmd += ["--headroom", str(headroom)]
     err = io.StringIO()        # in this process: one torch import for every search, not one each
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = harmony_main(cmd)
@@ -58,6 +64,10 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=None, help="only schedules for this many GPUs")
     ap.add_argument("--only", default=None, help="only this model")
     ap.add_argument("--threshold", type=float, default=0.02, help="predicted gain that makes a plan STALE")
+    ap.add_argument("--headroom", type=float, default=None,
+                    help="search with this memory headroom instead of each record's: what a change of the "
+                         "workflow's headroom would cost by prediction (a plan the search then picks is "
+                         "slower or the same, so none is STALE)")
     a = ap.parse_args(argv)
     scheds = sorted(p for p in (a.root / "schedules").glob("*/*-auto.json")
                     if (a.only is None or p.parent.name == a.only)
@@ -65,8 +75,10 @@ def main(argv=None) -> int:
     if not scheds:
         print(f"no searched schedules with a profile under {a.root}/schedules", file=sys.stderr)
         return 2
-    print(f"# {a.root}: each searched schedule against today's search (u_fwd, u_bwd, bwd packs, fwd packs; "
-          f"predicted s/iteration); STALE: another plan, >= {a.threshold:.0%} faster")
+    print(f"# {a.root}: each searched schedule against today's search"
+          + (f" with headroom {a.headroom}" if a.headroom is not None else "")
+          + f" (u_fwd, u_bwd, bwd packs, fwd packs; predicted s/iteration); STALE: another plan, "
+          f">= {a.threshold:.0%} faster")
     stale = 0
     with tempfile.TemporaryDirectory() as tmp:
         for i, p in enumerate(scheds):
@@ -74,7 +86,7 @@ def main(argv=None) -> int:
             if a.gpus is not None and old["graph"]["config"]["gpus"] != a.gpus:
                 continue
             print(f"[{i + 1}/{len(scheds)}] {p.parent.name}/{p.name}", file=sys.stderr, flush=True)
-            new = research(a.root, p, Path(tmp) / "s.json")
+            new = research(a.root, p, Path(tmp) / "s.json", a.headroom)
             t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
             gain = 1 - t_new / t_old
             mark = "STALE" if plan(old) != plan(new) and gain >= a.threshold else ""

@@ -20,26 +20,18 @@ import sys
 import torch
 
 from harmony import gpumem
-from harmony.decompose import load_model_json, spec_from_model_json
+from harmony.decompose import load_model_json
 from harmony.jsonio import write_json
-from harmony.pack_check import predict_pack_peak
-from harmony.profile import WALK_BATCH, LayerSource, make_inputs
+from harmony.pack_check import predict_pack_peak, walk_to_pack
+from harmony.profile import make_inputs
 from harmony.profile_data import Profile
 
 
 def trace(model_json, prof: Profile, start: int, end: int, u: int, device, precision: str,
           deterministic: bool) -> dict:
     dev = torch.device(device)
-    gpumem.set_precision(precision)
     torch.backends.cudnn.deterministic = deterministic
-    spec = spec_from_model_json(model_json)
-    src = LayerSource(spec, model_json, dev)
-    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, torch.Generator().manual_seed(0)))
-    with torch.no_grad():
-        for i in range(start):
-            x = src.get(i)(*x)
-    x_cpu = tuple(t.cpu() for t in x)
-    del x
+    src, x_cpu = walk_to_pack(model_json, start, end, dev, precision)
     gpumem.free_cached(dev)
     with gpumem.MemoryMeter(dev) as m:
         base = m.current()

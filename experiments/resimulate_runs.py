@@ -64,13 +64,23 @@ def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     return None
 
 
-def main(argv: list[str]) -> int:
+def sim_inputs(sched: Path, profile: Path, cal: dict):
+    """What simulating schedule `sched` needs: (its record, task graph, the profile's LayerCosts, SimParams
+    from the calibration, with the model's optimizer)."""
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
-    from harmony.schedule.bound import schedule_bound
-    from harmony.schedule.io import load_schedule, planned_cap
+    from harmony.schedule.io import load_schedule
     from harmony.schedule.memory import LayerCosts
-    from harmony.schedule.simulate import SimParams, simulate
+    from harmony.schedule.simulate import SimParams
+    rec, graph = load_schedule(sched)
+    params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
+    return rec, graph, LayerCosts(Profile.load(profile), sizes=model_sizes(rec["model"])), params
+
+
+def main(argv: list[str]) -> int:
+    from harmony.schedule.bound import schedule_bound
+    from harmony.schedule.io import planned_cap
+    from harmony.schedule.simulate import simulate
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
@@ -109,9 +119,7 @@ def main(argv: list[str]) -> int:
         if sched is None or prof is None:
             print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
-        rec, graph = load_schedule(sched)
-        params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
-        costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
+        rec, graph, costs, params = sim_inputs(sched, prof, cal)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         now = simulate(graph, costs, params, cap).iter_time_s
@@ -156,15 +164,9 @@ def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
     """Each compute task's measured peak (`HARMONY_TASK_PEAKS=DIR harmony run ...`, docs/runtime.md; the
     median over the iterations after the first) against task_predictions, largest excess first."""
     import statistics
-    from harmony.profile_data import Profile
-    from harmony.schedule.cli import model_sizes
-    from harmony.schedule.io import load_schedule
-    from harmony.schedule.memory import LayerCosts
-    from harmony.schedule.simulate import SimParams
-    rec, graph = load_schedule(sched)
+    rec, graph, costs, params = sim_inputs(sched, profile, cal)
     waits = set((rec.get("prediction") or {}).get("prefetch_waits") or ())
-    params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
-    preds = task_predictions(graph, LayerCosts(Profile.load(profile), sizes=model_sizes(rec["model"])), params, waits)
+    preds = task_predictions(graph, costs, params, waits)
     by_task: dict[int, list[dict]] = {}
     for f in sorted(probe.glob("rank*.json")):
         for x in json.loads(f.read_text())["tasks"]:
@@ -185,11 +187,6 @@ def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
 
 
 def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:
-    from harmony.profile_data import Profile
-    from harmony.schedule.cli import model_sizes
-    from harmony.schedule.io import load_schedule
-    from harmony.schedule.memory import LayerCosts
-    from harmony.schedule.simulate import SimParams
     def fmt(xs) -> str:
         return " ".join(f"{x / 2 ** 30:5.2f}" for x in xs)
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5}  {'own tasks, GiB per GPU':<24} {'sends held':<24} measured")
@@ -202,12 +199,10 @@ def print_peaks(runs, schedules: Path, profiles: Path, cal: dict) -> int:
         sched, prof = find_schedule(run, s, schedules), profile_path(profiles, s["model"])
         if sched is None or prof is None:
             continue
-        rec, graph = load_schedule(sched)
+        rec, graph, costs, params = sim_inputs(sched, prof, cal)
         waits = (rec.get("prediction") or {}).get("prefetch_waits")
         if waits is None:
             continue
-        params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"))
-        costs = LayerCosts(Profile.load(prof), sizes=model_sizes(rec["model"]))
         own, held = rank_peaks(graph, costs, params, set(waits))
         print(f"{s['model']:<13} {s['mode']:<4} {s['gpus']:>2} {s['minibatch']:>5}  {fmt(own):<24} "
               f"{fmt(held):<24} {fmt(its[-1]['peak_allocated_bytes'])}")

@@ -16,6 +16,25 @@ from harmony.profile import WALK_BATCH, LayerSource, Runner, make_inputs
 from harmony.profile_data import Profile, pack_bwd_memory, pack_fwd_memory
 
 
+def walk_to_pack(model_json, start: int, end: int, dev: torch.device, precision: str, seed: int = 0,
+                 materialize: str = "auto"):
+    """(the chain's LayerSource, the real input of vLayer `start` at batch WALK_BATCH on the CPU): the chain
+    walked up to the pack with no grad, one vLayer materialised at a time, under `precision`."""
+    from harmony.decompose import load_model_json, spec_from_model_json
+    if not isinstance(model_json, dict):
+        model_json = load_model_json(model_json)
+    if not 0 <= start < end <= model_json["num_vlayers"]:
+        raise ValueError(f"pack range {start}:{end} is outside 0:{model_json['num_vlayers']}")
+    gpumem.set_precision(precision)
+    spec = spec_from_model_json(model_json)
+    src = LayerSource(spec, model_json, dev, seed=seed, mode=materialize)
+    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, torch.Generator().manual_seed(seed)))
+    for i in range(start):
+        with torch.no_grad(), gpumem.autocast(dev, precision):
+            x = src.get(i)(*x)
+    return src, tuple(t.cpu() for t in x)
+
+
 def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp32", seed: int = 0,
                  materialize: str = "auto", trials: int = 0) -> dict:
     """Run vLayers [start, end) as a pack on `device` at microbatch u (their real inputs, from a walk of
@@ -24,22 +43,9 @@ def measure_pack(model_json, layers_range, u: int, device, precision: str = "fp3
     already allocated (`bwd_peak_bytes`); `peak_bytes` is the larger. With `trials` > 0 also the median
     time of the pack's forward (`fwd_s`) and recompute forward + backward (`bwd_s`), timed as the profiler
     times one vLayer (harmony.profile.Runner.time_split)."""
-    from harmony.decompose import load_model_json, spec_from_model_json
-    if not isinstance(model_json, dict):
-        model_json = load_model_json(model_json)
     start, end = layers_range
-    if not 0 <= start < end <= model_json["num_vlayers"]:
-        raise ValueError(f"pack range {start}:{end} is outside 0:{model_json['num_vlayers']}")
     dev = torch.device(device)
-    gpumem.set_precision(precision)
-    spec = spec_from_model_json(model_json)
-    src = LayerSource(spec, model_json, dev, seed=seed, mode=materialize)
-    x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, torch.Generator().manual_seed(seed)))
-    for i in range(start):
-        with torch.no_grad(), gpumem.autocast(dev, precision):
-            x = src.get(i)(*x)
-    x_cpu = tuple(t.cpu() for t in x)
-    del x
+    src, x_cpu = walk_to_pack(model_json, start, end, dev, precision, seed, materialize)
     if dev.type == "cuda":     # cuBLAS workspaces come from the caching allocator: allocate them first
         with gpumem.autocast(dev, precision):
             torch.ones(64, 64, device=dev) @ torch.ones(64, 64, device=dev)

@@ -136,7 +136,19 @@ def main(args) -> int:
     out = Path(args.output)
     settings.sort(key=lambda s: s.ubatch)
     done: dict[int, tuple[Settings, dict]] = {}
-    costs: list[float] = []       # what each candidate of this search cost (measured here, or on record)
+    costs: dict[int, float] = {}  # what each candidate of this search cost (measured here, or on record)
+
+    def estimated_cost(i: int) -> float:
+        """What candidate i will likely cost: the nearest tried candidate below it in u, else the nearest above
+        (0 before any). A larger u sweeps the weights fewer times per iteration, so the candidate below is the
+        safe side when the climb goes up; going down, the run's own deadline check (train_loop) stops it before
+        an iteration that would not fit. The costliest candidate so far, the rule before, overestimated
+        every step up: fsdp-offload bert96 D=256's u=64 was left for u=16's 186 s after u=32 had cost 125 s
+        (h100-grid26)."""
+        if not costs:
+            return 0.0
+        below = [j for j in costs if j < i]
+        return costs[max(below)] if below else costs[min(costs)]
 
     def trial(i: int) -> float:
         """Run candidate i (once); its samples/s, 0 unless it ran ok."""
@@ -145,20 +157,19 @@ def main(args) -> int:
             s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
             rec = finished_candidate(s)
             if rec is None:
-                # the costliest candidate so far is the estimate: neighbouring u cost about the same
-                est, left = max(costs, default=0.0), seconds_left()
+                est, left = estimated_cost(i), seconds_left()
                 if est > 0 and left is not None and est > left:
-                    raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as the costliest candidate so "
-                                   f"far), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
+                    raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as its nearest candidate on "
+                                   f"record), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
                 t0 = time.perf_counter()
                 try:
                     rec = run_one(s)
                 except Deferred as e:     # the run itself saw the deadline coming (train_loop)
                     partial_path(s.output).unlink(missing_ok=True)   # its next call starts it afresh
                     raise Deferred(f"u={s.ubatch}: {e}") from None
-                costs.append(time.perf_counter() - t0)
+                costs[i] = time.perf_counter() - t0
             else:
-                costs.append(candidate_cost_s(s.output))
+                costs[i] = candidate_cost_s(s.output)
                 print(f"{s.system}: u={s.ubatch} already on record ({rec['status']}), not run again: {s.output}",
                       file=sys.stderr)
             _report(rec, s.output)

@@ -567,3 +567,45 @@ def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, caps
     u4.write_text(json.dumps({**rec, "iterations": 3}) + "\n")
     assert harmony_main(args) == 0
     assert sorted(ran) == [2, 4]
+
+
+def test_search_estimates_a_candidate_by_its_nearest_neighbour_below(tmp_path, monkeypatch, capsys):
+    """The deadline estimate of a candidate is what the nearest candidate below it in u cost, not the costliest
+    so far: going up from a slow small u past a faster one, the search starts the next candidate when the
+    faster neighbour's cost fits (h100-grid26 left fsdp-offload bert96 D=256's u=64 for u=16's cost)."""
+    import baselines.cli as bcli
+    import harmony.jsonio as jsonio
+    from harmony.jsonio import DEFERRED_EXIT
+    clock = {"t": 1000.0}
+
+    class FakeTime:
+        def time(self):
+            return clock["t"]
+
+        def perf_counter(self):
+            return clock["t"]
+    monkeypatch.setattr(bcli, "time", FakeTime())
+    monkeypatch.setattr(jsonio, "time", FakeTime())
+    cost = {4: 90.0, 8: 40.0, 16: 40.0}          # u=4 is slow, the larger u cost less
+    ran, real = [], bcli.run_one
+
+    def timed(s):
+        ran.append(s.ubatch)
+        clock["t"] += cost[s.ubatch]
+        rec = real(s)
+        rec["samples_per_s"] = s.ubatch * 1.0     # each step up is faster: the climb goes on up
+        return rec
+    monkeypatch.setattr(bcli, "run_one", timed)
+    monkeypatch.setenv("HARMONY_DEADLINE", str(1000 + 95 + 90))   # 95 s left after u=4, 55 after u=8
+    out = tmp_path / "r.jsonl"
+    args = ["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16", "--iters", "2",
+            "-o", str(out)]
+    assert harmony_main(args) == 0 and out.exists()
+    assert ran == [4, 8, 16]                      # u=16 estimated at u=8's 40 s, not u=4's 90 s
+    clock["t"] = 1000.0
+    cost[8] = 60.0                                # now 35 s are left after u=8, less than its 60 s
+    for f in tmp_path.glob("r*.jsonl"):
+        f.unlink()
+    ran.clear()
+    assert harmony_main(args) == DEFERRED_EXIT
+    assert ran == [4, 8] and "u=16 would take about 60 s" in capsys.readouterr().err

@@ -162,7 +162,8 @@ def rank_peaks(graph, costs, params, waits: set[int]) -> tuple[list[int], list[i
 
 def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
     """Each compute task's measured peak (`HARMONY_TASK_PEAKS=DIR harmony run ...`, docs/runtime.md; the
-    median over the iterations after the first) against task_predictions, largest excess first."""
+    median over the iterations after the first) against task_predictions, largest excess first; then, where
+    the probe recorded them, what the caching allocator held at the start of each task that retried."""
     import statistics
     rec, graph, costs, params = sim_inputs(sched, profile, cal)
     waits = set((rec.get("prediction") or {}).get("prefetch_waits") or ())
@@ -173,16 +174,38 @@ def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
             if x["iteration"] >= 1:
                 by_task.setdefault(x["task"], []).append(x)
     G = 2 ** 30
+
+    def median_of(xs: list[dict], key) -> float | None:   # None for a probe from before the allocator fields
+        vals = [key(x) for x in xs if x.get("allocator_at_start") is not None]
+        return statistics.median(vals) if vals else None
+
+    def held(x: dict, field: str, combine=sum) -> int:       # over the streams, at the task's start
+        return combine([v.get(field, 0) for v in x["allocator_at_start"].values()] or [0])
+
+    def fmt(v: float | None, scale: float = G, spec: str = "9.2f") -> str:
+        return format(v / scale, spec) if v is not None else f"{'-':>{spec.split('.')[0]}}"
     rows = []
     for tid, xs in by_task.items():
         meas = statistics.median(x["peak_bytes"] for x in xs)
-        start = statistics.median(x["start_bytes"] for x in xs)
-        rows.append((meas - preds[tid][1], tid, xs[0], meas, start))
+        rows.append((meas - preds[tid][1], tid, xs, meas))
     print(f"{'task':>5} {'kind':<4} {'pack':<11} {'next':>5} {'at start':>9} {'measured':>9} {'modelled':>9} "
-          f"{'excess':>8}  GiB")
-    for excess, tid, x, meas, start in sorted(rows, key=lambda r: -r[0]):
+          f"{'excess':>8} {'reserved':>9} {'unused':>9} {'largest':>9} {'retries':>7}  GiB at the task's start")
+    for excess, tid, xs, meas in sorted(rows, key=lambda r: -r[0]):
+        x = xs[0]
+        start = statistics.median(y["start_bytes"] for y in xs)
         print(f"{tid:>5} {x['kind']:<4} {x['pack'][0]:>4}:{x['pack'][1]:<6} {str(x['next_task']):>5} "
-              f"{start / G:>9.2f} {meas / G:>9.2f} {preds[tid][1] / G:>9.2f} {excess / G:>+8.2f}")
+              f"{start / G:>9.2f} {meas / G:>9.2f} {preds[tid][1] / G:>9.2f} {excess / G:>+8.2f} "
+              f"{fmt(median_of(xs, lambda y: held(y, 'reserved')))} {fmt(median_of(xs, lambda y: held(y, 'free')))} "
+              f"{fmt(median_of(xs, lambda y: held(y, 'largest_free', max)))} "
+              f"{fmt(median_of(xs, lambda y: y['retries']), 1, '7.1f')}")
+    retrying = sorted(tid for _, tid, xs, _ in rows if (median_of(xs, lambda y: y["retries"]) or 0) > 0)
+    for tid in retrying:
+        last = by_task[tid][-1]
+        streams = ", ".join(f"{name} {v['reserved'] / G:.2f} reserved, {v['allocated'] / G:.2f} allocated, "
+                            f"{v.get('free', 0) / G:.2f} unused (largest {v.get('largest_free', 0) / G:.2f}, "
+                            f"{v.get('segments', 0)} segments)"
+                            for name, v in sorted(last["allocator_at_start"].items()))
+        print(f"task {tid} retried {last['retries']} in iteration {last['iteration']}; at its start: {streams}")
     return 0
 
 

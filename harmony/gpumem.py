@@ -40,23 +40,37 @@ def alloc_retries(device) -> int:
 
 
 def reserved_by_stream(device, names: dict[int, str]) -> dict[str, dict[str, int]]:
-    """The caching allocator's segments on `device` now, per CUDA stream: {name: {reserved, allocated}} in
-    bytes; `names` maps a stream handle (`Stream.cuda_stream`) to its name, other streams count as "other".
-    A block cached on one stream is reused only by allocations on that stream, so when copies allocate on
-    their own stream, memory freed by one stream's tensors is not there for the other's: reserved can reach
-    the cap with much less allocated, and every allocation that then fails makes the allocator free its
-    cache and retry (`alloc_retries`). Empty on the CPU."""
+    """The caching allocator's segments on `device` now, per CUDA stream (segments_by_stream of
+    torch.cuda.memory_snapshot()). A block cached on one stream is reused only by allocations on that stream,
+    so when copies allocate on their own stream, memory freed by one stream's tensors is not there for the
+    other's: reserved can reach the cap with much less allocated, and every allocation that then fails makes
+    the allocator free its cache and retry (`alloc_retries`). Empty on the CPU."""
     device = torch.device(device)
     if device.type != "cuda":
         return {}
     idx = device.index if device.index is not None else torch.cuda.current_device()
+    return segments_by_stream(torch.cuda.memory_snapshot(), idx, names)
+
+
+def segments_by_stream(segments: list[dict], device_index: int, names: dict[int, str]) -> dict[str, dict[str, int]]:
+    """A memory snapshot's segments on one device summed per stream, {name: {reserved, allocated, free,
+    largest_free, segments}} in bytes: `free` is what the stream holds cached but unused (its inactive
+    blocks), `largest_free` the largest of them, the largest request it can serve without growing a segment;
+    reserved - allocated - free is what blocks in use round up to. `names` maps a stream handle
+    (`Stream.cuda_stream`) to its name; other streams count as "other"."""
     out: dict[str, dict[str, int]] = {}
-    for seg in torch.cuda.memory_snapshot():
-        if seg.get("device") != idx:
+    for seg in segments:
+        if seg.get("device") != device_index:
             continue
-        part = out.setdefault(names.get(seg.get("stream"), "other"), {"reserved": 0, "allocated": 0})
+        part = out.setdefault(names.get(seg.get("stream"), "other"),
+                              {"reserved": 0, "allocated": 0, "free": 0, "largest_free": 0, "segments": 0})
         part["reserved"] += int(seg.get("total_size", 0))
         part["allocated"] += int(seg.get("allocated_size", 0))
+        part["segments"] += 1
+        for block in seg.get("blocks", ()):
+            if block.get("state") == "inactive":
+                part["free"] += int(block.get("size", 0))
+                part["largest_free"] = max(part["largest_free"], int(block.get("size", 0)))
     return out
 
 

@@ -172,3 +172,26 @@ def test_cli_decompose_and_errors(tmp_path, capsys):
     assert len(sigs) == 1
     assert cli_main(["decompose", "no-such-model", "-o", str(out)]) == 2
     assert "unknown model" in capsys.readouterr().err
+
+
+def test_segments_by_stream_sums_a_snapshot_per_stream_with_its_unused_blocks():
+    """What the caching allocator holds per stream (the run records' `reserved_by_stream`, the task probe's
+    `allocator_at_start`): reserved and allocated per segment, cached-but-unused blocks and the largest of
+    them; another device's segments and an unnamed stream's are kept apart."""
+    from harmony.gpumem import segments_by_stream
+    m = 2 ** 20
+    snap = [
+        {"device": 0, "stream": 7, "total_size": 100 * m, "allocated_size": 60 * m,
+         "blocks": [{"size": 60 * m, "state": "active_allocated"}, {"size": 30 * m, "state": "inactive"},
+                    {"size": 10 * m, "state": "inactive"}]},
+        {"device": 0, "stream": 7, "total_size": 40 * m, "allocated_size": 0,
+         "blocks": [{"size": 40 * m, "state": "inactive"}]},
+        {"device": 0, "stream": 9, "total_size": 20 * m, "allocated_size": 20 * m,
+         "blocks": [{"size": 20 * m, "state": "active_pending_free"}]},
+        {"device": 1, "stream": 7, "total_size": 500 * m, "allocated_size": 0, "blocks": []},
+    ]
+    out = segments_by_stream(snap, 0, {7: "compute"})
+    assert out == {"compute": {"reserved": 140 * m, "allocated": 60 * m, "free": 80 * m, "largest_free": 40 * m,
+                               "segments": 2},
+                   "other": {"reserved": 20 * m, "allocated": 20 * m, "free": 0, "largest_free": 0, "segments": 1}}
+    assert segments_by_stream(snap, 1, {})["other"]["reserved"] == 500 * m

@@ -173,3 +173,23 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
     for streams in s["reserved_by_stream"]:
         assert {"compute", "h2d"} <= set(streams), streams
         assert all(0 <= v["allocated"] <= v["reserved"] for v in streams.values()), streams
+        assert all(v["free"] + v["allocated"] <= v["reserved"] and v["largest_free"] <= v["free"]
+                   for v in streams.values()), streams
+
+
+def test_task_probe_records_each_task_with_the_allocator_at_its_start(tmp_path, monkeypatch):
+    """HARMONY_TASK_PEAKS=DIR (docs/runtime.md): one record per compute task and iteration, its peak at
+    least what it started with, its retries counted, and what the caching allocator held per stream at its
+    start, from which experiments/resimulate_runs.py --task-peaks reads fragmentation."""
+    import json
+    monkeypatch.setenv("HARMONY_TASK_PEAKS", str(tmp_path))
+    _, rec, g = schedule("gpt2-tiny", "vPP", 1, 3, 3, "P1")
+    s = run_schedule(rec, g, iters=2, warmup=1, device="cuda", precision="fp32")
+    assert s["status"] == "ok", s.get("message")
+    tasks = json.loads((tmp_path / "rank0.json").read_text())["tasks"]
+    comp = [t.id for t in g.tasks if t.kind != "UPD"]
+    assert [x["task"] for x in tasks] == comp * 2
+    for x in tasks:
+        assert x["peak_bytes"] >= x["start_bytes"] > 0 and x["retries"] >= 0, x
+        streams = x["allocator_at_start"]
+        assert "compute" in streams and all(v["free"] + v["allocated"] <= v["reserved"] for v in streams.values()), x

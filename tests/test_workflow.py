@@ -803,3 +803,39 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
     rows = [line.split() for line in sh([sys.executable, script, str(R), "--peaks"]).stdout.splitlines()
             if line.startswith("gpt2-tiny")]
     assert len(rows) == 2 and all(r[-1] == "1.50" for r in rows), rows
+    # --task-peaks: a per-task probe (HARMONY_TASK_PEAKS) against the model; the allocator's state at the
+    # start of each task and its retries where the probe recorded them, '-' for a probe from before them
+    sched = R / "schedules" / "gpt2-tiny" / "vDP-N1-D16-auto.json"
+    rec, graph = load_schedule(sched)
+    comp = [t for t in graph.tasks if t.kind != "UPD"]
+    g = 2 ** 30
+
+    def probe(folder: Path, allocator: bool) -> Path:
+        tasks = []
+        for it in (0, 1):
+            for i, t in enumerate(comp):
+                x = {"iteration": it, "task": t.id, "kind": t.kind, "pack": list(t.pack),
+                     "next_task": comp[i + 1].id if i + 1 < len(comp) else None,
+                     "start_bytes": g // 4, "peak_bytes": g, "end_bytes": g // 4}
+                if allocator:
+                    x["retries"] = 3 if i == 1 else 0
+                    x["allocator_at_start"] = {
+                        "compute": {"reserved": 2 * g, "allocated": g // 4, "free": g, "largest_free": g // 2,
+                                    "segments": 2},
+                        "h2d": {"reserved": g // 2, "allocated": 0, "free": g // 2, "largest_free": g // 2,
+                                "segments": 1}}
+                tasks.append(x)
+        folder.mkdir()
+        write_json(folder / "rank0.json", {"rank": 0, "gpu_memory_cap": None, "tasks": tasks})
+        return folder
+    new = sh([sys.executable, script, str(R), "--task-peaks", str(sched), str(probe(tmp_path / "p1", True))]).stdout
+    rows = {int(r.split()[0]): r.split() for r in new.splitlines() if r.split() and r.split()[0].isdigit()}
+    assert sorted(rows) == sorted(t.id for t in comp), new
+    assert rows[comp[1].id][8:12] == ["2.50", "1.50", "0.50", "3.0"], new     # reserved, unused, largest, retries
+    assert rows[comp[0].id][11] == "0.0", new
+    assert f"task {comp[1].id} retried 3 in iteration 1; at its start: compute 2.00 reserved, 0.25 allocated, " \
+           "1.00 unused (largest 0.50, 2 segments)" in new, new
+    assert sum("retried" in line for line in new.splitlines()) == 1, new
+    old = sh([sys.executable, script, str(R), "--task-peaks", str(sched), str(probe(tmp_path / "p0", False))]).stdout
+    rows = [r.split() for r in old.splitlines() if r.split() and r.split()[0].isdigit()]
+    assert rows and all(r[8:12] == ["-"] * 4 for r in rows) and "retried" not in old, old

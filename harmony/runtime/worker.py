@@ -609,19 +609,25 @@ class Worker:
     # issued, so a task's peak is what it and that prefetch held, as the simulator charges it
     # (task_peak + the next task's prefetch_bytes). The synchronizations serialize the host with the GPU:
     # times taken with the probe on are not the run's.
-    def _probe_start(self) -> int:
+    # It also records what the caching allocator holds per stream at the task's start (reserved, cached but
+    # unused, the largest unused block) and how many allocations the task retried: a task that retries with
+    # its peak on the model is short of a block its stream can reuse, not of memory (entry 38).
+    def _probe_start(self) -> tuple[int, int, dict]:
         torch.cuda.synchronize(self.device)
         self.probe_peak = max(self.probe_peak, torch.cuda.max_memory_allocated(self.device))
         torch.cuda.reset_peak_memory_stats(self.device)
-        return torch.cuda.memory_allocated(self.device)
+        return (torch.cuda.memory_allocated(self.device), alloc_retries(self.device),
+                reserved_by_stream(self.device, self.stream_names()))
 
-    def _probe_end(self, it: int, t, nxt, start_bytes: int) -> None:
+    def _probe_end(self, it: int, t, nxt, start: tuple[int, int, dict]) -> None:
         torch.cuda.synchronize(self.device)
         peak = torch.cuda.max_memory_allocated(self.device)
         self.probe_peak = max(self.probe_peak, peak)
+        start_bytes, retries0, allocator = start
         self.task_peaks.append({"iteration": it, "task": t.id, "kind": t.kind, "pack": list(t.pack),
                                 "next_task": nxt.id if nxt is not None else None, "start_bytes": start_bytes,
-                                "peak_bytes": peak, "end_bytes": torch.cuda.memory_allocated(self.device)})
+                                "peak_bytes": peak, "end_bytes": torch.cuda.memory_allocated(self.device),
+                                "retries": alloc_retries(self.device) - retries0, "allocator_at_start": allocator})
 
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
@@ -641,7 +647,7 @@ class Worker:
             after_t = nxt is not None and self.copier.reserves and nxt.id in self.prefetch_waits
             reserved = self.reserve_loads(nxt) if nxt is not None and not after_t else None  # before t is issued
             if self.task_peaks is not None:
-                start_bytes = self._probe_start()
+                probe_start = self._probe_start()
             (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
             if after_t:               # the plan's wait: t's memory is reused, so the copies wait for t
                 self.release(t)
@@ -650,7 +656,7 @@ class Worker:
             if not after_t:
                 self.release(t)
             if self.task_peaks is not None:
-                self._probe_end(it, t, nxt, start_bytes)
+                self._probe_end(it, t, nxt, probe_start)
         self.current = None
         t1 = clock()
         for w, _ in self.sends:

@@ -182,24 +182,23 @@ def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
     def held(x: dict, field: str, combine=sum) -> int:       # over the streams, at the task's start
         return combine([v.get(field, 0) for v in x["allocator_at_start"].values()] or [0])
 
-    def fmt(v: float | None, scale: float = G, spec: str = "9.2f") -> str:
-        return format(v / scale, spec) if v is not None else f"{'-':>{spec.split('.')[0]}}"
+    def fmt(v: float | None, scale: float = G, width: int = 9, digits: int = 2) -> str:
+        return f"{v / scale:>{width}.{digits}f}" if v is not None else f"{'-':>{width}}"
     rows = []
     for tid, xs in by_task.items():
         meas = statistics.median(x["peak_bytes"] for x in xs)
-        rows.append((meas - preds[tid][1], tid, xs, meas))
+        allocator = (median_of(xs, lambda y: held(y, "reserved")), median_of(xs, lambda y: held(y, "free")),
+                     median_of(xs, lambda y: held(y, "largest_free", max)), median_of(xs, lambda y: y["retries"]))
+        rows.append((meas - preds[tid][1], tid, xs, meas, allocator))
     print(f"{'task':>5} {'kind':<4} {'pack':<11} {'next':>5} {'at start':>9} {'measured':>9} {'modelled':>9} "
           f"{'excess':>8} {'reserved':>9} {'unused':>9} {'largest':>9} {'retries':>7}  GiB at the task's start")
-    for excess, tid, xs, meas in sorted(rows, key=lambda r: -r[0]):
+    for excess, tid, xs, meas, (reserved, free, largest, retries) in sorted(rows, key=lambda r: -r[0]):
         x = xs[0]
         start = statistics.median(y["start_bytes"] for y in xs)
         print(f"{tid:>5} {x['kind']:<4} {x['pack'][0]:>4}:{x['pack'][1]:<6} {str(x['next_task']):>5} "
               f"{start / G:>9.2f} {meas / G:>9.2f} {preds[tid][1] / G:>9.2f} {excess / G:>+8.2f} "
-              f"{fmt(median_of(xs, lambda y: held(y, 'reserved')))} {fmt(median_of(xs, lambda y: held(y, 'free')))} "
-              f"{fmt(median_of(xs, lambda y: held(y, 'largest_free', max)))} "
-              f"{fmt(median_of(xs, lambda y: y['retries']), 1, '7.1f')}")
-    retrying = sorted(tid for _, tid, xs, _ in rows if (median_of(xs, lambda y: y["retries"]) or 0) > 0)
-    for tid in retrying:
+              f"{fmt(reserved)} {fmt(free)} {fmt(largest)} {fmt(retries, 1, 7, 1)}")
+    for tid in sorted(r[1] for r in rows if (r[4][3] or 0) > 0):      # the tasks that retried
         last = by_task[tid][-1]
         streams = ", ".join(f"{name} {v['reserved'] / G:.2f} reserved, {v['allocated'] / G:.2f} allocated, "
                             f"{v.get('free', 0) / G:.2f} unused (largest {v.get('largest_free', 0) / G:.2f}, "

@@ -503,12 +503,11 @@ def test_climb_stops_at_a_host_memory_infeasible_candidate(tmp_path, monkeypatch
     assert "host memory" in search[0]["message"]
 
 
-def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, monkeypatch, capsys):
-    """With $HARMONY_DEADLINE (the device call's end), the search does not start a candidate that, costing
-    what the costliest one so far cost, would end after it: it exits DEFERRED_EXIT with no record, and the
-    next call's search reads back what finished and goes on (h100-grid9 lost 5 minutes to a killed one)."""
+def fake_clock(monkeypatch) -> dict:
+    """A clock the search (baselines.cli) and the runs' own deadline check (harmony.jsonio.seconds_left)
+    both read: {"t": seconds since the epoch}, advanced by the test."""
     import baselines.cli as bcli
-    from harmony.jsonio import DEFERRED_EXIT
+    import harmony.jsonio as jsonio
     clock = {"t": 1000.0}
 
     class FakeTime:
@@ -517,9 +516,18 @@ def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, mon
 
         def perf_counter(self):
             return clock["t"]
-    import harmony.jsonio as jsonio
     monkeypatch.setattr(bcli, "time", FakeTime())
-    monkeypatch.setattr(jsonio, "time", FakeTime())        # the runs' own deadline check (seconds_left)
+    monkeypatch.setattr(jsonio, "time", FakeTime())
+    return clock
+
+
+def test_search_leaves_a_candidate_that_would_outlast_the_deadline(tmp_path, monkeypatch, capsys):
+    """With $HARMONY_DEADLINE (the device call's end), the search does not start a candidate that, costing
+    what its nearest tried neighbour cost, would end after it: it exits DEFERRED_EXIT with no record, and the
+    next call's search reads back what finished and goes on (h100-grid9 lost 5 minutes to a killed one)."""
+    import baselines.cli as bcli
+    from harmony.jsonio import DEFERRED_EXIT
+    clock = fake_clock(monkeypatch)
     ran, real = [], bcli.run_one
 
     def slow(s):                      # each candidate "takes" 60 s
@@ -574,18 +582,8 @@ def test_search_estimates_a_candidate_by_its_nearest_neighbour_below(tmp_path, m
     so far: going up from a slow small u past a faster one, the search starts the next candidate when the
     faster neighbour's cost fits (h100-grid26 left fsdp-offload bert96 D=256's u=64 for u=16's cost)."""
     import baselines.cli as bcli
-    import harmony.jsonio as jsonio
     from harmony.jsonio import DEFERRED_EXIT
-    clock = {"t": 1000.0}
-
-    class FakeTime:
-        def time(self):
-            return clock["t"]
-
-        def perf_counter(self):
-            return clock["t"]
-    monkeypatch.setattr(bcli, "time", FakeTime())
-    monkeypatch.setattr(jsonio, "time", FakeTime())
+    clock = fake_clock(monkeypatch)
     cost = {4: 90.0, 8: 40.0, 16: 40.0}          # u=4 is slow, the larger u cost less
     ran, real = [], bcli.run_one
 

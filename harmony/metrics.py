@@ -132,7 +132,8 @@ def format_host_phases(phases: list[dict] | None) -> list[str]:
     for r, p in enumerate(phases or []):
         step = p.get("upd_step_s") or 0.0
         rate = f", {p['upd_params'] / step / 1e9:.2f} G params/s per thread" if step and p.get("upd_params") else ""
-        lines.append(f"rank {r} host: issue {p['issue_s']:.3f} s (update-flag waits {p['flag_wait_s']:.3f}), then "
+        ahead = f", run-ahead waits {p['run_ahead_wait_s']:.3f}" if "run_ahead_wait_s" in p else ""
+        lines.append(f"rank {r} host: issue {p['issue_s']:.3f} s (update-flag waits {p['flag_wait_s']:.3f}{ahead}), then "
                      f"sends {p['sends_drain_s']:.3f}, GPU drain {p['gpu_drain_s']:.3f}, optimizer drain "
                      f"{p['upd_drain_s']:.3f} s; {p.get('upd_steps', 0)} updates: waiting for gradients "
                      f"{p.get('upd_wait_grads_s', 0):.3f}, stepping {step:.3f} thread-s{rate}")

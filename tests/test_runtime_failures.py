@@ -150,11 +150,15 @@ def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[
         "--update-threads", "1", "--worker-threads", "1", "--load-buffers", "compute-stream",
-        "--weight-copies", "per-tensor"])
+        "--weight-copies", "per-tensor", "--run-ahead", "1"])
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     summary = read_jsonl(out)[-1]
     assert (summary["update_threads"], summary["worker_threads"]) == (1, 1)
+    # --run-ahead: recorded, and each rank's host time names its waits (on the CPU every copy has completed
+    # when it returns, so they are near 0; tests/test_runtime_gpu.py runs the events)
+    assert summary["run_ahead"] == 1 and all("run_ahead_wait_s" in ph for ph in summary["host_phases"])
+    assert err.count("run-ahead waits") == 2, err
     assert summary["load_buffers"] == "compute-stream"        # recorded; on the CPU there is one pool anyway
     assert summary["weight_copies"] == "per-tensor"
     assert summary["env"]["omp_wait_policy"] == "ACTIVE"       # the user's setting wins
@@ -165,6 +169,8 @@ def test_cli_run_thread_options(tmp_path):
         run_schedule(rec, g, iters=1, load_buffers="shared")
     with pytest.raises(ValueError, match="weight_copies 'one': choose one of per-tensor, per-vlayer"):
         run_schedule(rec, g, iters=1, weight_copies="one")
+    with pytest.raises(ValueError, match="--run-ahead must be at least 0 tasks"):
+        run_schedule(rec, g, iters=1, run_ahead=-1)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -86,7 +86,7 @@ class Prepared:
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
-                 first_timed_iteration: int = 1):
+                 first_timed_iteration: int = 1, run_ahead: int | None = None):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -115,7 +115,8 @@ class Prepared:
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None,
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
-                    "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration}
+                    "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
+                    "run_ahead": run_ahead}
         self.records = []
 
     def fill_weights(self) -> None:
@@ -209,7 +210,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
-                 coalesce_below: int | None = None, max_iter_s: float | None = None) -> dict:
+                 coalesce_below: int | None = None, max_iter_s: float | None = None,
+                 run_ahead: int | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -220,7 +222,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     Failures inside the run give a summary with status oom/error/interrupted; a schedule that does not fit
     the model, or a host too small for the arena, raise before anything starts.
     The workers stop after a timed iteration when the slowest rank's was slower than `max_iter_s` (the swap
-    baselines' --max-iter-s), or when the next would end after $HARMONY_DEADLINE; `cut_short` says so."""
+    baselines' --max-iter-s), or when the next would end after $HARMONY_DEADLINE; `cut_short` says so. After
+    a warm-up iteration slower than `max_iter_s` they skip the memcpy trace and time that iteration instead."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -234,11 +237,14 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below
     if coalesce_below < 0:
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
+    if run_ahead is not None and run_ahead < 0:
+        raise ValueError(f"--run-ahead must be at least 0 tasks (or unset: no bound), got {run_ahead}")
     cfg = graph.config
     writer = JsonlWriter(output) if output else None
     prepare_worker_environment(device)  # what the workers will run with, so the env record names it
     env = env_record(device, precision, gpu_memory_cap)
     status, message, failure, records, layout, pinned, merged = "ok", None, None, [], None, 0, []
+    trace_skipped = None
     infeasible_reason = None
     setup_s, t_start = None, time.perf_counter()
     trace_it = warmup if (memcpy_trace and device == "cuda" and iters >= warmup + 2) else None
@@ -251,10 +257,14 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
                            worker_threads=worker_threads, update_threads=update_threads,
                            load_buffers=load_buffers, weight_copies=weight_copies,
-                           coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup)
+                           coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
+                           run_ahead=run_ahead)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
+            trace_skipped = next((m["memcpy_trace_skipped"] for m in merged if "memcpy_trace_skipped" in m), None)
+            if trace_skipped is not None:
+                warmup -= 1            # the workers timed the iteration they did not trace (worker.run)
         except HostMemoryError as e:
             # the arena holds every sample's stash whatever u is: a smaller microbatch cannot fix this
             status, message, infeasible_reason = "infeasible", str(e), "host-memory"
@@ -271,7 +281,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             load_buffers=load_buffers, weight_copies=weight_copies,
-            coalesce_below=coalesce_below,
+            coalesce_below=coalesce_below, run_ahead=run_ahead,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,
@@ -282,7 +292,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             setup_s=setup_s, wall_s=round(time.perf_counter() - t_start, 3),
             **({"infeasible_reason": infeasible_reason} if infeasible_reason else {}),
             **({"cut_short": cut} if cut else {}),
-            **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus) if memcpy_trace else {}))
+            **({"memcpy_trace_skipped": trace_skipped} if trace_skipped else {}),
+            **(_memcpy_fields(merged, trace_it, device, iters, warmup, cfg.gpus, trace_skipped)
+               if memcpy_trace else {}))
         if writer is not None:
             writer.write(summary)
         return summary
@@ -302,7 +314,7 @@ def _cut_short(records: list, iters: int, max_iter_s: float | None) -> str | Non
 
 
 def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters: int, warmup: int,
-                   gpus: int) -> dict:
+                   gpus: int, skipped: str | None = None) -> dict:
     """The summary's memcpy_* fields: the traced iteration's memcpy bytes next to our counters for it.
     Visible in the trace: the H2D and D2H copies (weights, activations, stashes, gradients: pinned arena
     <-> GPU on our copy streams, "Memcpy HtoD/DtoH (Pinned ...)"). Not visible: NCCL traffic (all-reduce,
@@ -314,7 +326,8 @@ def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters:
                 "memcpy_counted": None, "memcpy_agreement": None, "memcpy_agrees": None}
     rec = next((m for m in merged if m["iteration"] == trace_it and "memcpy_trace" in m), None)
     if rec is None:
-        why = (f"needs iters >= warmup + 2 (got iters={iters}, warmup={warmup}): the traced iteration is "
+        why = (skipped if skipped is not None else
+               f"needs iters >= warmup + 2 (got iters={iters}, warmup={warmup}): the traced iteration is "
                f"excluded from timing" if trace_it is None else f"iteration {trace_it} did not complete")
         return {"memcpy_trace": unavailable(why), "memcpy_counted": None, "memcpy_agreement": None,
                 "memcpy_agrees": None}

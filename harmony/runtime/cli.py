@@ -41,6 +41,11 @@ def add_arguments(p) -> None:
     p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",
                    help="step the parameters with fewer values than this as one flat tensor per pack "
                         "(default 4096; 0: every parameter on its own; docs/runtime.md, Optimizer)")
+    p.add_argument("--run-ahead", type=int, default=None, metavar="TASKS",
+                   help="how many compute tasks the host may issue past the last one whose device-to-host "
+                        "copies have completed (default: no bound; 1 keeps the next task queued on the GPU). "
+                        "A block a pending copy reads is not reusable, so running far ahead grows the "
+                        "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -69,7 +74,8 @@ def main(args) -> int:
                                system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
                                fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
-                               weight_copies=args.weight_copies, coalesce_below=args.coalesce_below)
+                               weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
+                               run_ahead=args.run_ahead)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

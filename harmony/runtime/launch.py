@@ -64,6 +64,8 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
            if all("reserved_by_stream" in parts[r] for r in ranks) else {}),
         **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}
            if all("memcpy_trace" in parts[r] for r in ranks) else {}),
+        **({"memcpy_trace_skipped": parts[ranks[0]]["memcpy_trace_skipped"]}   # every rank decided alike
+           if "memcpy_trace_skipped" in parts[ranks[0]] else {}),
     }
 
 

@@ -206,6 +206,16 @@ class Copier:
         if self.cuda:
             torch.cuda.synchronize(self.device)
 
+    def mark(self):
+        """Events after the work issued so far on the compute and device-to-host streams (None on the
+        CPU, where every copy has completed when it returns); wait_marks blocks until both have run."""
+        if not self.cuda:
+            return None
+        evs = (torch.cuda.Event(), torch.cuda.Event())
+        evs[0].record(self.compute)
+        evs[1].record(self.d2h_stream)
+        return evs
+
 
 class StashInput:
     """A BWD task's stashed input, loaded from the arena one microbatch ahead of the microbatch that uses
@@ -248,6 +258,12 @@ class StashInput:
             self.loaded = None
         self.copier.ready(tensors, ev)
         return tensors
+
+
+def wait_marks(marks) -> None:
+    """Block this host thread until the events of Copier.mark (None: nothing pending) have completed."""
+    for ev in marks or ():
+        ev.synchronize()
 
 
 def wait_event(event) -> None:

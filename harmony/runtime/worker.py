@@ -37,7 +37,7 @@ from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
-from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies
+from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies, wait_marks
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
@@ -549,6 +549,8 @@ class Worker:
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")
+        self.first_timed = self.job.get("first_timed_iteration", 1)
+        trace_skipped = None
         probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
         self.task_peaks, self.probe_peak = ([] if probe_dir else None), 0
         for it in range(self.job["iters"]):
@@ -580,8 +582,20 @@ class Worker:
                 payload["reserved_by_stream"] = reserved_by_stream(self.device, self.stream_names())
             if traced is not None:
                 payload["memcpy_trace"] = traced
+            if trace_skipped is not None and it == trace_skipped[0]:
+                payload["memcpy_trace_skipped"] = trace_skipped[1]
             self.results.put(("iteration", self.rank, payload))
             self._barrier()
+            if trace_it is not None and it == trace_it - 1 and self.job.get("max_iter_s") is not None:
+                # A traced iteration runs slower under the profiler and is not timed: after a warm-up
+                # iteration slower than --max-iter-s, the next one is timed untraced instead (as the
+                # baselines' loop does). swap-dp resnet1026 D=1024 (122 s warm-up, h100-grid28) sat in
+                # its traced iteration past the 330 s progress watchdog and left an error record.
+                slowest, _ = self._reduce_slowest(dt, None)
+                if slowest > self.job["max_iter_s"]:
+                    trace_skipped = (trace_it, f"warm-up iteration {it} took {slowest:.1f} s > --max-iter-s "
+                                     f"{self.job['max_iter_s']:g}: iteration {trace_it} is timed untraced")
+                    trace_it, self.first_timed = None, self.first_timed - 1
             if self.stop_after(it, dt):
                 break
         if probe_dir:
@@ -595,14 +609,19 @@ class Worker:
         end after $HARMONY_DEADLINE. The ranks reduce the same two numbers, so they all decide alike."""
         limit = self.job.get("max_iter_s")
         left = seconds_left()
-        if (it < self.job.get("first_timed_iteration", 1) or it >= self.job["iters"] - 1
-                or (limit is None and left is None)):
+        if it < self.first_timed or it >= self.job["iters"] - 1 or (limit is None and left is None):
             return False
+        slowest, left = self._reduce_slowest(dt, left)
+        return (limit is not None and slowest > limit) or outlasts_deadline(slowest, left)
+
+    def _reduce_slowest(self, dt: float, left: float | None) -> tuple[float, float | None]:
+        """The slowest rank's iteration time and the least time left before the deadline (every rank calls
+        it at the same point, so every rank gets the same two numbers)."""
         vals = torch.tensor([dt, -(left if left is not None else float("inf"))], dtype=torch.float64)
         if self.N > 1:
             dist.all_reduce(vals, op=dist.ReduceOp.MAX, group=self.ctrl)
-        slowest, left = float(vals[0]), -float(vals[1])
-        return (limit is not None and slowest > limit) or outlasts_deadline(slowest, left)
+        least_left = -float(vals[1])
+        return float(vals[0]), (None if least_left == float("inf") else least_left)
 
     # Per-task memory probe (HARMONY_TASK_PEAKS=DIR; diagnosis only, docs/runtime.md "Per-task memory
     # probe"): the device is synchronized before each compute task and after the next task's prefetch is
@@ -632,15 +651,23 @@ class Worker:
     def _iteration(self, it: int) -> None:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
         clock = time.perf_counter
-        t0, self.flag_wait_s = clock(), 0.0
+        t0, self.flag_wait_s, self.run_ahead_wait_s = clock(), 0.0, 0.0
         self.loss_acc = torch.zeros((), device=self.device)
         first = self.compute_tasks[0] if self.compute_tasks else None
         fetched = self.prefetch(first, it, self.reserve_loads(first)) if first is not None else {}
         k = 0
+        run_ahead, issued = self.job.get("run_ahead"), []   # issued: per compute task, the copier's mark
         for t in self.tasks:
             if t.kind == "UPD":
                 self.run_upd(t, it)
                 continue
+            if run_ahead is not None and len(issued) > run_ahead:
+                # --run-ahead: before this task allocates, the one run_ahead + 1 back has finished its
+                # kernels and device-to-host copies, so the blocks those copies read are reusable
+                # (docs/runtime.md, Host run-ahead)
+                t_wait = clock()
+                wait_marks(issued[len(issued) - 1 - run_ahead])
+                self.run_ahead_wait_s += clock() - t_wait
             self.install(t, fetched)
             k += 1
             nxt = self.compute_tasks[k] if k < len(self.compute_tasks) else None
@@ -657,6 +684,8 @@ class Worker:
                 self.release(t)
             if self.task_peaks is not None:
                 self._probe_end(it, t, nxt, probe_start)
+            if run_ahead is not None:
+                issued.append(self.copier.mark())
         self.current = None
         t1 = clock()
         for w, _ in self.sends:
@@ -669,7 +698,10 @@ class Worker:
         t4 = clock()
         # where the rank's host time went (docs/runtime.md, "Host phases"): a slow iteration whose GPU span
         # is short spends the rest here, e.g. in optimizer steps left after the last kernel (upd_drain_s)
-        self.host_phases = {"issue_s": t1 - t0, "flag_wait_s": self.flag_wait_s, "sends_drain_s": t2 - t1,
+        self.host_phases = {"issue_s": t1 - t0, "flag_wait_s": self.flag_wait_s,
+                            **({"run_ahead_wait_s": self.run_ahead_wait_s}
+                               if self.job.get("run_ahead") is not None else {}),
+                            "sends_drain_s": t2 - t1,
                             "gpu_drain_s": t3 - t2, "upd_drain_s": t4 - t3, **self.updater.take_stats()}
 
     def failure_info(self, e: BaseException) -> dict:

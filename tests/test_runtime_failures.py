@@ -138,6 +138,8 @@ def test_cli_run_record_and_counters(tmp_path):
             assert ph["upd_params"] == rank_params[r] > 0 and ph["upd_step_s"] > 0
     assert [ph["upd_steps"] for ph in summary["host_phases"]] == [sum(1 for t in upd if t.rank == r) for r in range(2)]
     assert err.count(" host: issue ") == 2, err
+    # the host runs at most RUN_AHEAD tasks past the last finished one by default (entry 39)
+    assert summary["run_ahead"] == 1 and err.count("run-ahead waits") == 2, err
     # the allocator's segments per stream exist only on a GPU (tests/test_runtime_gpu.py checks them there)
     assert summary["reserved_by_stream"] is None and "by stream" not in err
     # every worker's OpenMP threads wait passively unless the user says otherwise (performance log 19)
@@ -150,21 +152,24 @@ def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[
         "--update-threads", "1", "--worker-threads", "1", "--load-buffers", "compute-stream",
-        "--weight-copies", "per-tensor", "--run-ahead", "1"])
+        "--weight-copies", "per-tensor", "--run-ahead", "none"])
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     summary = read_jsonl(out)[-1]
     assert (summary["update_threads"], summary["worker_threads"]) == (1, 1)
-    # --run-ahead: recorded, and each rank's host time names its waits (on the CPU every copy has completed
-    # when it returns, so they are near 0; tests/test_runtime_gpu.py runs the events)
-    assert summary["run_ahead"] == 1 and all("run_ahead_wait_s" in ph for ph in summary["host_phases"])
-    assert err.count("run-ahead waits") == 2, err
+    # --run-ahead none: no bound, recorded as null, and no waits to report (the default's are checked above;
+    # on the CPU every copy has completed when it returns; tests/test_runtime_gpu.py runs the events)
+    assert summary["run_ahead"] is None and all("run_ahead_wait_s" not in ph for ph in summary["host_phases"])
+    assert "run-ahead waits" not in err, err
     assert summary["load_buffers"] == "compute-stream"        # recorded; on the CPU there is one pool anyway
     assert summary["weight_copies"] == "per-tensor"
     assert summary["env"]["omp_wait_policy"] == "ACTIVE"       # the user's setting wins
     p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
     _, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "--update-threads must be at least 1 (got 0)" in err, err
+    p, out = _cli(tmp_path, rec, extra_args=["--run-ahead", "-1"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "'-1': give a number of tasks, 0 or more, or none (no bound)" in err, err
     with pytest.raises(ValueError, match="load_buffers 'shared': choose one of auto, copy-stream, compute-stream"):
         run_schedule(rec, g, iters=1, load_buffers="shared")
     with pytest.raises(ValueError, match="weight_copies 'one': choose one of per-tensor, per-vlayer"):

@@ -5,8 +5,23 @@ from __future__ import annotations
 import sys
 
 
+def run_ahead_arg(text: str) -> int | None:
+    """--run-ahead: a number of tasks (0 or more), or `none` for no bound."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        import argparse
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tasks, 0 or more, or none (no bound)")
+    return value
+
+
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
+    from harmony.runtime import RUN_AHEAD
     from harmony.runtime.transfer import LOAD_BUFFERS, WEIGHT_COPIES
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
@@ -41,9 +56,10 @@ def add_arguments(p) -> None:
     p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",
                    help="step the parameters with fewer values than this as one flat tensor per pack "
                         "(default 4096; 0: every parameter on its own; docs/runtime.md, Optimizer)")
-    p.add_argument("--run-ahead", type=int, default=None, metavar="TASKS",
-                   help="how many compute tasks the host may issue past the last one whose device-to-host "
-                        "copies have completed (default: no bound; 1 keeps the next task queued on the GPU). "
+    p.add_argument("--run-ahead", type=run_ahead_arg, default=RUN_AHEAD, metavar="TASKS",
+                   help="how many compute tasks the host may issue past the last one whose kernels and "
+                        f"device-to-host copies have completed (default {RUN_AHEAD}: the next task stays queued "
+                        "on the GPU; none: no bound). "
                         "A block a pending copy reads is not reusable, so running far ahead grows the "
                         "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")

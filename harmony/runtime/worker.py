@@ -25,6 +25,7 @@ import os
 import signal
 import time
 import traceback
+from collections import deque
 from datetime import timedelta
 
 import torch
@@ -656,17 +657,19 @@ class Worker:
         first = self.compute_tasks[0] if self.compute_tasks else None
         fetched = self.prefetch(first, it, self.reserve_loads(first)) if first is not None else {}
         k = 0
-        run_ahead, issued = self.job.get("run_ahead"), []   # issued: per compute task, the copier's mark
+        run_ahead = self.job.get("run_ahead")
+        # the copier's marks after the last run_ahead + 1 compute tasks, oldest first (None: no bound)
+        issued = deque(maxlen=run_ahead + 1) if run_ahead is not None else None
         for t in self.tasks:
             if t.kind == "UPD":
                 self.run_upd(t, it)
                 continue
-            if run_ahead is not None and len(issued) > run_ahead:
+            if issued is not None and len(issued) == issued.maxlen:
                 # --run-ahead: before this task allocates, the one run_ahead + 1 back has finished its
                 # kernels and device-to-host copies, so the blocks those copies read are reusable
                 # (docs/runtime.md, Host run-ahead)
                 t_wait = clock()
-                wait_marks(issued[len(issued) - 1 - run_ahead])
+                wait_marks(issued[0])
                 self.run_ahead_wait_s += clock() - t_wait
             self.install(t, fetched)
             k += 1
@@ -684,7 +687,7 @@ class Worker:
                 self.release(t)
             if self.task_peaks is not None:
                 self._probe_end(it, t, nxt, probe_start)
-            if run_ahead is not None:
+            if issued is not None:
                 issued.append(self.copier.mark())
         self.current = None
         t1 = clock()

@@ -57,12 +57,13 @@ def packs_of(L: int, size: int):
     return tuple(bwd), tuple(fwd)
 
 
-def build(model: str, overrides: dict, D: int, pack: int):
+def build(model: str, overrides: dict, D: int, pack: int, ubatch: int | None = None):
     spec = get_model(model, **overrides)
     mj = decompose_model(spec, source={"kind": "zoo", "name": model, "overrides": overrides}, with_flops=False)
     L = mj["num_vlayers"]
     bwd, fwd = packs_of(L, pack)
-    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=D, ubatch_bwd=D, bwd_packs=bwd, fwd_packs=fwd)
+    u = ubatch or D
+    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u, bwd_packs=bwd, fwd_packs=fwd)
     g = build_task_graph(cfg, L)
     return spec, make_schedule_record(mj, g), g, L
 
@@ -75,8 +76,7 @@ class RuntimeLoop:
         self.prep = Prepared(record, graph, iters=iters, device="cpu", update_threads=1, weight_copies=weight_copies)
         w = self.w = Worker(0, dict(self.prep.job, threads_per_worker=1), _Sink())
         w.setup()
-        w.resident, w.acts, w.grads_out, w.stash_events, w.kept_grads = {}, {}, {}, {}, {}
-        w.sends, w.current = [], None
+        w.start_run()
         self.it = 0
 
     def step(self, prof=None) -> float:
@@ -99,40 +99,50 @@ class RuntimeLoop:
 
 
 class PlainLoop:
-    """Plain PyTorch over the same layers and packs: FWD packs without autograd, then per BWD pack (reverse)
-    recompute + backward with the incoming gradient, then one optimizer step."""
+    """Plain PyTorch over the same layers, packs and microbatches: FWD packs without autograd, then per BWD
+    pack (reverse) recompute + backward with the incoming gradient, each pack microbatch by microbatch as
+    the runtime's tasks run them, then one optimizer step."""
 
     def __init__(self, spec, graph, D: int):
         self.spec, self.cfg = spec, graph.config
         self.layers = spec.build("cpu", seed=0)
         self.layers.train()
         self.opt = make_optimizer([p for p in self.layers.parameters() if p.requires_grad], spec.optimizer)
-        self.batch = spec.synthetic_batch(D, generator=torch.Generator().manual_seed(1))
+        batch = spec.synthetic_batch(D, generator=torch.Generator().manual_seed(1))
+        u = graph.config.ubatch_fwd
+        self.microbatches = [tuple(t[i:i + u] for t in batch) for i in range(0, D, u)]
         self.it = 0
 
     def step(self) -> float:
         cfg, layers = self.cfg, self.layers
         t0 = time.perf_counter()
-        inputs, xs = {}, tuple(self.batch)
+        inputs, mbs = {}, self.microbatches
         with torch.no_grad():
             for s, e in cfg.fwd_packs:
-                inputs[s] = xs
-                for layer in layers[s:e]:
-                    xs = layer(*xs)
-        inputs[cfg.bwd_packs[-1][0]] = xs
-        g = None
+                inputs[s] = mbs
+                out = []
+                for xs in mbs:
+                    for layer in layers[s:e]:
+                        xs = layer(*xs)
+                    out.append(xs)
+                mbs = out
+        inputs[cfg.bwd_packs[-1][0]] = mbs
+        gs = None
         for s, e in reversed(cfg.bwd_packs):
-            xin = tuple(x.detach().requires_grad_(x.dtype.is_floating_point) for x in inputs[s])
-            with torch.enable_grad():
-                ys = xin
-                for layer in layers[s:e]:
-                    ys = layer(*ys)
-                if g is None:
-                    ys[0].backward()
-                else:
-                    yf = [y for y in ys if y.requires_grad]
-                    torch.autograd.backward(yf, g[:len(yf)])
-            g = [x.grad for x in xin if x.grad is not None]
+            new_gs = []
+            for m, xs in enumerate(inputs[s]):
+                xin = tuple(x.detach().requires_grad_(x.dtype.is_floating_point) for x in xs)
+                with torch.enable_grad():
+                    ys = xin
+                    for layer in layers[s:e]:
+                        ys = layer(*ys)
+                    if gs is None:
+                        ys[0].backward()
+                    else:
+                        yf = [y for y in ys if y.requires_grad]
+                        torch.autograd.backward(yf, gs[m][:len(yf)])
+                new_gs.append([x.grad for x in xin if x.grad is not None])
+            gs = new_gs
         set_lr(self.opt, self.spec.optimizer, self.it)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -166,6 +176,9 @@ def main(argv=None) -> None:
                          "so the difference is the runtime's Python work, as on a host-bound GPU)")
     ap.add_argument("--image-size", type=int, default=8)
     ap.add_argument("--minibatch", type=int, default=4)
+    ap.add_argument("--ubatch", type=int, default=None,
+                    help="microbatch size of every task (default: the minibatch, one microbatch); the swap "
+                         "baselines run one-vLayer packs of many microbatches (--packs 1 --ubatch 1)")
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
     ap.add_argument("--weight-copies", nargs="+", default=["per-tensor"], choices=WEIGHT_COPIES,
                     help="harmony run --weight-copies: one run per value and packing (default per-tensor)")
@@ -178,25 +191,29 @@ def main(argv=None) -> None:
     overrides = {"blocks": (a.blocks,) * 4, "widths": tuple(a.widths),
                                           "stem_width": a.widths[0], "image_size": a.image_size} if a.model.startswith("resnet") else {}
     rows = []
+    u = a.ubatch or a.minibatch
+    if u < 1 or a.minibatch % u:
+        ap.error(f"--ubatch {u} must divide --minibatch {a.minibatch}")
+    n_mb = a.minibatch // u
     for k, (pack, copies) in enumerate((p, c) for p in a.packs for c in a.weight_copies):
-        spec, record, graph, L = build(a.model, overrides, a.minibatch, pack)
+        spec, record, graph, L = build(a.model, overrides, a.minibatch, pack, a.ubatch)
         rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies)
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
-        rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6))
+        rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6, d / L / n_mb * 1e6))
         if prof is not None:
             for key in ("tottime", "cumulative"):
                 s = io.StringIO()
                 pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
                 print(f"--- cProfile of {a.iters} runtime iterations, pack {pack}, sorted by {key} ---")
                 print(s.getvalue())
-    print(f"model {a.model} {overrides}  D={a.minibatch} (one microbatch)  N=1 vPP  CPU, 1 torch thread  "
-          f"{a.iters} timed iterations after {a.warmup} warm-up, medians")
+    print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  CPU, 1 torch "
+          f"thread  {a.iters} timed iterations after {a.warmup} warm-up, medians")
     print(f"{'pack':>5} {'weight copies':>13} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
-          f"{'(paired)':>9}")
-    for pack, copies, L, nt, r, p, o, od in rows:
-        print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f}")
+          f"{'(paired)':>9} {'per microbatch':>15}")
+    for pack, copies, L, nt, r, p, o, od, om in rows:
+        print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f} {om:>15.1f}")
 
 
 if __name__ == "__main__":

@@ -539,21 +539,26 @@ class Worker:
         return {c.compute.cuda_stream: "compute", c.h2d_stream.cuda_stream: "h2d", c.d2h_stream.cuda_stream: "d2h",
                 c.stash_stream.cuda_stream: "h2d-stash"}
 
-    def run(self) -> None:
-        import psutil
-        proc = psutil.Process()
+    def start_run(self, probe: bool = False) -> None:
+        """The state the iterations keep between tasks, empty before the first (`run`, and
+        benchmarks/runtime_overhead.py, which calls `_iteration` in-process). probe: HARMONY_TASK_PEAKS."""
         self.resident: dict[int, list[torch.Tensor]] = {}
         self.acts, self.grads_out, self.stash_events, self.kept_grads = {}, {}, {}, {}
         self.sends = []
         self.current = None
         self.flag_wait_s = 0.0            # per iteration (reset in _iteration): host time in _wait_flag
+        self.task_peaks, self.probe_peak = ([] if probe else None), 0
+
+    def run(self) -> None:
+        import psutil
+        proc = psutil.Process()
+        probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
+        self.start_run(probe=bool(probe_dir))
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")
         self.first_timed = self.job.get("first_timed_iteration", 1)
         trace_skipped = None
-        probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
-        self.task_peaks, self.probe_peak = ([] if probe_dir else None), 0
         for it in range(self.job["iters"]):
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)

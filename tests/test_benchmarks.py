@@ -1,0 +1,25 @@
+"""The CPU benchmarks still run against today's runtime (benchmarks/README.md). They time, so nothing here
+checks a speed: only that each runs end to end and prints its table. benchmarks/runtime_overhead.py
+calls Worker._iteration in-process and broke silently when the worker gained per-run state (the task
+probe's) that it did not set; it now starts the run through Worker.start_run like Worker.run does."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_runtime_overhead_benchmark_runs_one_vlayer_packs_of_several_microbatches(capsys):
+    bench = _load("runtime_overhead")
+    bench.main(["--blocks", "2", "--packs", "1", "--minibatch", "4", "--ubatch", "2", "--iters", "1",
+                "--warmup", "0", "--weight-copies", "per-vlayer"])
+    out = capsys.readouterr().out
+    assert "2 microbatch(es) of 2" in out, out
+    row = out.strip().splitlines()[-1].split()
+    assert row[:2] == ["1", "per-vlayer"] and float(row[4]) > 0 and float(row[5]) > 0, out

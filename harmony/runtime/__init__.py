@@ -78,8 +78,10 @@ def _predictions(record: dict, graph: TaskGraph) -> dict:
 # completed (None: no bound). A block a pending copy reads stays unusable to the caching allocator until the
 # copy runs, so a host far ahead grows the reserve past the plan and the allocator retries at the cap
 # (docs/performance.md entry 39: 1 against no bound, one H100: vgg416 D = 256 -3.7%, 18 -> 3 retries;
-# bert96 D = 256 -1.3%, 5 -> 0; bert96 D = 16 -1.0%. 0, which leaves the GPU idle at every task, +4-17%).
+# bert96 D = 256 -1.3%, 5 -> 0; bert96 D = 16 within its run-to-run noise. 0, which leaves the GPU idle at
+# every task, +4-26%).
 RUN_AHEAD = 1
+
 
 class Prepared:
     """A validated schedule with its arena allocated and filled with the initial weights; with
@@ -211,8 +213,6 @@ def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
                        f"{max(left, 0):.0f} s are left before HARMONY_DEADLINE")
 
 
-
-
 def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",
                  precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
@@ -335,9 +335,13 @@ def _memcpy_fields(merged: list[dict], trace_it: int | None, device: str, iters:
                 "memcpy_counted": None, "memcpy_agreement": None, "memcpy_agrees": None}
     rec = next((m for m in merged if m["iteration"] == trace_it and "memcpy_trace" in m), None)
     if rec is None:
-        why = (skipped if skipped is not None else
-               f"needs iters >= warmup + 2 (got iters={iters}, warmup={warmup}): the traced iteration is "
-               f"excluded from timing" if trace_it is None else f"iteration {trace_it} did not complete")
+        if skipped is not None:
+            why = skipped
+        elif trace_it is None:
+            why = (f"needs iters >= warmup + 2 (got iters={iters}, warmup={warmup}): the traced iteration is "
+                   f"excluded from timing")
+        else:
+            why = f"iteration {trace_it} did not complete"
         return {"memcpy_trace": unavailable(why), "memcpy_counted": None, "memcpy_agreement": None,
                 "memcpy_agrees": None}
     b = rec["bytes"]

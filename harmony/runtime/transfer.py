@@ -263,7 +263,7 @@ class StashInput:
 def wait_marks(marks) -> None:
     """Block this host thread until the events of Copier.mark (None: nothing pending) have completed."""
     for ev in marks or ():
-        ev.synchronize()
+        wait_event(ev)
 
 
 def wait_event(event) -> None:

@@ -16,12 +16,16 @@ with the incoming gradient, then one optimizer step (the runtime's UPDs do the s
 
 Runtime and plain iterations alternate, so a load change on the machine hits both alike.
 
-Both use one torch thread; medians over `--iters` timed iterations after `--warmup`.
+Both use one torch thread; medians over `--iters` timed iterations after `--warmup`. `--device cuda` runs
+both loops on the GPU instead (each iteration ends with a device synchronize): the model is narrow enough
+that both are host-bound there too, so the difference is the runtime's host work with its CUDA calls, the
+per-task and per-microbatch cost docs/performance.md entry 40 measures on the GPU host.
 `--profile` adds a cProfile of the runtime iterations (top functions by own time and cumulative time).
 
     python benchmarks/runtime_overhead.py                       # table
     python benchmarks/runtime_overhead.py --profile --packs 8   # + cProfile hot spots
     python benchmarks/runtime_overhead.py --weight-copies per-tensor per-vlayer   # one copy per vLayer, A/B
+    python benchmarks/runtime_overhead.py --device cuda --packs 1 --minibatch 8 --ubatch 2   # GPU host
 """
 from __future__ import annotations
 
@@ -71,9 +75,9 @@ def build(model: str, overrides: dict, D: int, pack: int, ubatch: int | None = N
 class RuntimeLoop:
     """One in-process worker (rank 0, N = 1) of the schedule; `step()` runs and times one iteration."""
 
-    def __init__(self, record, graph, iters: int, weight_copies: str = "per-tensor"):
+    def __init__(self, record, graph, iters: int, weight_copies: str = "per-tensor", device: str = "cpu"):
         from harmony.runtime.worker import Worker
-        self.prep = Prepared(record, graph, iters=iters, device="cpu", update_threads=1, weight_copies=weight_copies)
+        self.prep = Prepared(record, graph, iters=iters, device=device, update_threads=1, weight_copies=weight_copies)
         w = self.w = Worker(0, dict(self.prep.job, threads_per_worker=1), _Sink())
         w.setup()
         w.start_run()
@@ -86,6 +90,7 @@ class RuntimeLoop:
             prof.enable()
         w._iteration(self.it)
         float(w.loss_acc)
+        _sync()
         if prof is not None:
             prof.disable()
         dt = time.perf_counter() - t0
@@ -103,12 +108,12 @@ class PlainLoop:
     pack (reverse) recompute + backward with the incoming gradient, each pack microbatch by microbatch as
     the runtime's tasks run them, then one optimizer step."""
 
-    def __init__(self, spec, graph, D: int):
+    def __init__(self, spec, graph, D: int, device: str = "cpu"):
         self.spec, self.cfg = spec, graph.config
-        self.layers = spec.build("cpu", seed=0)
+        self.layers = spec.build(device, seed=0)
         self.layers.train()
         self.opt = make_optimizer([p for p in self.layers.parameters() if p.requires_grad], spec.optimizer)
-        batch = spec.synthetic_batch(D, generator=torch.Generator().manual_seed(1))
+        batch = [t.to(device) for t in spec.synthetic_batch(D, generator=torch.Generator().manual_seed(1))]
         u = graph.config.ubatch_fwd
         self.microbatches = [tuple(t[i:i + u] for t in batch) for i in range(0, D, u)]
         self.it = 0
@@ -146,13 +151,22 @@ class PlainLoop:
         set_lr(self.opt, self.spec.optimizer, self.it)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        _sync()
         self.it += 1
         return time.perf_counter() - t0
 
 
-def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = "per-tensor"):
+def _sync() -> None:
+    """An iteration ends when the GPU has finished it (a no-op on the CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = "per-tensor",
+            device: str = "cpu"):
     """Runtime and plain iterations alternated (so load drifts on the machine hit both alike)."""
-    rt_loop, pl_loop = RuntimeLoop(record, graph, iters + warmup, weight_copies), PlainLoop(spec, graph, D)
+    rt_loop = RuntimeLoop(record, graph, iters + warmup, weight_copies, device)
+    pl_loop = PlainLoop(spec, graph, D, device)
     prof = cProfile.Profile() if profile else None
     rt, pl = [], []
     try:
@@ -182,11 +196,16 @@ def main(argv=None) -> None:
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
     ap.add_argument("--weight-copies", nargs="+", default=["per-tensor"], choices=WEIGHT_COPIES,
                     help="harmony run --weight-copies: one run per value and packing (default per-tensor)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cuda: the same narrow model on the GPU, where both loops are host-bound, so the "
+                         "difference is the runtime's host work with its CUDA calls (docs/performance.md entry 40)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the runtime iterations of the first packing")
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: no CUDA device visible to torch (run it on the GPU machine, or leave it out)")
     torch.set_num_threads(1)
     overrides = {"blocks": (a.blocks,) * 4, "widths": tuple(a.widths),
                                           "stem_width": a.widths[0], "image_size": a.image_size} if a.model.startswith("resnet") else {}
@@ -197,7 +216,8 @@ def main(argv=None) -> None:
     n_mb = a.minibatch // u
     for k, (pack, copies) in enumerate((p, c) for p in a.packs for c in a.weight_copies):
         spec, record, graph, L = build(a.model, overrides, a.minibatch, pack, a.ubatch)
-        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies)
+        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies,
+                               a.device)
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
@@ -208,7 +228,7 @@ def main(argv=None) -> None:
                 pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
                 print(f"--- cProfile of {a.iters} runtime iterations, pack {pack}, sorted by {key} ---")
                 print(s.getvalue())
-    print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  CPU, 1 torch "
+    print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  {a.device.upper()}, 1 torch "
           f"thread  {a.iters} timed iterations after {a.warmup} warm-up, medians")
     print(f"{'pack':>5} {'weight copies':>13} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
           f"{'(paired)':>9} {'per microbatch':>15}")

@@ -6,7 +6,9 @@ prints, for the same schedules and calibration, the measured time, the recorded 
 model's prediction, the schedule bound (DESIGN.md §5) under the current model with bound/measured, and the
 caching allocator's retries per steady iteration (the most of any GPU; docs/performance.md entry 21), so the
 change's effect on accuracy (claim C11) and on the bound (C12: above 1, the run beat its bound, which then is
-not one) is measured on the committed runs.
+not one) is measured on the committed runs. Last, `issue x` on host-bound plans: the run's host issue
+seconds (net of the waits the worker times) over the profile's, so a gap there shows when it is the host's
+(docs/performance.md entry 41: the lent hosts issue one plan up to 25% apart).
 
 `--profiles DIR` re-simulates with the profiles of another folder (`<model>.json` or `<model>.profile.json`)
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -107,7 +110,7 @@ def main(argv: list[str]) -> int:
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
-          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7}")
+          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7}")
     for run in runs:
         s = json.loads(Path(run).read_text().splitlines()[-1])
         if s.get("status") != "ok":
@@ -122,14 +125,30 @@ def main(argv: list[str]) -> int:
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
-        now = simulate(graph, costs, params, cap).iter_time_s
+        sim = simulate(graph, costs, params, cap)
+        now = sim.iter_time_s
         link = "shared" if params.shared_link else "per-gpu"
         bound = schedule_bound(graph, costs, cal, host_link=link)["schedule_bound_s"]
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
-              f"{max(s.get('alloc_retries') or [0]):>7}")
+              f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(run, sim):>7}")
     return 0
+
+
+def issue_ratio(run: str, sim) -> str:
+    """The run's host issue seconds over the profile's, busiest rank, median steady iteration; only for a
+    host-bound plan (profiled issue at least 90% of the GPU's profiled compute), '-' otherwise: on a
+    device-bound plan the issue loop also blocks in CUDA (a full launch queue) and the ratio says nothing
+    of the host. Net of the waits the worker times (update flags, run-ahead): near 1 where the run's host
+    issued as fast as the profile's, above 1 on a slower host (docs/performance.md entry 41)."""
+    profiled = max(sim.issue_s or [0.0])
+    if profiled <= 0 or profiled < 0.9 * max(sim.compute_s):
+        return "-"
+    lines = [json.loads(x) for x in Path(run).read_text().splitlines()]
+    net = [max(h["issue_s"] - h.get("flag_wait_s", 0.0) - h.get("run_ahead_wait_s", 0.0) for h in r["host_phases"])
+           for r in lines if r.get("record") == "iteration" and r.get("iteration", 0) > 0 and r.get("host_phases")]
+    return f"{statistics.median(net) / profiled:.2f}" if net else "-"
 
 
 def task_predictions(graph, costs, params, waits: set[int]) -> dict[int, tuple[int, int]]:
@@ -164,7 +183,6 @@ def print_task_peaks(sched: Path, profile: Path, cal: dict, probe: Path) -> int:
     """Each compute task's measured peak (`HARMONY_TASK_PEAKS=DIR harmony run ...`, docs/runtime.md; the
     median over the iterations after the first) against task_predictions, largest excess first; then, where
     the probe recorded them, what the caching allocator held at the start of each task that retried."""
-    import statistics
     rec, graph, costs, params = sim_inputs(sched, profile, cal)
     waits = set((rec.get("prediction") or {}).get("prefetch_waits") or ())
     preds = task_predictions(graph, costs, params, waits)

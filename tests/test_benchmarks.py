@@ -5,6 +5,9 @@ probe's) that it did not set; it now starts the run through Worker.start_run lik
 import importlib.util
 from pathlib import Path
 
+import pytest
+import torch
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,3 +26,25 @@ def test_runtime_overhead_benchmark_runs_one_vlayer_packs_of_several_microbatche
     assert "2 microbatch(es) of 2" in out, out
     row = out.strip().splitlines()[-1].split()
     assert row[:2] == ["1", "per-vlayer"] and float(row[4]) > 0 and float(row[5]) > 0, out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the GPU case below runs instead")
+def test_runtime_overhead_benchmark_refuses_cuda_without_a_gpu_and_names_the_fix(capsys):
+    bench = _load("runtime_overhead")
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cuda", "--blocks", "2", "--packs", "1", "--iters", "1", "--warmup", "0"])
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_runtime_overhead_benchmark_runs_on_the_gpu(capsys):
+    """The GPU host's per-task cost (docs/performance.md entry 40): the in-process worker on cuda, one-vLayer
+    packs of two microbatches, beside plain PyTorch on the same GPU."""
+    bench = _load("runtime_overhead")
+    bench.main(["--device", "cuda", "--blocks", "2", "--packs", "1", "--minibatch", "4", "--ubatch", "2",
+                "--iters", "2", "--warmup", "1"])
+    out = capsys.readouterr().out
+    assert "CUDA, 1 torch thread" in out, out
+    row = out.strip().splitlines()[-1].split()
+    assert float(row[4]) > 0 and float(row[5]) > 0, out

@@ -737,6 +737,33 @@ def test_one_gpu_twin_stands_only_for_the_same_task_graph(tmp_path):
                           {("g", 32, "harmony-vDP", 2, "u1"): sched("a.json", same), n2: sched("b.json", same)}) == {}
 
 
+def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_bound_plans_only(tmp_path):
+    """experiments/resimulate_runs.py's `issue x`: median over the steady iterations of the busiest rank's
+    issue seconds net of the timed waits, over the profiled issue seconds; '-' where the profile says the
+    plan is device-bound (the loop then blocks in CUDA too) or the run has no host phases."""
+    import importlib.util
+    from types import SimpleNamespace
+    spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def phases(issue, flag=0.0, ahead=0.0):
+        return {"issue_s": issue, "flag_wait_s": flag, "run_ahead_wait_s": ahead}
+    run = tmp_path / "run.jsonl"
+    its = [{"record": "iteration", "iteration": 0, "host_phases": [phases(9.0)]},          # warm-up: left out
+           {"record": "iteration", "iteration": 1, "host_phases": [phases(2.5, 0.5), phases(1.0)]},
+           {"record": "iteration", "iteration": 2, "host_phases": [phases(2.2, ahead=0.2), phases(2.4)]},
+           {"record": "iteration", "iteration": 3, "host_phases": [phases(3.0, 0.2, 0.2)]}]
+    run.write_text("".join(json.dumps(r) + "\n" for r in its) + json.dumps({"record": "summary"}) + "\n")
+    host_bound = SimpleNamespace(issue_s=[2.0, 1.0], compute_s=[2.1, 1.5])
+    assert mod.issue_ratio(str(run), host_bound) == "1.20"        # median of 2.0, 2.4, 2.6 over 2.0
+    assert mod.issue_ratio(str(run), SimpleNamespace(issue_s=[1.0], compute_s=[2.0])) == "-"   # device-bound
+    assert mod.issue_ratio(str(run), SimpleNamespace(issue_s=[], compute_s=[2.0])) == "-"      # no issue times
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"record": "iteration", "iteration": 1}) + "\n")
+    assert mod.issue_ratio(str(bare), host_bound) == "-"
+
+
 def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):
     """experiments/resimulate_runs.py: with the schedule's own profile and calibration, the current model's
     prediction is the one the search recorded (simulated under the cap the search planned with); a run
@@ -783,6 +810,7 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
             pred = runs[r[4]][0]
             assert float(r[6]) == pytest.approx(pred, abs=1e-3) and float(r[8]) == pytest.approx(pred, abs=1e-3), out
             assert float(r[9]) == pytest.approx(2.0, abs=0.01) and r[12] == "0", out    # no retries on record
+            assert r[13] == "-", out                     # no host phases on record
     # --peaks: each run's modelled peak under the waits its schedule records is the schedule's recorded peak
     # (one GPU sends nothing, so holding sends changes nothing), beside the measured one (1.5 GiB here)
     import importlib.util

@@ -126,6 +126,9 @@ class SimResult:
     prefetch_waits: list[int] = field(default_factory=list)
     events: list[tuple] = field(default_factory=list)      # (pid, tid, name, start, end, args)
     memory: list[tuple] = field(default_factory=list)      # (rank, time, bytes)
+    # per GPU, one iteration: the profiled host issue seconds of its compute tasks (a run records its own
+    # as host_phases' issue_s; the two apart say how fast the run's host issued against the profile's)
+    issue_s: list[float] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {"iter_time_s": self.iter_time_s, "bytes": self.bytes,
@@ -409,7 +412,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     feasible = cap is None or max(task_peaks) <= cap
     cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
     return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),
-                     ev or [], mem or [])
+                     ev or [], mem or [], iss_s)
 
 
 def _p2p(tr, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe, ev, pack, label):

@@ -79,7 +79,8 @@ def _predictions(record: dict, graph: TaskGraph) -> dict:
 # copy runs, so a host far ahead grows the reserve past the plan and the allocator retries at the cap
 # (docs/performance.md entry 39: 1 against no bound, one H100: vgg416 D = 256 -3.7%, 18 -> 3 retries;
 # bert96 D = 256 -1.3%, 5 -> 0; bert96 D = 16 within its run-to-run noise. 0, which leaves the GPU idle at
-# every task, +4-26%).
+# every task, +4-26%. Entry 41, three host-bound short-task plans: 1 and 2 as fast as no bound or faster,
+# 2 no better than 1).
 RUN_AHEAD = 1
 
 

@@ -228,8 +228,8 @@ def main(argv=None) -> None:
                 pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
                 print(f"--- cProfile of {a.iters} runtime iterations, pack {pack}, sorted by {key} ---")
                 print(s.getvalue())
-    print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  {a.device.upper()}, 1 torch "
-          f"thread  {a.iters} timed iterations after {a.warmup} warm-up, medians")
+    print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  "
+          f"{a.device.upper()}, 1 torch thread  {a.iters} timed iterations after {a.warmup} warm-up, medians")
     print(f"{'pack':>5} {'weight copies':>13} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
           f"{'(paired)':>9} {'per microbatch':>15}")
     for pack, copies, L, nt, r, p, o, od, om in rows:

@@ -342,6 +342,18 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     return min(lows)[0], detail, not below
 
 
+def _gpu_of(row: dict) -> str:
+    """' on GPU-xxxxxxxx' (the run's first GPU, so its host) from the run record's environment; '' where
+    the record or its UUIDs are not at hand. A point off its target names its host: lent hosts of one GPU
+    kind run one host-bound plan up to 25% apart (docs/performance.md entry 41)."""
+    try:
+        last = Path(row.get("source") or "").read_text().splitlines()[-1]
+        uuids = (json.loads(last).get("env") or {}).get("gpu_uuids") or []
+    except (OSError, ValueError, IndexError, AttributeError):
+        return ""
+    return f" on {uuids[0][:12]}" if uuids and isinstance(uuids[0], str) else ""
+
+
 def target_prediction_10pct(res: Results, scale: str, tol: float = 0.10):
     """Issue 8: every figure-10 Harmony run within 10% of the simulator's prediction."""
     runs = [(_f(r["iter_time_s"]) / _f(r["predicted_iter_time_s"]), r) for r in _distinct_runs(res.ok("figure10"))
@@ -352,7 +364,8 @@ def target_prediction_10pct(res: Results, scale: str, tol: float = 0.10):
     worst = max(abs(q - 1) for q, _ in runs)
     detail = (f"{len(runs) - len(out)} of {len(runs)} runs within {tol:.0%}; measured/predicted outside: "
               + ("; ".join(f"{r['system'].removeprefix('harmony-')} {r['model']} D={r['minibatch']} "
-                           f"N={r['gpus']} {q:.3f}" for q, r in sorted(out, key=lambda x: x[0])) or "none"))
+                           f"N={r['gpus']} {q:.3f}{_gpu_of(r)}" for q, r in sorted(out, key=lambda x: x[0]))
+                 or "none"))
     return worst, detail, not out
 
 
@@ -368,7 +381,8 @@ def target_schedule_bound(res: Results, scale: str, floor: float = 0.80):
     # profile made under other conditions): such a bound proves nothing, so the target is not met
     invalid = [x for x in runs if x[0] > 1.10]
     detail = (f"{len(runs) - len(below)} of {len(runs)} runs at >= {floor:.0%} of their schedule bound; lowest "
-              f"{lo:.3f} ({r['system'].removeprefix('harmony-')} {r['model']} D={r['minibatch']} N={r['gpus']})")
+              f"{lo:.3f} ({r['system'].removeprefix('harmony-')} {r['model']} D={r['minibatch']} N={r['gpus']}"
+              f"{_gpu_of(r)})")
     if invalid:
         detail += (f"; {len(invalid)} runs more than 10% faster than their bound (up to "
                    f"{max(f for f, _ in invalid):.2f}x): their bound is not one")

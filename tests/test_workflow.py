@@ -695,8 +695,14 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
                          "kind": "measured", "status": st, "samples_per_s": v,
                          "iter_time_s": 32 / v if v else None,
                          "predicted_iter_time_s": 32 / v / pf if v and pf else None,
-                         "bound_fraction": bf} for s, st, v, pf, bf in pts)
+                         "bound_fraction": bf, "source": str(run) if s == "harmony-vPP" else ""}
+                        for s, st, v, pf, bf in pts)
         return {r["claim"]: r for r in evaluate(R, "paper")}
+
+    run = tmp_path / "vpp-run.jsonl"      # the vPP row's run record: its summary names the GPU (its host)
+    run.write_text(json.dumps({"record": "iteration"}) + "\n"
+                   + json.dumps({"record": "summary", "env": {"gpu_uuids": ["GPU-737200bb-4553-2555-ee57-6232c2d69bf1"]}})
+                   + "\n")
 
     ok = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85)
     assert ok["C10"]["verdict"] == "pass" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
@@ -710,8 +716,11 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     assert ref["C10"]["verdict"] == "fail" and "1.20x swap-pp (resident / swap-pp: 1.10x)" in ref["C10"]["detail"]
     assert "resident" not in write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85,
                                    resident_sps=27.5)["C10"]["detail"]       # met: nothing to explain
-    assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200" in bad["C11"]["detail"]
-    assert bad["C12"]["verdict"] == "fail" and "lowest 0.700" in bad["C12"]["detail"]
+    assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200 on GPU-737200bb" in bad["C11"]["detail"]
+    assert bad["C12"]["verdict"] == "fail" and "lowest 0.700 (vPP g D=32 N=1 on GPU-737200bb)" in bad["C12"]["detail"]
+    run.unlink()                          # the record not at hand: the point is still listed, without a host
+    gone = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)
+    assert "vPP g D=32 N=1 1.200;" in gone["C11"]["detail"] + ";" and " on " not in gone["C11"]["detail"]
     too_fast = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=2.5)     # "bound" from a stale profile
     assert too_fast["C12"]["verdict"] == "fail" and "their bound is not one" in too_fast["C12"]["detail"]
 

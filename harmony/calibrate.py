@@ -245,6 +245,29 @@ class Calibrator:
         return total / med
 
 
+    def host_issue(self) -> float:
+        """Host seconds per module call of a tiny layer (Linear 16x16 + ReLU, 4 rows) on the device, forward
+        without autograd: kernels far shorter than their launches, so the time is the host's (Python,
+        PyTorch's dispatch, the CUDA launch). Not used by the simulator (it charges each vLayer's profiled
+        issue time); recorded so each call's host speed is on record next to its runs: lent hosts of one
+        GPU kind issue one host-bound plan up to 25% apart (docs/performance.md entry 41)."""
+        layers = torch.nn.Sequential(*[m for _ in range(8) for m in (torch.nn.Linear(16, 16), torch.nn.ReLU())])
+        layers = layers.to(self.dev)
+        x = torch.randn(4, 16, device=self.dev)
+        calls = 20 if self.quick else 200              # forward passes per trial, 16 module calls each
+
+        def issue():
+            with torch.no_grad():
+                for _ in range(calls):
+                    layers(x)
+        ts = _host_timed(issue, self.trials, self.warmup, torch.cuda.synchronize if self.cuda else None)
+        n = calls * len(layers)
+        self.sizes["host_issue_calls"] = n
+        med, (lo, hi) = _median(ts)
+        self.spread["host_issue_s_per_call"] = [lo / n, hi / n]
+        return med / n
+
+
 def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, quick: bool = False,
               progress: bool = True) -> dict:
     import psutil
@@ -257,7 +280,7 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
             dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     cal = Calibrator(str(dev), trials=trials, quick=quick)
-    steps = ["transfers", "host memcpy", "gpu<->gpu", "matmul", "cpu adam", "cpu sgd"]
+    steps = ["transfers", "host memcpy", "gpu<->gpu", "matmul", "cpu adam", "cpu sgd", "host issue"]
     from harmony.progress import Progress
     rec: dict = {}
     with Progress(len(steps), desc="calibrate", enabled=progress) as bar:
@@ -281,6 +304,8 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
         rec["cpu_adam_params_per_s"] = cal.cpu_optimizer("adamw")
         bar.update(note="cpu sgd")
         rec["cpu_sgd_params_per_s"] = cal.cpu_optimizer("sgd")
+        bar.update(note="host issue")
+        rec["host_issue_s_per_call"] = cal.host_issue()
         bar.update()
     gpu = torch.cuda.get_device_name(dev) if cal.cuda else None
     return {
@@ -331,3 +356,5 @@ def print_summary(rec: dict, file=sys.stdout) -> None:
     print("  matmul " + ", ".join(f"{k} {v / 1e12:.2f} TFLOP/s" for k, v in rec["matmul_flops"].items()), file=file)
     print(f"  CPU adamw {rec['cpu_adam_params_per_s'] / 1e9:.2f} G params/s, "
           f"sgd {rec['cpu_sgd_params_per_s'] / 1e9:.2f} G params/s", file=file)
+    if rec.get("host_issue_s_per_call"):
+        print(f"  host issue {rec['host_issue_s_per_call'] * 1e6:.1f} us per tiny-layer module call", file=file)

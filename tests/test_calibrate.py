@@ -30,6 +30,8 @@ def test_fields_present_and_positive(cal):
     for prec in ("fp32", "tf32", "bf16"):
         assert rec["matmul_flops"][prec] > 0
     assert rec["cpu_adam_params_per_s"] > 0 and rec["cpu_sgd_params_per_s"] > 0
+    lo, hi = rec["spread"]["host_issue_s_per_call"]          # the host's speed: a module call takes > 0 s
+    assert 0 < lo <= rec["host_issue_s_per_call"] <= hi and rec["sizes"]["host_issue_calls"] == 20 * 16
     assert rec["cpu_threads"] == torch.get_num_threads()
     assert rec["host_memory_bytes"] > 0 and rec["gpu_count"] == 0
     assert rec["p2p_Bps"] is None            # CPU: no GPU pairs

@@ -83,6 +83,7 @@ def sim_inputs(sched: Path, profile: Path, cal: dict):
 def main(argv: list[str]) -> int:
     from harmony.schedule.bound import schedule_bound
     from harmony.schedule.io import planned_cap
+    from harmony.figures import read_run
     from harmony.schedule.simulate import simulate
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
@@ -112,8 +113,8 @@ def main(argv: list[str]) -> int:
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7}")
     for run in runs:
-        s = json.loads(Path(run).read_text().splitlines()[-1])
-        if s.get("status") != "ok":
+        s, iters = read_run(run)
+        if not s or s.get("status") != "ok":
             continue
         m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
         sched = find_schedule(run, s, schedules)
@@ -132,11 +133,11 @@ def main(argv: list[str]) -> int:
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
-              f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(run, sim):>7}")
+              f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(iters, sim):>7}")
     return 0
 
 
-def issue_ratio(run: str, sim) -> str:
+def issue_ratio(iterations: list[dict], sim) -> str:
     """The run's host issue seconds over the profile's, busiest rank, median steady iteration; only for a
     host-bound plan (profiled issue at least 90% of the GPU's profiled compute), '-' otherwise: on a
     device-bound plan the issue loop also blocks in CUDA (a full launch queue) and the ratio says nothing
@@ -145,9 +146,8 @@ def issue_ratio(run: str, sim) -> str:
     profiled = max(sim.issue_s or [0.0])
     if profiled <= 0 or profiled < 0.9 * max(sim.compute_s):
         return "-"
-    lines = [json.loads(x) for x in Path(run).read_text().splitlines()]
     net = [max(h["issue_s"] - h.get("flag_wait_s", 0.0) - h.get("run_ahead_wait_s", 0.0) for h in r["host_phases"])
-           for r in lines if r.get("record") == "iteration" and r.get("iteration", 0) > 0 and r.get("host_phases")]
+           for r in iterations if r.get("iteration", 0) > 0 and r.get("host_phases")]
     return f"{statistics.median(net) / profiled:.2f}" if net else "-"
 
 

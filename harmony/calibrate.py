@@ -244,7 +244,6 @@ class Calibrator:
         self.spread[f"cpu_{kind}_params_per_s"] = [total / hi, total / lo]
         return total / med
 
-
     def host_issue(self) -> float:
         """Host seconds per module call of a tiny layer (Linear 16x16 + ReLU, 4 rows) on the device, forward
         without autograd: kernels far shorter than their launches, so the time is the host's (Python,

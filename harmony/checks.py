@@ -346,11 +346,12 @@ def _gpu_of(row: dict) -> str:
     """' on GPU-xxxxxxxx' (the run's first GPU, so its host) from the run record's environment; '' where
     the record or its UUIDs are not at hand. A point off its target names its host: lent hosts of one GPU
     kind run one host-bound plan up to 25% apart (docs/performance.md entry 41)."""
+    from harmony.figures import read_run
     try:
-        last = Path(row.get("source") or "").read_text().splitlines()[-1]
-        uuids = (json.loads(last).get("env") or {}).get("gpu_uuids") or []
-    except (OSError, ValueError, IndexError, AttributeError):
+        summary = read_run(row.get("source") or "")[0] or {}
+    except OSError:
         return ""
+    uuids = (summary.get("env") or {}).get("gpu_uuids") or []
     return f" on {uuids[0][:12]}" if uuids and isinstance(uuids[0], str) else ""
 
 

@@ -752,6 +752,7 @@ def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_
     plan is device-bound (the loop then blocks in CUDA too) or the run has no host phases."""
     import importlib.util
     from types import SimpleNamespace
+    from harmony.figures import read_run
     spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -765,12 +766,12 @@ def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_
            {"record": "iteration", "iteration": 3, "host_phases": [phases(3.0, 0.2, 0.2)]}]
     run.write_text("".join(json.dumps(r) + "\n" for r in its) + json.dumps({"record": "summary"}) + "\n")
     host_bound = SimpleNamespace(issue_s=[2.0, 1.0], compute_s=[2.1, 1.5])
-    assert mod.issue_ratio(str(run), host_bound) == "1.20"        # median of 2.0, 2.4, 2.6 over 2.0
-    assert mod.issue_ratio(str(run), SimpleNamespace(issue_s=[1.0], compute_s=[2.0])) == "-"   # device-bound
-    assert mod.issue_ratio(str(run), SimpleNamespace(issue_s=[], compute_s=[2.0])) == "-"      # no issue times
+    assert mod.issue_ratio(read_run(str(run))[1], host_bound) == "1.20"        # median of 2.0, 2.4, 2.6 over 2.0
+    assert mod.issue_ratio(read_run(str(run))[1], SimpleNamespace(issue_s=[1.0], compute_s=[2.0])) == "-"   # device-bound
+    assert mod.issue_ratio(read_run(str(run))[1], SimpleNamespace(issue_s=[], compute_s=[2.0])) == "-"      # no issue times
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "iteration", "iteration": 1}) + "\n")
-    assert mod.issue_ratio(str(bare), host_bound) == "-"
+    assert mod.issue_ratio(read_run(str(bare))[1], host_bound) == "-"
 
 
 def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):

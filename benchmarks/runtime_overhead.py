@@ -99,7 +99,11 @@ class RuntimeLoop:
         return dt
 
     def close(self) -> None:
+        # as worker_main's teardown: unregister the pinned arena before its mapping goes, or the next
+        # packing's arena, mapped at the freed address, fails cudaHostRegister with error 712 (already
+        # registered; h100-overhead1, 2026-11-24)
         self.w.updater.close()
+        self.w.arena.unpin()
         self.prep.close()
 
 

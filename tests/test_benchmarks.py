@@ -40,9 +40,10 @@ def test_runtime_overhead_benchmark_refuses_cuda_without_a_gpu_and_names_the_fix
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_runtime_overhead_benchmark_runs_on_the_gpu(capsys):
     """The GPU host's per-task cost (docs/performance.md entry 40): the in-process worker on cuda, one-vLayer
-    packs of two microbatches, beside plain PyTorch on the same GPU."""
+    packs of two microbatches, beside plain PyTorch on the same GPU. Two packings in one process: the second's
+    arena is registered after the first's was released (error 712 when it was not, h100-overhead1)."""
     bench = _load("runtime_overhead")
-    bench.main(["--device", "cuda", "--blocks", "2", "--packs", "1", "--minibatch", "4", "--ubatch", "2",
+    bench.main(["--device", "cuda", "--blocks", "2", "--packs", "1", "2", "--minibatch", "4", "--ubatch", "2",
                 "--iters", "2", "--warmup", "1"])
     out = capsys.readouterr().out
     assert "CUDA, 1 torch thread" in out, out

@@ -147,6 +147,16 @@ def check_fits(layout: ArenaLayout, reserve_bytes: int = 0) -> None:
             f"available; use a smaller model or a machine with more host memory")
 
 
+def cuda_error_text(cudart, rc, code: int) -> str:
+    """'error 712 (cudaErrorHostMemoryAlreadyRegistered: ...)': torch's cudart binding names few of CUDA's
+    error codes (the others print as `cudaError.???`), so the number and CUDA's own string are given."""
+    try:
+        text = cudart.cudaGetErrorString(rc)
+    except Exception:  # noqa: BLE001 - a binding without it: the number alone still identifies the error
+        text = None
+    return f"error {code}" + (f" ({text})" if text else "")
+
+
 class HostArena:
     """One shared mapping holding the layout. Create in the launcher with `create`, map in workers with
     `attach` (same path)."""
@@ -215,9 +225,11 @@ class HostArena:
         cudart = torch.cuda.cudart()
         ptr, size = self.buf.data_ptr(), self.layout.device_bytes
         rc = cudart.cudaHostRegister(ptr, size, 0)
-        if int(getattr(rc, "value", rc)) != 0:
-            raise RuntimeError(f"cudaHostRegister of the {format_bytes(size)} host arena failed (error {rc}); "
-                               f"check the memlock limit (ulimit -l)")
+        code = int(getattr(rc, "value", rc))
+        if code != 0:
+            raise RuntimeError(f"cudaHostRegister of the {format_bytes(size)} host arena failed: "
+                               f"{cuda_error_text(cudart, rc, code)} (pointer {ptr:#x}, {size:,} of "
+                               f"{self.buf.numel():,} mapped bytes); check the memlock limit (ulimit -l)")
         self._registered_ptr, self.pinned_bytes = ptr, size
         return size
 

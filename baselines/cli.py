@@ -98,6 +98,19 @@ def parse_ubatch(text: str | None) -> list[int | None]:
     return values
 
 
+def first_iter_ratio(rec_path: str) -> float | None:
+    """A finished candidate's second iteration over its first (at most 1), or None with fewer than two: how
+    much of a first iteration is one-time work (DeepSpeed's and FSDP's set-up on the first step), which the
+    deadline rule of the next candidate's run then discounts (Settings.first_iter_ratio)."""
+    try:
+        times = [r.get("time_s") or 0.0 for r in read_jsonl(rec_path) if r.get("record") == "iteration"]
+    except (OSError, ValueError):
+        return None
+    if len(times) < 2 or times[0] <= 0:
+        return None
+    return min(1.0, times[1] / times[0])
+
+
 def candidate_cost_s(rec_path: str) -> float:
     """What a finished candidate cost, at least: the sum of its iterations' times from its record file
     (setup not counted), or 0 when it has none (an OOM before the first iteration)."""
@@ -137,6 +150,12 @@ def main(args) -> int:
     settings.sort(key=lambda s: s.ubatch)
     done: dict[int, tuple[Settings, dict]] = {}
     costs: dict[int, float] = {}  # what each candidate of this search cost (measured here, or on record)
+    ratios: dict[int, float] = {}  # each finished candidate's second iteration over its first
+
+    def nearest(known: dict[int, float], i: int) -> int | None:
+        """The candidate nearest below i in u among `known`, else the nearest above (None when empty)."""
+        below = [j for j in known if j < i]
+        return max(below) if below else (min(known) if known else None)
 
     def estimated_cost(i: int) -> float:
         """What candidate i will likely cost: the nearest tried candidate below it in u, else the nearest above
@@ -145,10 +164,8 @@ def main(args) -> int:
         an iteration that would not fit. The costliest candidate so far, the rule before, overestimated
         every step up: fsdp-offload bert96 D=256's u=64 was left for u=16's 186 s after u=32 had cost 125 s
         (h100-grid26)."""
-        if not costs:
-            return 0.0
-        below = [j for j in costs if j < i]
-        return costs[max(below)] if below else costs[min(costs)]
+        j = nearest(costs, i)
+        return 0.0 if j is None else costs[j]
 
     def trial(i: int) -> float:
         """Run candidate i (once); its samples/s, 0 unless it ran ok."""
@@ -161,6 +178,8 @@ def main(args) -> int:
                 if est > 0 and left is not None and est > left:
                     raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as its nearest candidate on "
                                    f"record), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
+                j = nearest(ratios, i)
+                s.first_iter_ratio = None if j is None else ratios[j]
                 t0 = time.perf_counter()
                 try:
                     rec = run_one(s)
@@ -172,6 +191,8 @@ def main(args) -> int:
                 costs[i] = candidate_cost_s(s.output)
                 print(f"{s.system}: u={s.ubatch} already on record ({rec['status']}), not run again: {s.output}",
                       file=sys.stderr)
+            if (r := first_iter_ratio(s.output)) is not None:
+                ratios[i] = r
             _report(rec, s.output)
             done[i] = (s, rec)
         rec = done[i][1]

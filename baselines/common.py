@@ -66,6 +66,11 @@ class Settings:
     # stop after the first measured steady-state iteration slower than this (seconds; None: run all): a
     # best-setting search of a slow system at a large minibatch otherwise outlasts a device call
     max_iter_s: float | None = None
+    # the deadline rule's estimate of iteration 1 from iteration 0 (None: as long as iteration 0). A search
+    # sets it from its nearest candidate on record (second iteration / first, at most 1): zero-offload
+    # resnet1026 D=64 ran 180 s then 74 s at u=8, and u=16, estimated at its own 235 s first, was left for a
+    # next call twice that a 10-minute call never has (h100-grid33)
+    first_iter_ratio: float | None = None
     calibration: str | None = None  # calibration.json: for the roofline
     profile: str | None = None      # profile.json: memory estimates of the swap baselines
     overrides: dict = field(default_factory=dict)
@@ -341,7 +346,10 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         left = seconds_left() if deadline_set and i < len(batches) - 1 else None
         if left is not None and gather is not None:
             left = min(gather([left]))
-        if outlasts_deadline(slowest, left):
+        # the next iteration's estimate: the slowest so far, but after iteration 0 alone (a system's first
+        # iteration builds what the later ones reuse) scaled as the search's candidate on record ran
+        ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
+        if outlasts_deadline(slowest * ratio, left):
             if i >= warmup:
                 cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
                        f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
@@ -350,7 +358,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             if gather is None:
                 # nothing timed yet: the next call runs it afresh. (Spawned ranks cannot hand an exception
                 # to the parent, so a run at N > 1 goes on and may be cut off by the call's end.)
-                raise Deferred(f"iteration {i + 1} (about {slowest:.0f} s, as iteration {i}) would end after "
+                how = (f"as iteration {i}" if ratio == 1.0 else
+                       f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
+                raise Deferred(f"iteration {i + 1} (about {slowest * ratio:.0f} s, {how}) would end after "
                                f"HARMONY_DEADLINE, {max(left, 0):.0f} s away, before any timed iteration")
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them

@@ -298,6 +298,62 @@ def test_the_deadline_ends_a_run_after_its_timed_iterations_or_leaves_it(monkeyp
                       devices=[torch.device("cpu")])["iterations"] == 5
 
 
+def test_the_deadline_discounts_a_slow_first_iteration_as_the_nearest_candidate_ran(monkeypatch):
+    """Settings.first_iter_ratio: after iteration 0 alone, the next iteration is estimated at that ratio of
+    it (zero-offload resnet1026 D=64 u=8 ran 180 s then 74 s; u=16's 235 s first iteration, estimated as its
+    own next, was left twice for a call that never had the time). Without the ratio the same run is left."""
+    import baselines.common as bc
+    from harmony.jsonio import Deferred
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(bc, "seconds_left", lambda: 15.0 - clock["t"])
+
+    def first_slow(i, batch):
+        clock["t"] += 8.0 if i == 0 else 3.0
+        return 1.0
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    with pytest.raises(Deferred, match=r"about 8 s, as iteration 0"):   # 7 s left < 8.8
+        train_loop(s, RunWriter(s, "mlp-tiny"), first_slow, [()] * 5, devices=[torch.device("cpu")])
+    clock["t"] = 0.0
+    s2 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5, first_iter_ratio=0.4)
+    summary = train_loop(s2, RunWriter(s2, "mlp-tiny"), first_slow, [()] * 5, devices=[torch.device("cpu")])
+    validate_summary(summary)
+    # 0.4 x 8 s = 3.2 s (3.5 with the margin) fits the 7 s left; iterations end at 8, 11, 14 s
+    assert summary["status"] == "ok" and summary["iterations"] == 3 and summary["iter_time_s"] == 3.0
+    assert "after iteration 2" in summary["cut_short"]
+
+
+def test_search_hands_each_candidate_its_nearest_finished_candidates_first_iteration_ratio(tmp_path,
+                                                                                         monkeypatch):
+    """The search reads each finished candidate's second iteration over its first from its record (at most
+    1; none with fewer than two iterations) and gives the next candidate the nearest one below it."""
+    import baselines.cli as bcli
+    from baselines.cli import first_iter_ratio
+    rec = tmp_path / "c.jsonl"
+    rec.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in (180.0, 74.0, 44.6))
+                   + json.dumps({"record": "summary"}) + "\n")
+    assert first_iter_ratio(str(rec)) == pytest.approx(74 / 180)
+    rec.write_text(json.dumps({"record": "iteration", "time_s": 5.0}) + "\n")
+    assert first_iter_ratio(str(rec)) is None and first_iter_ratio(str(tmp_path / "none.jsonl")) is None
+    rec.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in (2.0, 3.0)))
+    assert first_iter_ratio(str(rec)) == 1.0
+    seen, real = {}, bcli.run_one
+
+    def spy(s):
+        seen[s.ubatch] = s.first_iter_ratio
+        r = real(s)
+        r["samples_per_s"] = {2: 3.0, 4: 2.0, 8: 1.0}[s.ubatch]   # u=8 slower: the climb then goes down
+        return r
+    monkeypatch.setattr(bcli, "run_one", spy)
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "2,4,8",
+                         "--iters", "3", "-o", str(out)]) == 0
+    ran = {u: first_iter_ratio(str(out.with_name(f"r.u{u}.jsonl"))) for u in seen}
+    assert list(seen) == [4, 8, 2] and seen[4] is None    # the climb's start: no candidate before it
+    assert ran[4] is not None and seen[8] == ran[4]           # u=8: the nearest below
+    assert seen[2] == ran[4]                                  # u=2: none below, the nearest above
+
+
 def test_the_deadline_ends_a_two_rank_run_on_every_rank_at_once(tmp_path, monkeypatch):
     """At N = 2 (fsdp-offload on gloo) the ranks gather their times and seconds left, so both stop after
     the same timed iteration (a rank left in a collective would hang); the warm-up is never the end."""

@@ -20,7 +20,8 @@ Both use one torch thread; medians over `--iters` timed iterations after `--warm
 both loops on the GPU instead (each iteration ends with a device synchronize): the model is narrow enough
 that both are host-bound there too, so the difference is the runtime's host work with its CUDA calls, the
 per-task and per-microbatch cost docs/performance.md entry 40 measures on the GPU host.
-`--profile` adds a cProfile of the runtime iterations (top functions by own time and cumulative time).
+`--profile` adds a cProfile of the runtime iterations (top functions by own time and cumulative time);
+`--parts` times the worker's per-task steps on the host without cProfile's slowdown.
 
     python benchmarks/runtime_overhead.py                       # table
     python benchmarks/runtime_overhead.py --profile --packs 8   # + cProfile hot spots
@@ -72,6 +73,9 @@ def build(model: str, overrides: dict, D: int, pack: int, ubatch: int | None = N
     return spec, make_schedule_record(mj, g), g, L
 
 
+PARTS = ("prefetch", "install", "run_fwd", "run_bwd", "release", "run_upd")   # a task's steps (worker.py)
+
+
 class RuntimeLoop:
     """One in-process worker (rank 0, N = 1) of the schedule; `step()` runs and times one iteration."""
 
@@ -82,6 +86,29 @@ class RuntimeLoop:
         w.setup()
         w.start_run()
         self.it = 0
+
+    def time_parts(self) -> None:
+        """Wrap the worker's per-task steps with host timers (`--parts`): seconds each takes on the host, its
+        CUDA calls issued but not waited for, summed per iteration; and the garbage collections inside."""
+        import gc
+        self.part_s = {k: 0.0 for k in PARTS}
+        self.gc_runs = 0
+        gc.callbacks.append(lambda phase, info: setattr(self, "gc_runs", self.gc_runs + (phase == "start")))
+        for name in PARTS:
+            def timed(*a, _fn=getattr(self.w, name), _name=name, **k):
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*a, **k)
+                finally:
+                    self.part_s[_name] += time.perf_counter() - t0
+            setattr(self.w, name, timed)
+
+    def take_parts(self) -> dict:
+        """This iteration's seconds per part (and 'gc': collections), reset for the next."""
+        out = dict(self.part_s, gc=self.gc_runs)
+        self.part_s = {k: 0.0 for k in PARTS}
+        self.gc_runs = 0
+        return out
 
     def step(self, prof=None) -> float:
         w = self.w
@@ -167,19 +194,25 @@ def _sync() -> None:
 
 
 def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = "per-tensor",
-            device: str = "cpu"):
-    """Runtime and plain iterations alternated (so load drifts on the machine hit both alike)."""
+            device: str = "cpu", parts: list | None = None):
+    """Runtime and plain iterations alternated (so load drifts on the machine hit both alike). `parts`: a
+    list to append each timed runtime iteration's per-part host seconds to (RuntimeLoop.time_parts)."""
     rt_loop = RuntimeLoop(record, graph, iters + warmup, weight_copies, device)
     pl_loop = PlainLoop(spec, graph, D, device)
+    if parts is not None:
+        rt_loop.time_parts()
     prof = cProfile.Profile() if profile else None
     rt, pl = [], []
     try:
         for i in range(iters + warmup):
             r = rt_loop.step(prof if i >= warmup else None)
+            got = rt_loop.take_parts() if parts is not None else None
             p = pl_loop.step()
             if i >= warmup:
                 rt.append(r)
                 pl.append(p)
+                if got is not None:
+                    parts.append(got)
     finally:
         rt_loop.close()
     return rt, pl, prof
@@ -207,6 +240,9 @@ def main(argv=None) -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile the runtime iterations of the first packing")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--parts", action="store_true",
+                    help="time the worker's per-task steps (prefetch, install, run_fwd, run_bwd, release, run_upd) "
+                         "on the host, ms per iteration (medians), and count garbage collections (entry 40)")
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device visible to torch (run it on the GPU machine, or leave it out)")
@@ -220,8 +256,13 @@ def main(argv=None) -> None:
     n_mb = a.minibatch // u
     for k, (pack, copies) in enumerate((p, c) for p in a.packs for c in a.weight_copies):
         spec, record, graph, L = build(a.model, overrides, a.minibatch, pack, a.ubatch)
+        parts = [] if a.parts else None
         rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies,
-                               a.device)
+                               a.device, parts)
+        if parts:
+            print(f"pack {pack}, {copies}: host ms per iteration (median of {len(parts)}): " + ", ".join(
+                f"{name} {statistics.median(x[name] for x in parts) * 1e3:.1f}" for name in PARTS)
+                + f"; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")

@@ -28,6 +28,19 @@ def test_runtime_overhead_benchmark_runs_one_vlayer_packs_of_several_microbatche
     assert row[:2] == ["1", "per-vlayer"] and float(row[4]) > 0 and float(row[5]) > 0, out
 
 
+def test_runtime_overhead_parts_time_every_step_of_a_task(capsys):
+    """--parts: the worker's per-task steps timed on the host (entry 40's next step on the GPU host); every
+    step a BWD-pack schedule runs takes some time, and the wrappers leave the iteration's result alone."""
+    bench = _load("runtime_overhead")
+    bench.main(["--blocks", "2", "--packs", "1", "--minibatch", "4", "--ubatch", "2", "--iters", "2",
+                "--warmup", "1", "--weight-copies", "per-vlayer", "--parts"])
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("pack 1, per-vlayer: host ms per iteration"))
+    ms = dict(part.rsplit(" ", 1) for part in line.split("): ", 1)[1].split(";")[0].split(", "))
+    assert set(ms) == set(bench.PARTS) and all(float(v) > 0 for v in ms.values()), line
+    assert float(out.strip().splitlines()[-1].split()[4]) > 0, out
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the GPU case below runs instead")
 def test_runtime_overhead_benchmark_refuses_cuda_without_a_gpu_and_names_the_fix(capsys):
     bench = _load("runtime_overhead")

@@ -304,3 +304,39 @@ def test_cli_budget_falls_back_to_a_measured_calibration(mlp_dir):
     assert host_memory_budget("off", {"host_memory_bytes": 7}, {}) == (None, "--host-memory none")
     with pytest.raises(ValueError, match="--host-memory"):
         host_memory_budget("lots", {}, {})
+
+
+def test_a_failed_cudahostregister_names_cudas_code_and_the_fix(monkeypatch):
+    """HostArena.pin on a host whose CUDA refuses the registration (a fake cudart: this runs without a GPU).
+    Error 712, a mapping still registered at that address, names HostArena.unpin (the benchmark's loop
+    left one pinned, h100-overhead2); other codes name the memlock limit. torch's binding prints unnamed
+    codes as `cudaError.???`, so the number and CUDA's string are what the message carries."""
+    import torch
+
+    from harmony.runtime.host_store import HostArena
+    spec, mj = tiny("resnet-tiny")
+    g = build_task_graph(configs(mj["num_vlayers"])["vPP-N1-u4/2"], mj["num_vlayers"])
+    arena = HostArena.create(plan_layout(spec.build("meta"), g, mj, spec.optimizer.state_tensors_per_param()))
+
+    class FakeCudart:
+        def __init__(self, code, strings=True):
+            self.code = code
+            if strings:
+                self.cudaGetErrorString = lambda rc: {712: "part or all of the requested memory range is "
+                                                           "already mapped", 2: "out of memory"}[rc]
+
+        def cudaHostRegister(self, ptr, size, flags):
+            return self.code
+    try:
+        monkeypatch.setattr(torch.cuda, "cudart", lambda: FakeCudart(712))
+        with pytest.raises(RuntimeError, match=r"error 712 \(part or all .* already mapped\).*HostArena\.unpin"):
+            arena.pin()
+        monkeypatch.setattr(torch.cuda, "cudart", lambda: FakeCudart(2, strings=False))
+        with pytest.raises(RuntimeError, match=r"failed: error 2 \(pointer .*ulimit -l"):
+            arena.pin()
+        assert arena.pinned_bytes == 0
+        monkeypatch.setattr(torch.cuda, "cudart", lambda: FakeCudart(0))
+        assert arena.pin() == arena.layout.device_bytes == arena.pinned_bytes
+    finally:
+        arena._registered_ptr = None      # nothing was really registered: no cudaHostUnregister to call
+        arena.close()

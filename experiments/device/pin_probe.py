@@ -11,6 +11,8 @@ import resource
 
 import torch
 
+from harmony.runtime.host_store import cuda_error_text
+
 
 def mapping(size: int, fd: int | None = None):
     if fd is None:
@@ -27,10 +29,7 @@ def register(buf: torch.Tensor, size: int) -> str:
     if code == 0:
         cudart.cudaHostUnregister(buf.data_ptr())
         return "ok"
-    try:
-        return f"error {code} ({cudart.cudaGetErrorString(rc)})"
-    except Exception as e:  # noqa: BLE001
-        return f"error {code} (no string: {e})"
+    return cuda_error_text(cudart, rc, code)
 
 
 def main() -> None:

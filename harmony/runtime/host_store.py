@@ -147,9 +147,13 @@ def check_fits(layout: ArenaLayout, reserve_bytes: int = 0) -> None:
             f"available; use a smaller model or a machine with more host memory")
 
 
+CUDA_ERROR_ALREADY_REGISTERED = 712    # cudaErrorHostMemoryAlreadyRegistered
+
+
 def cuda_error_text(cudart, rc, code: int) -> str:
-    """'error 712 (cudaErrorHostMemoryAlreadyRegistered: ...)': torch's cudart binding names few of CUDA's
-    error codes (the others print as `cudaError.???`), so the number and CUDA's own string are given."""
+    """'error 712 (part or all of the requested memory range is already mapped)': torch's cudart binding
+    names few of CUDA's error codes (the others print as `cudaError.???`), so the number and CUDA's own
+    string are given."""
     try:
         text = cudart.cudaGetErrorString(rc)
     except Exception:  # noqa: BLE001 - a binding without it: the number alone still identifies the error
@@ -227,9 +231,12 @@ class HostArena:
         rc = cudart.cudaHostRegister(ptr, size, 0)
         code = int(getattr(rc, "value", rc))
         if code != 0:
+            hint = ("this process still has an arena registered at that address: unpin one before its "
+                    "mapping goes (HostArena.unpin)" if code == CUDA_ERROR_ALREADY_REGISTERED
+                    else "check the memlock limit (ulimit -l)")
             raise RuntimeError(f"cudaHostRegister of the {format_bytes(size)} host arena failed: "
                                f"{cuda_error_text(cudart, rc, code)} (pointer {ptr:#x}, {size:,} of "
-                               f"{self.buf.numel():,} mapped bytes); check the memlock limit (ulimit -l)")
+                               f"{self.buf.numel():,} mapped bytes); {hint}")
         self._registered_ptr, self.pinned_bytes = ptr, size
         return size
 

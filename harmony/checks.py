@@ -262,6 +262,7 @@ def nothing_dropped(res: Results, scale: str):
     """Grid points without a record, each counted once (figure 12 shows figure 10's points again), and
     listed by system, so that the detail says what is left to run."""
     missing: set[tuple] = set()
+    unfinished: set[tuple] = set()      # of those, baseline searches with candidates on record
     n_rows, figs = 0, 0
     for fig in ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1"):
         rows = res.rows(fig)
@@ -270,6 +271,9 @@ def nothing_dropped(res: Results, scale: str):
         n_rows += len(rows)
         missing |= {(r.get("system"), r.get("model"), r.get("minibatch"), r.get("gpus"), r.get("cfg"))
                     for r in rows if r.get("status") == "missing" and r.get("kind") != "curve"}
+        unfinished |= {(r.get("system"), r.get("model"), r.get("minibatch"), r.get("gpus"), r.get("cfg"))
+                       for r in rows if r.get("status") == "missing"
+                       and str(r.get("message") or "").startswith("not run to the end")}   # figures.unfinished_search
     if not figs:
         return None, "no figure CSV", None
     bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok", "missing"))
@@ -282,6 +286,8 @@ def nothing_dropped(res: Results, scale: str):
         listed = ", ".join(f"{system} {len(points)}" for system, points in by_system.items())
     return len(missing), (f"{figs} figures, {n_rows} rows, {len(missing)} grid points without a record"
                           + (f" ({listed})" if listed else "")
+                          + (f", {len(unfinished)} of them a microbatch search with candidates on record"
+                             if unfinished else "")
                           + f", {bad} failed points shown as such"), not missing
 
 

@@ -152,6 +152,23 @@ def _num(x):
     return None if x is None else x
 
 
+def unfinished_search(files: list[str] | None) -> str | None:
+    """The message of a baseline's grid point whose microbatch search has candidates on record but no
+    result yet (it spans device calls: zero-offload resnet1026 D=64 had u=8 on record for sessions): each
+    candidate's status and speed, so the point says how far it got. None without candidates."""
+    if not files:
+        return None
+    done = []
+    for f in files:
+        summ = read_run(f)[0] or {}
+        u = parse_path(f)["cfg"].split(".u", 1)[1]
+        sps = summ.get("samples_per_s")
+        done.append((int(u) if u.isdigit() else 0, f"u={u} {summ.get('status', 'unfinished')}"
+                     + (f" {sps:.3f} samples/s" if sps else "")))
+    return ("not run to the end: its microbatch search is unfinished; on record " +
+            ", ".join(text for _, text in sorted(done)))
+
+
 def measured_row(ident: dict, summ: dict | None, path: str) -> dict:
     if summ is None:
         return {**ident, "kind": "measured", "status": "error", "message": "run left no summary record",
@@ -221,6 +238,7 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
     cfgs = [cfg_name(s) for s in (grid.get("schedules") or ["auto"])]
     measured: dict[tuple, dict] = {}
     predicted: dict[tuple, str] = {}
+    candidates: dict[tuple, list[str]] = {}   # a baseline's per-candidate search files, per grid point
     for f in files:
         ident = parse_path(f)
         if not ident or ident["kind"] not in ("run", "schedule"):
@@ -230,8 +248,11 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
         if ident["system"] not in grid["systems"]:
             continue
         cfg = ident.get("cfg")
+        if ident["kind"] == "run" and ident["system"] not in HARMONY and str(cfg).startswith("best.u"):
+            candidates.setdefault((ident["model"], ident["minibatch"], ident["system"], ident["gpus"]), []).append(f)
+            continue
         if (ident["system"] in HARMONY and cfg not in cfgs) or (ident["system"] not in HARMONY and cfg != "best"):
-            continue   # another figure's configuration, or a baseline's per-candidate search file
+            continue   # another figure's configuration
         key = (ident["model"], ident["minibatch"], ident["system"], ident["gpus"], cfg)
         if ident["kind"] == "run":
             measured[key] = measured_row({**base, **_ident(ident)}, read_run(f)[0], f)
@@ -259,7 +280,8 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
                             if (model, D, system, cfg, n) not in have:
                                 rows.append({**base, "model": model, "minibatch": D, "system": system,
                                              "gpus": n, "cfg": cfg, "kind": kind, "status": "missing",
-                                             "message": "not run: no record" if kind == "measured"
+                                             "message": (unfinished_search(candidates.get((model, D, system, n)))
+                                                         or "not run: no record") if kind == "measured"
                                              else "not run: no schedule searched for this N (no prediction)"})
     elif complete:   # grid points with neither a run nor a prediction are shown as missing
         have = {(r["model"], r["minibatch"], r["system"], r["cfg"]) for r in rows}
@@ -270,7 +292,8 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
                         if (model, D, system, cfg) not in have:
                             rows.append({**base, "model": model, "minibatch": D, "system": system,
                                          "gpus": max(Ns), "cfg": cfg, "kind": "measured", "status": "missing",
-                                         "message": "not run: no record"})
+                                         "message": unfinished_search(candidates.get((model, D, system, max(Ns))))
+                                         or "not run: no record"})
     order = {s: i for i, s in enumerate(SYSTEM_ORDER)}
     mlist = list(models)
     rows.sort(key=lambda r: (mlist.index(r["model"]), r["minibatch"], order.get(r["system"], 99), r["gpus"],

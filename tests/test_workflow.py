@@ -223,21 +223,28 @@ def test_checks_claims_on_handmade_rows(tmp_path):
 
 def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):
     """C8: a grid point without a record that figures 10 and 12 both show counts once, and the detail
-    names it by system, so that the claim says what is left to run."""
+    names it by system, so that the claim says what is left to run; one whose baseline search has
+    candidates on record (figures.unfinished_search) is still missing, and the detail says how many are."""
     from harmony.checks import Results, nothing_dropped
     from harmony.figures import COLUMNS
     R = tmp_path / "r"
     R.mkdir()
-    for fig in ("figure10", "figure12"):
-        with open(R / f"{fig}.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows([{"figure": fig, "model": "m", "minibatch": 64, "system": "swap-dp", "gpus": 1,
-                          "cfg": "best", "kind": "measured", "status": "missing"},
-                         {"figure": fig, "model": "m", "minibatch": 16, "system": "harmony-vPP", "gpus": 1,
-                          "cfg": "auto", "kind": "measured", "status": "ok"}])
-    n, detail, ok = nothing_dropped(Results(R), "paper")
+
+    def write(message):
+        for fig in ("figure10", "figure12"):
+            with open(R / f"{fig}.csv", "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+                w.writeheader()
+                w.writerows([{"figure": fig, "model": "m", "minibatch": 64, "system": "swap-dp", "gpus": 1,
+                              "cfg": "best", "kind": "measured", "status": "missing", "message": message},
+                             {"figure": fig, "model": "m", "minibatch": 16, "system": "harmony-vPP", "gpus": 1,
+                              "cfg": "auto", "kind": "measured", "status": "ok"}])
+        return nothing_dropped(Results(R), "paper")
+    n, detail, ok = write("not run: no record")
     assert n == 1 and not ok and "1 grid points without a record (swap-dp: m D=64 N=1)" in detail
+    assert "search" not in detail
+    n, detail, ok = write("not run to the end: its microbatch search is unfinished; on record u=8 ok")
+    assert n == 1 and not ok and "(swap-dp: m D=64 N=1), 1 of them a microbatch search with candidates" in detail
 
 
 def test_c7_compares_vpp_with_the_same_schedule_on_one_gpu(tmp_path):
@@ -877,3 +884,23 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
     old = sh([sys.executable, script, str(R), "--task-peaks", str(sched), str(probe(tmp_path / "p0", False))]).stdout
     rows = [r.split() for r in old.splitlines() if r.split() and r.split()[0].isdigit()]
     assert rows and all(r[8:12] == ["-"] * 4 for r in rows) and "retried" not in old, old
+
+
+def test_a_baseline_point_whose_search_is_unfinished_says_how_far_it_got(tmp_path):
+    """A baseline's microbatch search spans device calls (zero-offload resnet1026 D=64: u=8 on record for
+    sessions): until it writes its result the point stays missing (C8 counts it), and its row lists the
+    candidates on record with their status and speed instead of 'no record'."""
+    from harmony.figures import _load_experiment, collect
+    exp = _load_experiment("figure10", None, str(ROOT / "experiments"))
+    d = tmp_path / "runs" / "zero-offload" / "resnet-tiny"
+    d.mkdir(parents=True)
+    for u, summ in ((8, {"status": "oom"}), (4, {"status": "ok", "samples_per_s": 1.4512})):
+        (d / f"N4-D16-best.u{u}.jsonl").write_text(json.dumps({"record": "summary", **summ}) + "\n")
+    rows = collect("figure10", exp, "smoke", "1xTEST", [str(p) for p in d.iterdir()], complete=True,
+                   gpus_present=4)
+    row = next(r for r in rows if (r["model"], r["system"], r["kind"]) == ("resnet-tiny", "zero-offload", "measured"))
+    assert row["status"] == "missing"
+    assert row["message"] == ("not run to the end: its microbatch search is unfinished; on record "
+                              "u=4 ok 1.451 samples/s, u=8 oom")
+    other = next(r for r in rows if (r["model"], r["system"], r["kind"]) == ("gpt2-tiny", "zero-offload", "measured"))
+    assert other["status"] == "missing" and other["message"] == "not run: no record"

@@ -351,7 +351,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
         if outlasts_deadline(slowest * ratio, left):
             if i >= warmup:
-                cut = (f"stopped after iteration {i}: the next (about {slowest:.0f} s) would end after "
+                cut = (f"stopped after iteration {i}: the next (about {slowest * ratio:.0f} s) would end after "
                        f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
                 log_phase(s.system, cut)
                 break

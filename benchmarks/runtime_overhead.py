@@ -91,9 +91,9 @@ class RuntimeLoop:
         """Wrap the worker's per-task steps with host timers (`--parts`): seconds each takes on the host, its
         CUDA calls issued but not waited for, summed per iteration; and the garbage collections inside."""
         import gc
-        self.part_s = {k: 0.0 for k in PARTS}
-        self.gc_runs = 0
-        gc.callbacks.append(lambda phase, info: setattr(self, "gc_runs", self.gc_runs + (phase == "start")))
+        self.take_parts()
+        self._gc_counter = lambda phase, info: setattr(self, "gc_runs", self.gc_runs + (phase == "start"))
+        gc.callbacks.append(self._gc_counter)      # removed in close(): the next packing adds its own
         for name in PARTS:
             def timed(*a, _fn=getattr(self.w, name), _name=name, **k):
                 t0 = time.perf_counter()
@@ -105,9 +105,8 @@ class RuntimeLoop:
 
     def take_parts(self) -> dict:
         """This iteration's seconds per part (and 'gc': collections), reset for the next."""
-        out = dict(self.part_s, gc=self.gc_runs)
-        self.part_s = {k: 0.0 for k in PARTS}
-        self.gc_runs = 0
+        out = dict(getattr(self, "part_s", {}), gc=getattr(self, "gc_runs", 0))
+        self.part_s, self.gc_runs = {k: 0.0 for k in PARTS}, 0
         return out
 
     def step(self, prof=None) -> float:
@@ -132,6 +131,9 @@ class RuntimeLoop:
         self.w.updater.close()
         self.w.arena.unpin()
         self.prep.close()
+        if getattr(self, "_gc_counter", None) is not None:
+            import gc
+            gc.callbacks.remove(self._gc_counter)
 
 
 class PlainLoop:

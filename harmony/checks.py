@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from harmony.figures import UNFINISHED_SEARCH, read_run
+
 HARMONY = ("harmony-vPP", "harmony-vDP")
 
 
@@ -269,11 +271,13 @@ def nothing_dropped(res: Results, scale: str):
         if rows:
             figs += 1
         n_rows += len(rows)
-        missing |= {(r.get("system"), r.get("model"), r.get("minibatch"), r.get("gpus"), r.get("cfg"))
-                    for r in rows if r.get("status") == "missing" and r.get("kind") != "curve"}
-        unfinished |= {(r.get("system"), r.get("model"), r.get("minibatch"), r.get("gpus"), r.get("cfg"))
-                       for r in rows if r.get("status") == "missing"
-                       and str(r.get("message") or "").startswith("not run to the end")}   # figures.unfinished_search
+        for r in rows:
+            if r.get("status") != "missing" or r.get("kind") == "curve":
+                continue
+            point = (r.get("system"), r.get("model"), r.get("minibatch"), r.get("gpus"), r.get("cfg"))
+            missing.add(point)
+            if str(r.get("message") or "").startswith(UNFINISHED_SEARCH):
+                unfinished.add(point)
     if not figs:
         return None, "no figure CSV", None
     bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok", "missing"))
@@ -352,7 +356,6 @@ def _gpu_of(row: dict) -> str:
     """' on GPU-xxxxxxxx' (the run's first GPU, so its host) from the run record's environment; '' where
     the record or its UUIDs are not at hand. A point off its target names its host: lent hosts of one GPU
     kind run one host-bound plan up to 25% apart (docs/performance.md entry 41)."""
-    from harmony.figures import read_run
     try:
         summary = read_run(row.get("source") or "")[0] or {}
     except OSError:

@@ -152,6 +152,9 @@ def _num(x):
     return None if x is None else x
 
 
+UNFINISHED_SEARCH = "not run to the end: its microbatch search is unfinished"   # how harmony check knows one
+
+
 def unfinished_search(files: list[str] | None) -> str | None:
     """The message of a baseline's grid point whose microbatch search has candidates on record but no
     result yet (it spans device calls: zero-offload resnet1026 D=64 had u=8 on record for sessions): each
@@ -165,7 +168,7 @@ def unfinished_search(files: list[str] | None) -> str | None:
         sps = summ.get("samples_per_s")
         done.append((int(u) if u.isdigit() else 0, f"u={u} {summ.get('status', 'unfinished')}"
                      + (f" {sps:.3f} samples/s" if sps else "")))
-    return ("not run to the end: its microbatch search is unfinished; on record " +
+    return (f"{UNFINISHED_SEARCH}; on record " +
             ", ".join(text for _, text in sorted(done)))
 
 

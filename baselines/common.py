@@ -173,10 +173,46 @@ def microbatch_ranges(n: int, u: int) -> list[tuple[int, int]]:
     return [(s, min(s + u, n)) for s in range(0, n, u)]
 
 
-def accumulate_microbatches(forward, batch: tuple, n: int, u: int, dev, precision: str):
+class MicrobatchClock:
+    """Times the microbatches of iteration 0, for the deadline rule's estimate of iteration 1.
+
+    A system's first iteration does one-time work (DeepSpeed traces its parameter fetches, cuDNN tunes
+    each convolution), and it lands on the first microbatch: zero-offload resnet1026 D=64 u=16 took
+    208 s for iteration 0 and 23 s for each next (h100-grid37). Estimating the next iteration as the first
+    leaves every such run for a call that never has the time; the run's own microbatches say better.
+    train_loop arms the clock for iteration 0 only (it synchronises after each microbatch, which a timed
+    iteration must not pay); a step calls tick() after each microbatch."""
+
+    def __init__(self, devices: list[torch.device]):
+        self.devices, self.marks, self.armed = devices, [], False
+
+    def arm(self) -> None:
+        self.armed, self.marks = True, [time.perf_counter()]
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def tick(self) -> None:
+        if self.armed:
+            _sync(self.devices)
+            self.marks.append(time.perf_counter())
+
+    def next_iteration_s(self, iteration_s: float) -> float | None:
+        """The iteration's time less its first microbatch's excess over the median of the others (None
+        with fewer than three microbatches: one other is no median to trust)."""
+        spans = [b - a for a, b in zip(self.marks, self.marks[1:])]
+        if len(spans) < 3:
+            return None
+        rest = sorted(spans[1:])
+        median = rest[len(rest) // 2] if len(rest) % 2 else (rest[len(rest) // 2 - 1] + rest[len(rest) // 2]) / 2
+        return iteration_s - max(0.0, spans[0] - median)
+
+
+def accumulate_microbatches(forward, batch: tuple, n: int, u: int, dev, precision: str,
+                            clock: MicrobatchClock | None = None):
     """Backward of every microbatch of `batch` (n samples, microbatches of u), each loss weighted by its
     share of n, so the accumulated gradients are those of the whole batch. Returns the batch's mean loss
-    as a device tensor (no synchronisation)."""
+    as a device tensor (no synchronisation unless `clock` is armed)."""
     total = torch.zeros((), device=dev)
     for a, b in microbatch_ranges(n, u):
         x = tuple(t[a:b].to(dev, non_blocking=True) for t in batch)
@@ -184,6 +220,8 @@ def accumulate_microbatches(forward, batch: tuple, n: int, u: int, dev, precisio
             (loss,) = forward(x)
         (loss * ((b - a) / n)).backward()
         total += loss.detach().float() * ((b - a) / n)
+        if clock is not None:
+            clock.tick()
     return total
 
 
@@ -264,7 +302,8 @@ StepFn = Callable[[int, tuple], float]     # (iteration, minibatch) -> loss of t
 def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: list, *,
                devices: list[torch.device], counted_bytes: Callable[[int], dict] | None = None,
                trace_bytes_as_counters: bool = False, gather: Callable[[list], list] | None = None,
-               cpu_update: bool = True, model_json: dict | None = None, trace: bool | None = None) -> dict:
+               cpu_update: bool = True, model_json: dict | None = None, trace: bool | None = None,
+               clock: MicrobatchClock | None = None) -> dict:
     """Run len(batches) iterations of `step`, write the records, return the summary.
 
     counted_bytes(i) -> {"h2d", "d2h", "p2p", "allreduce"}: the system's own counters for iteration i.
@@ -273,6 +312,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     iteration right after warm-up is traced and counted as warm-up too (the profiler slows it).
     gather(values) -> per-rank values (multi-process systems; rank 0 writes).
     trace: whether to trace one iteration (default: on CUDA with settings.memcpy_trace).
+    clock: the MicrobatchClock that `step` ticks (armed in iteration 0 only, for the deadline rule).
     """
     from harmony.memcpy_trace import agreement, measure_memcpy_bytes
 
@@ -294,6 +334,8 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             retries0 = [alloc_retries(d) for d in gpus]
             _sync(devices)
             t0 = time.perf_counter()
+            if clock is not None and i == 0 and deadline_set:
+                clock.arm()
             if i == trace_at:
                 out: dict = {}
                 traced = measure_memcpy_bytes(lambda: out.setdefault("loss", step(i, batch)))
@@ -302,6 +344,8 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                 loss = step(i, batch)
             _sync(devices)
             dt = time.perf_counter() - t0
+            if clock is not None:
+                clock.disarm()
         except Exception as e:  # noqa: BLE001 - every failure becomes a record
             if is_oom(e):
                 status, message = "oom", f"iteration {i}: {str(e).splitlines()[0][:300]}"
@@ -328,9 +372,18 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
+        # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
+        # system's first iteration builds what the later ones reuse) its own microbatches' estimate
+        # (MicrobatchClock), else scaled as the search's nearest candidate on record ran
+        own = clock.next_iteration_s(dt) if (clock is not None and i == 0 and deadline_set) else None
+        ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
+        nxt = own if own is not None else dt * ratio
+        if own is not None:
+            log_phase(s.system, f"iteration 1 estimated at {own:.1f} s: iteration 0 less its first "
+                                f"microbatch's one-time work")
         # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
-        slowest = (max(gather([dt])) if (gather is not None and (s.max_iter_s is not None or deadline_set))
-                   else dt)
+        sync_ranks = gather is not None and (s.max_iter_s is not None or deadline_set)
+        slowest, nxt = (tuple(max(v) for v in zip(*gather([(dt, nxt)]))) if sync_ranks else (dt, nxt))
         if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
             # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
             # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
@@ -346,21 +399,19 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         left = seconds_left() if deadline_set and i < len(batches) - 1 else None
         if left is not None and gather is not None:
             left = min(gather([left]))
-        # the next iteration's estimate: the slowest so far, but after iteration 0 alone (a system's first
-        # iteration builds what the later ones reuse) scaled as the search's candidate on record ran
-        ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
-        if outlasts_deadline(slowest * ratio, left):
+        if outlasts_deadline(nxt, left):
             if i >= warmup:
-                cut = (f"stopped after iteration {i}: the next (about {slowest * ratio:.0f} s) would end after "
+                cut = (f"stopped after iteration {i}: the next (about {nxt:.0f} s) would end after "
                        f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
                 log_phase(s.system, cut)
                 break
             if gather is None:
                 # nothing timed yet: the next call runs it afresh. (Spawned ranks cannot hand an exception
                 # to the parent, so a run at N > 1 goes on and may be cut off by the call's end.)
-                how = (f"as iteration {i}" if ratio == 1.0 else
+                how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
+                       if own is not None else f"as iteration {i}" if ratio == 1.0 else
                        f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
-                raise Deferred(f"iteration {i + 1} (about {slowest * ratio:.0f} s, {how}) would end after "
+                raise Deferred(f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after "
                                f"HARMONY_DEADLINE, {max(left, 0):.0f} s away, before any timed iteration")
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them

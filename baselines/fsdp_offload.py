@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, free_port, is_oom,
+from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, free_port, is_oom,
                               load_model, pin_batches, resolve_device, spawn_ranks, status_only,
                               train_loop, use_rank_share_of_cores)
 from harmony.data import load_batches
@@ -177,10 +177,12 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
                for b in load_batches(spec, s.data, s.minibatch, s.iters, s.data_seed)]
     batches = pin_batches(batches, dev)
 
+    clock = MicrobatchClock([dev])
+
     def step(i: int, batch: tuple) -> float:
         set_lr(opt, spec.optimizer, i)
         opt.zero_grad(set_to_none=True)
-        total = accumulate_microbatches(lambda x: model(*x), batch, share, u, dev, s.precision)
+        total = accumulate_microbatches(lambda x: model(*x), batch, share, u, dev, s.precision, clock)
         opt.step()
         if N > 1:
             dist.all_reduce(total)
@@ -195,7 +197,8 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
         return [v for per in out for v in (per if isinstance(per, list) else [per])]
 
     summary = train_loop(s if rank == 0 else _silent(s), writer, step, batches, devices=[dev],
-                         trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj)
+                         trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj,
+                         clock=clock)
     if result is not None:
         # tests: the trained parameters (full tensors) and losses
         params = [p.full_tensor().detach().cpu().clone() if hasattr(p, "full_tensor") else p.detach().cpu()

@@ -29,7 +29,7 @@ import traceback
 
 import torch
 
-from baselines.common import (RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
+from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
                               load_model, log_phase, microbatch_ranges, pin_batches, resolve_device, spawn_ranks,
                               status_only, train_loop, use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
@@ -134,6 +134,8 @@ def _train(rank: int, s: Settings, port: int):
                            for b in load_batches(spec, s.data, s.minibatch, s.iters, s.data_seed)], dev)
     log_phase("zero-offload", f"{len(batches)} minibatches ready; training")
 
+    clock = MicrobatchClock([dev])
+
     def step(i: int, batch: tuple) -> float:
         set_lr(engine.optimizer, spec.optimizer, i)
         total = torch.zeros((), device=dev)
@@ -144,6 +146,7 @@ def _train(rank: int, s: Settings, port: int):
             engine.backward(loss)
             engine.step()
             total += loss.detach().float() * ((b - a) / share)
+            clock.tick()
         if N > 1:
             dist.all_reduce(total)
             total /= N
@@ -157,7 +160,7 @@ def _train(rank: int, s: Settings, port: int):
     import dataclasses
     mine = s if rank == 0 else dataclasses.replace(s, output=None, extra=dict(s.extra))
     return train_loop(mine, RunWriter(mine, spec.name), step, batches, devices=[dev],
-                      trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj)
+                      trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj, clock=clock)
 
 
 def _spawn_entry(rank: int, s: Settings, port: int):

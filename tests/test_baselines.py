@@ -228,7 +228,7 @@ def test_max_iter_s_stops_after_the_first_slow_steady_state_iteration(tmp_path):
     # several ranks: the slowest rank's time decides, so every rank leaves the loop at the same iteration
     s2 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=4, max_iter_s=2.0)
     fast = train_loop(s2, RunWriter(s2, "mlp-tiny"), lambda i, b: 1.0, [()] * 4, devices=[torch.device("cpu")],
-                      gather=lambda v: v + [9.0] if v and isinstance(v[0], float) else v)
+                      gather=lambda v: v + [(9.0, 9.0)] if v and isinstance(v[0], tuple) else v)
     assert fast["iterations"] == 2 and "9.0 s" in fast["cut_short"]
 
 
@@ -321,6 +321,41 @@ def test_the_deadline_discounts_a_slow_first_iteration_as_the_nearest_candidate_
     # 0.4 x 8 s = 3.2 s (3.5 with the margin) fits the 7 s left; iterations end at 8, 11, 14 s
     assert summary["status"] == "ok" and summary["iterations"] == 3 and summary["iter_time_s"] == 3.0
     assert "after iteration 2" in summary["cut_short"]
+
+
+def test_the_deadline_estimates_iteration_one_from_iteration_zeros_own_microbatches(monkeypatch):
+    """MicrobatchClock: a step that ticks after each microbatch has iteration 1 estimated as iteration 0 less
+    its first microbatch's excess over the median of the others (zero-offload resnet1026 D=64 u=16: 208 s,
+    then 23 s). Iteration 0 here: microbatches of 5, 1, 1, 1 s = 8 s, so iteration 1 is estimated at 4 s,
+    which fits the 7 s left, where iteration 0 as its own estimate does not. Later iterations are not
+    timed per microbatch (the clock is disarmed), and with fewer than three microbatches it gives none."""
+    import baselines.common as bc
+    from harmony.jsonio import Deferred
+    from baselines.common import MicrobatchClock
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(bc, "seconds_left", lambda: 15.0 - clock["t"])
+    mb = MicrobatchClock([torch.device("cpu")])
+    ticks = []
+
+    def step(i, batch, spans=(5.0, 1.0, 1.0, 1.0)):
+        for d in (spans if i == 0 else (0.75,) * 4):
+            clock["t"] += d
+            mb.tick()
+            ticks.append((i, len(mb.marks)))
+        return 1.0
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")], clock=mb)
+    validate_summary(summary)
+    assert summary["status"] == "ok" and summary["iter_time_s"] == 3.0 and summary["iterations"] == 3
+    assert len(mb.marks) == 5        # armed for iteration 0 only: its start and four microbatches
+    assert MicrobatchClock([torch.device("cpu")]).next_iteration_s(8.0) is None
+    mb.marks = [0.0, 5.0, 6.0]        # two microbatches: no median of the others to trust
+    assert mb.next_iteration_s(6.0) is None
+    # without the clock the same run is left for the next call (iteration 0's 8 s as its own next)
+    clock["t"] = 0.0
+    with pytest.raises(Deferred, match=r"about 8 s, as iteration 0"):
+        train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")])
 
 
 def test_search_hands_each_candidate_its_nearest_finished_candidates_first_iteration_ratio(tmp_path,

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
-from harmony.jsonio import DEFERRED_EXIT, Deferred, partial_path, read_jsonl, seconds_left
+from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, partial_path, read_jsonl,
+                            seconds_left)
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -181,6 +182,7 @@ def main(args) -> int:
                 j = nearest(ratios, i)
                 s.first_iter_ratio = None if j is None else ratios[j]
                 t0 = time.perf_counter()
+                s.started_at = time.time()
                 try:
                     rec = run_one(s)
                 except Deferred as e:     # the run itself saw the deadline coming (train_loop)
@@ -244,7 +246,7 @@ def main(args) -> int:
         out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
     else:
         # nothing ran: the output says why, with the most telling status of the candidates
-        order = ["oom", "infeasible", "unavailable", "error"]
+        order = ["over-time", "oom", "infeasible", "unavailable", "error"]
         _, worst = min(results, key=lambda sr: order.index(sr[1]["status"]) if sr[1]["status"] in order else 9)
         shutil.copyfile(results[[r for _, r in results].index(worst)][0].output, out)
         lines = out.read_text().splitlines()
@@ -261,7 +263,8 @@ def finished_candidate(s: Settings) -> dict | None:
     """The summary of candidate `s` when its record file already holds a finished run of these same
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
     Error records are run again; a candidate with --set overrides always runs (they are not recorded). A run
-    that --max-iter-s cut short counts as finished with fewer iterations."""
+    that --max-iter-s cut short counts as finished with fewer iterations; an over-time one (it had a whole
+    call) too, until a call with a longer window than its own comes."""
     path = Path(s.output)
     if s.overrides or not path.is_file():
         return None
@@ -273,10 +276,16 @@ def finished_candidate(s: Settings) -> dict | None:
     same = (rec.get("record") == "summary" and rec.get("system") == s.system
             and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
             and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch
-            and (rec.get("iterations") == s.iters or (rec.get("cut_short") and rec.get("iterations", 0) < s.iters))
+            and (rec.get("iterations") == s.iters or rec.get("status") == "over-time"
+                 or (rec.get("cut_short") and rec.get("iterations", 0) < s.iters))
             and env.get("device") == s.device
             and env.get("precision") == s.precision and env.get("gpu_memory_cap") == s.gpu_memory_cap)
-    return rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable") else None
+    # over-time stands while no call gives more time than the one that ran it
+    window = call_window_s()
+    longer = (rec.get("status") == "over-time" and window is not None
+              and window > (rec.get("call_window_s") or 0) + FRESH_CALL_SLACK_S)
+    return (rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable", "over-time")
+            and not longer else None)
 
 
 def climb(trial, n: int, no_lower=lambda i: False) -> None:

@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import Deferred, JsonlWriter, outlasts_deadline, seconds_left
+from harmony.jsonio import (FRESH_CALL_SLACK_S, Deferred, JsonlWriter, call_window_s, deadline, outlasts_deadline,
+                            seconds_left)
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
 _T0 = time.time()      # about process start (this module is imported first by every baseline)
@@ -71,6 +72,9 @@ class Settings:
     # resnet1026 D=64 ran 180 s then 74 s at u=8, and u=16, estimated at its own 235 s first, was left for a
     # next call twice that a 10-minute call never has (h100-grid33)
     first_iter_ratio: float | None = None
+    # when this run began (time.time(); None: at process start): a run that began as its device call did
+    # and still cannot finish a timed iteration in it is recorded over-time, not left for the next call
+    started_at: float | None = None
     calibration: str | None = None  # calibration.json: for the roofline
     profile: str | None = None      # profile.json: memory estimates of the swap baselines
     overrides: dict = field(default_factory=dict)
@@ -411,9 +415,17 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                 how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
                        if own is not None else f"as iteration {i}" if ratio == 1.0 else
                        f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
-                raise Deferred(f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after "
-                               f"HARMONY_DEADLINE, {max(left, 0):.0f} s away, before any timed iteration")
+                why = (f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after HARMONY_DEADLINE, "
+                       f"{max(left, 0):.0f} s away, before any timed iteration")
+                over = had_whole_call(s)
+                if over is None:
+                    raise Deferred(why)
+                status, message = "over-time", f"{why}; {over}"
+                log_phase(s.system, message)
+                break
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
+    if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
+        extra["call_window_s"] = call_window_s()
     if traced is not None and gather is not None:      # every rank traced its own GPU: sum them
         per_rank = gather([traced])
         traced = {k: (sum(t[k] or 0 for t in per_rank) if isinstance(traced.get(k), int) else traced.get(k))
@@ -436,6 +448,21 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     if status == "ok" and not its:
         status, message = "error", "no iterations ran (--iters 0?)"
     return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)
+
+
+def had_whole_call(s: Settings) -> str | None:
+    """Why no later device call gives this run more time, when none does: it began within
+    FRESH_CALL_SLACK_S of its call's start ($HARMONY_CALL_S before $HARMONY_DEADLINE). None otherwise,
+    or without the two variables."""
+    window, end = call_window_s(), deadline()
+    if window is None or end is None:
+        return None
+    began = s.started_at if s.started_at is not None else _T0
+    into = window - (end - began)
+    if into > FRESH_CALL_SLACK_S:
+        return None
+    return (f"the run began {max(into, 0):.0f} s into its call's {window:.0f} s and has run "
+            f"{time.time() - began:.0f} s, so no call of that length gives it the time")
 
 
 def over_max_iter(s: Settings, dt: float) -> bool:

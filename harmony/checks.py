@@ -147,6 +147,8 @@ def beats_offload_peers(res: Results, scale: str):
                 parts.append(f"{key[1]} D={key[2]}: {ratio:.2f}x {peer} (target {target}x)")
             elif st in ("oom", "infeasible"):
                 parts.append(f"{key[1]} D={key[2]}: {peer} {st} where Harmony trained")
+            elif st == "over-time":    # no timed iteration inside a device call: no ratio to state
+                parts.append(f"{key[1]} D={key[2]}: {peer} over-time (no timed iteration in a device call)")
             else:
                 continue
             seen = True
@@ -332,7 +334,9 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
             if r.get("status") == "ok" and _f(r.get("samples_per_s")):
                 ratios.append((max(h) / _f(r["samples_per_s"]), b))
             elif r.get("status") not in ("oom", "infeasible"):
-                missing.append(f"{b} {key[1]} D={key[2]} N={key[3]}")
+                # over-time: it had a device call and timed no iteration in it; no evidence of its rate
+                missing.append(f"{b} {key[1]} D={key[2]} N={key[3]}"
+                               + (" (over-time)" if r.get("status") == "over-time" else ""))
         if not ratios:
             continue
         lows.append((*min(ratios), key))
@@ -348,7 +352,8 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
               + "; ".join(f"{k[1]} D={k[2]} N={k[3]}: {q:.2f}x {b}"
                           + (f" (resident / {b}: {ceilings[k]:.2f}x)" if q < target and k in ceilings else "")
                           for q, b, k in lows)
-              + (f"; not measured: {len(missing)} baseline points" if missing else ""))
+              + (f"; not measured ({len(missing)}): {', '.join(missing[:6])}"
+                 + (f" and {len(missing) - 6} more" if len(missing) > 6 else "") if missing else ""))
     return min(lows)[0], detail, not below
 
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000"}
 SHORT = {"oom": "OOM", "infeasible": "infeas.", "unavailable": "n/a", "error": "error", "missing": "not run",
-         "interrupted": "interr."}
+         "interrupted": "interr.", "over-time": "> call"}
 GiB = 1024 ** 3
 
 

@@ -145,6 +145,22 @@ def seconds_left() -> float | None:
     return None if end is None else end - time.time()
 
 
+def call_window_s() -> float | None:
+    """$HARMONY_CALL_S: the seconds from a device call's job list start to $HARMONY_DEADLINE (set by
+    experiments/device/grid_gpu.sh), the most time any job of that call can have; None when not set."""
+    raw = os.environ.get("HARMONY_CALL_S")
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"HARMONY_CALL_S={raw!r}: give the call's window in seconds") from None
+
+
+# A run that began within this many seconds of its call's start had all the time a call gives: leaving it
+# for the next call gains nothing (baselines: status over-time instead of Deferred)
+FRESH_CALL_SLACK_S = 60.0
+
 DEADLINE_MARGIN = 1.1    # an estimate is charged 10% over: iteration times vary between iterations and hosts
 
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "infeasible", "error", "unavailable", "interrupted")
+# over-time: a run that had a whole device call and could not finish its first timed iteration in it
+# (baselines/common.py train_loop); its finished iterations stay in the record
+STATUSES = ("ok", "oom", "infeasible", "error", "unavailable", "interrupted", "over-time")
 
 # Keys every summary record carries (figures, checks and tests rely on them).
 SUMMARY_KEYS = (

@@ -358,6 +358,48 @@ def test_the_deadline_estimates_iteration_one_from_iteration_zeros_own_microbatc
         train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")])
 
 
+def test_a_run_that_had_the_whole_call_and_cannot_time_an_iteration_is_recorded_over_time(tmp_path, monkeypatch):
+    """$HARMONY_CALL_S: a run that began within FRESH_CALL_SLACK_S of its call's start and whose first timed
+    iteration still would end after the deadline gets status over-time, with iteration 0 kept in its record
+    (zero-offload resnet1026 D=1024: set-up, a 465 s first iteration and a 275 s second outlast any 10-minute
+    call). The same run begun later in its call is left for the next call as before. A search takes an
+    over-time candidate as finished, unless a call with a longer window runs it."""
+    import time as _time
+
+    import baselines.common as bc
+    from baselines.cli import finished_candidate
+    from harmony.jsonio import Deferred, read_jsonl
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    now = _time.time()
+    monkeypatch.setattr(bc, "seconds_left", lambda: 15.0 - clock["t"])
+    monkeypatch.setenv("HARMONY_DEADLINE", str(now + 15.0))
+    monkeypatch.setenv("HARMONY_CALL_S", "100")         # the call began 85 s ago
+
+    def step(i, batch):
+        clock["t"] += 8.0
+        return 1.0
+    out = tmp_path / "r.u4.jsonl"
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, ubatch=4, iters=3, output=str(out),
+                 started_at=now - 80.0)       # 5 s into the call's 100: it had the whole call
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 3, devices=[torch.device("cpu")])
+    validate_summary(summary)
+    assert summary["status"] == "over-time" and summary["call_window_s"] == 100.0
+    assert "would end after HARMONY_DEADLINE" in summary["message"]
+    assert "began 5 s into its call's 100 s" in summary["message"]
+    assert [r["iteration"] for r in read_jsonl(out) if r["record"] == "iteration"] == [0]
+    s.model = str(tmp_path / "mlp-tiny.json")
+    assert finished_candidate(s)["status"] == "over-time"           # not run again by a call as long
+    monkeypatch.setenv("HARMONY_CALL_S", "200")
+    assert finished_candidate(s) is None                              # a longer call runs it again
+    monkeypatch.setenv("HARMONY_CALL_S", "100")
+    clock["t"] = 0.0
+    late = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=3,
+                    started_at=now - 5.0)     # 80 s into the call: a next call gives it more time
+    with pytest.raises(Deferred, match="before any timed iteration"):
+        train_loop(late, RunWriter(late, "mlp-tiny"), step, [()] * 3, devices=[torch.device("cpu")])
+
+
 def test_search_hands_each_candidate_its_nearest_finished_candidates_first_iteration_ratio(tmp_path,
                                                                                          monkeypatch):
     """The search reads each finished candidate's second iteration over its first from its record (at most

@@ -713,7 +713,7 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
 
     ok = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85)
     assert ok["C10"]["verdict"] == "pass" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
-    assert "not measured: 1 baseline points" in ok["C10"]["detail"]          # zero-offload has no row
+    assert "not measured (1): zero-offload g D=32 N=1" in ok["C10"]["detail"]   # zero-offload has no row
     assert ok["C11"]["verdict"] == "pass" and "2 of 2 runs within 10%" in ok["C11"]["detail"]
     assert ok["C12"]["verdict"] == "pass"
     bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)

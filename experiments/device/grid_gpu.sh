@@ -48,7 +48,9 @@ echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | gr
 # Work that cannot finish before the job list is stopped is left, with no record, for the next call
 # (harmony.jsonio.Deferred: a search's next candidate, a run's next iteration, a schedule's predicted
 # run); h100-grid9 spent 5 minutes on a resident candidate the call's end then killed.
-export HARMONY_DEADLINE=$(( $(date +%s) + BUDGET_S - 30 ))
+# HARMONY_CALL_S: the whole window. A baseline run that began with all of it and still cannot time one
+# iteration is recorded `over-time` (no call of this length would finish it), not left for the next call.
+export HARMONY_DEADLINE=$(( $(date +%s) + BUDGET_S - 30 )) HARMONY_CALL_S=$(( BUDGET_S - 30 ))
 GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
   | tee -a "$RESULTS/calls/$TAG.console.log"
 rc=${PIPESTATUS[0]}

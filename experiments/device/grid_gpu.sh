@@ -44,14 +44,18 @@ python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG
 python3 -m harmony.cli calibrate --device cuda --precision tf32 --quiet -o "$RESULTS/calls/$TAG.calibration.json" \
   > "$RESULTS/calls/$TAG.calibration.log" 2>&1 || echo "[$TAG] calibrate failed: $RESULTS/calls/$TAG.calibration.log"
 slots=${GPU_SLOTS:-1}
-echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s (no new job after $((BUDGET_S - TAIL_S))s)" | tee "$RESULTS/calls/$TAG.console.log"
 # Work that cannot finish before the job list is stopped is left, with no record, for the next call
 # (harmony.jsonio.Deferred: a search's next candidate, a run's next iteration, a schedule's predicted
 # run); h100-grid9 spent 5 minutes on a resident candidate the call's end then killed.
 # HARMONY_CALL_S: the whole window. A baseline run that began with all of it and still cannot time one
 # iteration is recorded `over-time` (no call of this length would finish it), not left for the next call.
-export HARMONY_DEADLINE=$(( $(date +%s) + BUDGET_S - 30 )) HARMONY_CALL_S=$(( BUDGET_S - 30 ))
-GPU_SLOTS=$slots JOB_BUDGET_S=$((BUDGET_S - TAIL_S)) timeout -k 10 $((BUDGET_S - 20)) bash "$JOBS" 2>&1 \
+# Every limit counts from the call's start, not the list's: the set-up above takes 15-25 s, and a job list
+# stopped BUDGET_S - 20 s after its own start with a DeepSpeed run in flight ran the call past the device
+# tool's 600 s, which then returned no tarball at all (h100-grid40).
+left=$(( BUDGET_S - SECONDS ))
+export HARMONY_DEADLINE=$(( $(date +%s) + left - 30 )) HARMONY_CALL_S=$(( left - 30 ))
+echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s, ${SECONDS}s of it on set-up (the list: no new job after $((left - TAIL_S))s, stopped at $((left - 20))s)" | tee "$RESULTS/calls/$TAG.console.log"
+GPU_SLOTS=$slots JOB_BUDGET_S=$((left - TAIL_S)) timeout -k 10 $((left - 20)) bash "$JOBS" 2>&1 \
   | tee -a "$RESULTS/calls/$TAG.console.log"
 rc=${PIPESTATUS[0]}
 case $rc in   # the job list exits 1 when a job failed or jobs were left for lack of time (its last line says which)

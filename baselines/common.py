@@ -21,8 +21,8 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import (FRESH_CALL_SLACK_S, Deferred, JsonlWriter, call_window_s, deadline, outlasts_deadline,
-                            seconds_left)
+from harmony.jsonio import Deferred, JsonlWriter, call_window_s, outlasts_deadline, seconds_left
+from harmony.jsonio import had_whole_call as began_with_whole_call
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
 _T0 = time.time()      # about process start (this module is imported first by every baseline)
@@ -451,18 +451,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
 
 
 def had_whole_call(s: Settings) -> str | None:
-    """Why no later device call gives this run more time, when none does: it began within
-    FRESH_CALL_SLACK_S of its call's start ($HARMONY_CALL_S before $HARMONY_DEADLINE). None otherwise,
-    or without the two variables."""
-    window, end = call_window_s(), deadline()
-    if window is None or end is None:
-        return None
-    began = s.started_at if s.started_at is not None else _T0
-    into = window - (end - began)
-    if into > FRESH_CALL_SLACK_S:
-        return None
-    return (f"the run began {max(into, 0):.0f} s into its call's {window:.0f} s and has run "
-            f"{time.time() - began:.0f} s, so no call of that length gives it the time")
+    """Why no later device call gives this run more time, when none does (harmony.jsonio.had_whole_call,
+    from when the run began: Settings.started_at, else the process start)."""
+    return began_with_whole_call(s.started_at if s.started_at is not None else _T0)
 
 
 def over_max_iter(s: Settings, dt: float) -> bool:

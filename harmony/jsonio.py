@@ -161,6 +161,20 @@ def call_window_s() -> float | None:
 # for the next call gains nothing (baselines: status over-time instead of Deferred)
 FRESH_CALL_SLACK_S = 60.0
 
+
+def had_whole_call(began: float) -> str | None:
+    """Why no later device call gives work that began at `began` (time.time()) more time, when none does:
+    it began within FRESH_CALL_SLACK_S of its call's start ($HARMONY_CALL_S before $HARMONY_DEADLINE).
+    None otherwise, or without the two variables (outside a device call's job list)."""
+    window, end = call_window_s(), deadline()
+    if window is None or end is None:
+        return None
+    into = window - (end - began)
+    if into > FRESH_CALL_SLACK_S:
+        return None
+    return (f"it began {max(into, 0):.0f} s into its call's {window:.0f} s and ran {time.time() - began:.0f} s, "
+            f"so no call of that length gives it the time")
+
 DEADLINE_MARGIN = 1.1    # an estimate is charged 10% over: iteration times vary between iterations and hosts
 
 

@@ -24,14 +24,16 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from harmony.jsonio import DEFERRED_EXIT, partial_path
+from harmony.jsonio import DEFERRED_EXIT, call_window_s, had_whole_call, partial_path
 
 FIGURES = ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1")
 SCALES = ("smoke", "paper", "large")
@@ -297,7 +299,7 @@ def failure_stub(path: Path, schedule: str | None) -> dict | None:
     return rec if rec.get("artifact") == "stage-failure" else None
 
 
-def _write_failure(out: Path, args, status: str, message: str) -> None:
+def _write_failure(out: Path, args, status: str, message: str, **extra) -> None:
     from harmony.metrics import env_record, make_summary
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".json":    # a schedule (or other JSON artifact) that could not be made
@@ -309,7 +311,7 @@ def _write_failure(out: Path, args, status: str, message: str) -> None:
     env["gpu_memory_cap"] = args.gpu_memory
     summ = make_summary(system=args.system, model=args.model, mode=args.mode, gpus=args.gpus,
                         minibatch=args.minibatch, status=status, iterations=[], warmup=0, env=env,
-                        message=message, recorded_by="harmony.workflow guard")
+                        message=message, recorded_by="harmony.workflow guard", **extra)
     with open(out, "a") as f:   # keep whatever iteration lines the failed run wrote
         f.write(json.dumps(summ) + "\n")
 
@@ -334,8 +336,26 @@ def guard(args) -> int:
     for stale in (out, partial_path(out)):
         if stale.exists():
             stale.unlink()   # never append to a stale record
-    proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     tail: list[str] = []
+    began = time.time()
+
+    def stopped(signum, frame):
+        """The device call's end stops the job list (SIGTERM to its process group, this process and the
+        command's included). A run record whose job had the whole call is then a result, over-time: no call
+        of that length finishes it (zero-offload resnet1026 D=1024 took over 454 s for its first iteration
+        after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call."""
+        why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
+        if why is not None and not _has_summary(out):
+            partial = partial_path(out)
+            if partial.exists() and not out.exists():
+                os.replace(partial, out)
+            _write_failure(out, args, "over-time", f"stopped at the device call's end: {why}. Last output: "
+                           + " | ".join(x for x in tail[-5:] if x.strip())[:1500], call_window_s=call_window_s())
+            print(f"guard: {out} stopped at the call's end; recorded over-time", file=sys.stderr, flush=True)
+            os._exit(0)
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, stopped)
+    proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         sys.stderr.write(line)
         tail = (tail + [line.rstrip()])[-15:]
@@ -373,7 +393,6 @@ def spec_from_model_json(path: str):
 def reference(args) -> int:
     """Plain PyTorch: the whole chain on one device, one optimizer step per minibatch; with --ubatch the
     minibatch is split and gradients accumulated with weights u_i / D (the same synchronous SGD)."""
-    import time
     import torch
     from harmony.data import describe_data, load_batches
     from harmony.metrics import IterationRecord, env_record, make_summary

@@ -477,6 +477,43 @@ def test_a_deferred_job_is_left_for_the_next_call_not_failed(tmp_path):
     assert not out.exists() and (tmp_path / "r").exists() and res.returncode != 0   # the next call runs it
 
 
+def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(tmp_path):
+    """The call's end stops the job list with SIGTERM. The guard of a run that began as its call did records
+    it over-time (with the run's iteration lines), since no call of that length finishes it; the guard of
+    a job begun later in its call exits with no record, and the next call runs it."""
+    import signal
+    from harmony.jsonio import read_jsonl
+
+    def stopped_guard(name: str, call_began_s_ago: float) -> tuple[subprocess.CompletedProcess, Path]:
+        out = tmp_path / f"{name}.jsonl"
+        # the command writes one iteration line to the record's .partial, then waits for the stop
+        body = (f"open({str(out) + '.partial'!r}, 'w').write('{{\"record\": \"iteration\"}}\\n'); "
+                "print('iteration 0 running', file=__import__('sys').stderr, flush=True); "
+                "__import__('time').sleep(60)")
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HARMONY_CALL_S": "300",
+               "HARMONY_DEADLINE": str(time.time() + 300 - call_began_s_ago)}
+        proc = subprocess.Popen([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(out),
+                                 "--system", "zero-offload", "--model", "m", "--gpus", "1", "--minibatch", "8",
+                                 "--", sys.executable, "-c", body], env=env, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        for line in proc.stderr:              # the command runs: stop its process group, as timeout(1) does
+            if "iteration 0 running" in line:
+                os.killpg(proc.pid, signal.SIGTERM)
+                break
+        rest = proc.stderr.read()
+        return subprocess.CompletedProcess(proc.args, proc.wait(timeout=30), "", rest), out
+
+    res, out = stopped_guard("fresh", call_began_s_ago=5)
+    assert res.returncode == 0 and "recorded over-time" in res.stderr, res.stderr
+    recs = read_jsonl(out)
+    summary = recs[-1]
+    assert [r["record"] for r in recs] == ["iteration", "summary"] and summary["status"] == "over-time"
+    assert summary["call_window_s"] == 300.0 and "began 5 s into its call's 300 s" in summary["message"]
+    assert "iteration 0 running" in summary["message"]
+    res, out = stopped_guard("late", call_began_s_ago=200)
+    assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
+
+
 # ------------------------------------------------------------------------------------------------
 # The README's main command, end to end on the CPU (real smoke-scale runs)
 # ------------------------------------------------------------------------------------------------

@@ -210,6 +210,8 @@ def main(args) -> int:
         s, rec = done[i]
         if rec["status"] == "ok" and over_max_iter(s, rec["iter_time_s"] or 0):
             return "a larger u ran slower than --max-iter-s"
+        if rec["status"] == "over-time":   # a smaller u moves the weights more often: slower still
+            return "a larger u could not time an iteration in a whole device call"
         if rec["status"] == "infeasible" and (
                 rec.get("infeasible_reason") == "host-memory"
                 # records from before the field (H100 swap-pp resnet1026 D=1024) say so in the message

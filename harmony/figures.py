@@ -179,6 +179,9 @@ def measured_row(ident: dict, summ: dict | None, path: str) -> dict:
     env = summ.get("env") or {}
     h2d, d2h = summ.get("bytes_h2d"), summ.get("bytes_d2h")
     t, roof, bound = summ.get("iter_time_s"), summ.get("roofline_s"), summ.get("schedule_bound_s")
+    if summ.get("status") == "over-time":
+        # its iterations are warm-up only (records from before make_summary knew this gave the warm-up's)
+        summ, t = {**summ, "samples_per_s": None}, None
     return {**ident, "kind": "measured", "status": summ.get("status"),
             "samples_per_s": _num(summ.get("samples_per_s")), "iter_time_s": _num(t),
             "predicted_iter_time_s": _num(summ.get("predicted_iter_time_s")),

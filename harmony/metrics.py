@@ -71,6 +71,8 @@ def make_summary(*, system: str, model: str, mode: str | None, gpus: int, miniba
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     steady = steady_state(iterations, warmup)
     t = median_steady_state([it.time_s for it in iterations], warmup)
+    if status == "over-time":     # it timed no iteration past its warm-up: the warm-up is not its rate
+        t = None
 
     def med(attr: str) -> int | None:
         vals = [getattr(it, attr) for it in steady]

@@ -636,6 +636,36 @@ def test_climb_stops_at_a_host_memory_infeasible_candidate(tmp_path, monkeypatch
     assert "host memory" in search[0]["message"]
 
 
+def test_climb_stops_at_an_over_time_candidate_and_the_point_is_over_time(tmp_path, monkeypatch):
+    """An over-time candidate (it had a whole call and timed no iteration) ends the climb down, since a
+    smaller u moves the weights more often and runs slower still (zero-offload resnet1026 D=1024 u=16,
+    h100-grid42, where u=8 was left for a next call instead). With no candidate ok the point's record is the
+    over-time one, and neither it nor the figure row gives its warm-up as a rate."""
+    import baselines.cli as bcli
+    from harmony.figures import measured_row
+    from harmony.metrics import IterationRecord
+    ran = []
+
+    def fake_run_one(s):
+        ran.append(s.ubatch)
+        w = RunWriter(s, "mlp-tiny")
+        w.iteration(IterationRecord(iteration=0, time_s=415.0, samples_per_s=16 / 415.0, loss=1.0))
+        return w.summary("over-time", "iteration 1 would end after HARMONY_DEADLINE", warmup=1)
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--iters", "2", "-o", str(out)]) == 0
+    assert ran == [4]
+    summary = read_jsonl(out)[-1]
+    assert summary["status"] == "over-time" and summary["iter_time_s"] is None and summary["samples_per_s"] is None
+    search = summary["ubatch_search"]
+    assert [x["status"] for x in search] == ["not tried", "not tried", "over-time", "not tried", "not tried"]
+    assert "whole device call" in search[0]["message"]
+    # a record written before make_summary knew over-time (h100-grid42's) gave its warm-up as the rate
+    row = measured_row({}, {**summary, "iter_time_s": 415.0, "samples_per_s": 0.0386}, str(out))
+    assert row["status"] == "over-time" and row["samples_per_s"] is None and row["iter_time_s"] is None
+
+
 def fake_clock(monkeypatch) -> dict:
     """A clock the search (baselines.cli) and the runs' own deadline check (harmony.jsonio.seconds_left)
     both read: {"t": seconds since the epoch}, advanced by the test."""

@@ -165,7 +165,7 @@ def unfinished_search(files: list[str] | None) -> str | None:
     for f in files:
         summ = read_run(f)[0] or {}
         u = parse_path(f)["cfg"].split(".u", 1)[1]
-        sps = summ.get("samples_per_s")
+        sps = summ.get("samples_per_s") if summ.get("status") == "ok" else None   # over-time: warm-up only
         done.append((int(u) if u.isdigit() else 0, f"u={u} {summ.get('status', 'unfinished')}"
                      + (f" {sps:.3f} samples/s" if sps else "")))
     return (f"{UNFINISHED_SEARCH}; on record " +

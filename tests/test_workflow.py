@@ -247,6 +247,19 @@ def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):
     assert n == 1 and not ok and "(swap-dp: m D=64 N=1), 1 of them a microbatch search with candidates" in detail
 
 
+def test_an_unfinished_search_lists_its_candidates_with_a_rate_only_where_they_ran_ok(tmp_path):
+    """figures.unfinished_search: each candidate's status, and samples/s only for an ok one (an over-time
+    candidate's iterations are warm-up: zero-offload resnet1026 D=1024 u=16, h100-grid42)."""
+    from harmony.figures import UNFINISHED_SEARCH, unfinished_search
+    d = tmp_path / "results" / "paper" / "hw" / "runs" / "zero-offload" / "m"
+    d.mkdir(parents=True)
+    for u, status, sps in ((8, "ok", 1.451), (16, "over-time", 2.468)):
+        (d / f"N1-D64-best.u{u}.jsonl").write_text(json.dumps(
+            {"record": "summary", "status": status, "samples_per_s": sps, "iter_time_s": 64 / sps}) + "\n")
+    msg = unfinished_search(sorted(str(f) for f in d.iterdir()))
+    assert msg == f"{UNFINISHED_SEARCH}; on record u=8 ok 1.451 samples/s, u=16 over-time"
+
+
 def test_c7_compares_vpp_with_the_same_schedule_on_one_gpu(tmp_path):
     """C7: vPP at every N against the same fixed schedule on one GPU; a saving at some N (weights kept
     between a GPU's consecutive forward and backward task of a pack) is not 'growth'."""

@@ -37,9 +37,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, accumulate_microbatches, free_port, is_oom,
-                              load_model, pin_batches, resolve_device, spawn_ranks, status_only,
-                              train_loop, use_rank_share_of_cores)
+from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_microbatches, apply_cap,
+                              apply_precision, free_port, is_oom, load_model, pin_batches, resolve_device,
+                              spawn_ranks, status_only, train_loop, use_rank_share_of_cores)
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import make_optimizer, set_lr

@@ -29,9 +29,9 @@ import traceback
 
 import torch
 
-from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast, free_port, is_oom,
-                              load_model, log_phase, microbatch_ranges, pin_batches, resolve_device, spawn_ranks,
-                              status_only, train_loop, use_rank_share_of_cores)
+from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast,
+                              free_port, is_oom, load_model, log_phase, microbatch_ranges, pin_batches,
+                              resolve_device, spawn_ranks, status_only, train_loop, use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
 from harmony.jsonio import Deferred

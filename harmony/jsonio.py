@@ -175,6 +175,7 @@ def had_whole_call(began: float) -> str | None:
     return (f"it began {max(into, 0):.0f} s into its call's {window:.0f} s and ran {time.time() - began:.0f} s, "
             f"so no call of that length gives it the time")
 
+
 DEADLINE_MARGIN = 1.1    # an estimate is charged 10% over: iteration times vary between iterations and hosts
 
 

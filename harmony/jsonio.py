@@ -128,15 +128,20 @@ class Deferred(Exception):
     without a record, and the next call runs it (a baseline search goes on from its candidates on record)."""
 
 
-def deadline() -> float | None:
-    """$HARMONY_DEADLINE as seconds since the epoch, or None when it is not set."""
-    raw = os.environ.get("HARMONY_DEADLINE")
+def _env_seconds(name: str, meaning: str) -> float | None:
+    """A number of seconds from environment variable `name`, or None when it is not set."""
+    raw = os.environ.get(name)
     if not raw:
         return None
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"HARMONY_DEADLINE={raw!r}: give the deadline in seconds since the epoch") from None
+        raise ValueError(f"{name}={raw!r}: give {meaning}") from None
+
+
+def deadline() -> float | None:
+    """$HARMONY_DEADLINE as seconds since the epoch, or None when it is not set."""
+    return _env_seconds("HARMONY_DEADLINE", "the deadline in seconds since the epoch")
 
 
 def seconds_left() -> float | None:
@@ -148,13 +153,7 @@ def seconds_left() -> float | None:
 def call_window_s() -> float | None:
     """$HARMONY_CALL_S: the seconds from a device call's job list start to $HARMONY_DEADLINE (set by
     experiments/device/grid_gpu.sh), the most time any job of that call can have; None when not set."""
-    raw = os.environ.get("HARMONY_CALL_S")
-    if not raw:
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"HARMONY_CALL_S={raw!r}: give the call's window in seconds") from None
+    return _env_seconds("HARMONY_CALL_S", "the call's window in seconds")
 
 
 # A run that began within this many seconds of its call's start had all the time a call gives: leaving it

@@ -61,10 +61,12 @@ def _f(x) -> float | None:
 
 
 def _by_point(rows: list[dict]) -> dict[tuple, dict[str, dict]]:
-    """(figure, model, D, N) -> {system: row}."""
+    """(model, D, N) -> {system: row}. A configuration is its model, minibatch and GPUs, whichever figures
+    plot it: figure 12's one-GPU points are figure 10's runs, and counting them twice would weigh them
+    twice in a mean and list them twice in a detail."""
     out: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in rows:
-        out[(r["figure"], r["model"], r["minibatch"], r["gpus"])][r["system"]] = r
+        out[(r["model"], r["minibatch"], r["gpus"])][r["system"]] = r
     return out
 
 
@@ -88,8 +90,8 @@ def _swap_ratios(res: Results) -> list[tuple[float, tuple]]:
 
 def _ratio_detail(ratios) -> str:
     lo, hi = min(ratios), max(ratios)
-    return (f"swap-dp / Harmony swap bytes: min {lo[0]:.2f}x at {lo[1][1]} D={lo[1][2]}, "
-            f"max {hi[0]:.2f}x at {hi[1][1]} D={hi[1][2]} ({len(ratios)} configs)")
+    return (f"swap-dp / Harmony swap bytes: min {lo[0]:.2f}x at {lo[1][0]} D={lo[1][1]}, "
+            f"max {hi[0]:.2f}x at {hi[1][0]} D={hi[1][1]} ({len(ratios)} configs)")
 
 
 def swap_less_than_swapdp(res: Results, scale: str):
@@ -118,8 +120,8 @@ def faster_than_baselines(res: Results, scale: str):
         return None, "no configuration with Harmony and a baseline measured", None
     worst = min(ratios)
     gm = math.exp(statistics.mean(math.log(r) for r, _ in ratios))
-    return worst[0], (f"best Harmony / best baseline samples/s: min {worst[0]:.2f}x at {worst[1][1]} "
-                      f"D={worst[1][2]}, geometric mean {gm:.2f}x over {len(ratios)} configs"), worst[0] >= 1.0
+    return worst[0], (f"best Harmony / best baseline samples/s: min {worst[0]:.2f}x at {worst[1][0]} "
+                      f"D={worst[1][1]}, geometric mean {gm:.2f}x over {len(ratios)} configs"), worst[0] >= 1.0
 
 
 PEER_TARGETS = {"fsdp-offload": 1.5, "zero-offload": 1.2}   # issue targets at the `large` scale
@@ -144,11 +146,11 @@ def beats_offload_peers(res: Results, scale: str):
                 ratio = max(h) / _f(r["samples_per_s"])
                 ratios.append(ratio)
                 verdict &= ratio >= target
-                parts.append(f"{key[1]} D={key[2]}: {ratio:.2f}x {peer} (target {target}x)")
+                parts.append(f"{key[0]} D={key[1]}: {ratio:.2f}x {peer} (target {target}x)")
             elif st in ("oom", "infeasible"):
-                parts.append(f"{key[1]} D={key[2]}: {peer} {st} where Harmony trained")
+                parts.append(f"{key[0]} D={key[1]}: {peer} {st} where Harmony trained")
             elif st == "over-time":    # no timed iteration inside a device call: no ratio to state
-                parts.append(f"{key[1]} D={key[2]}: {peer} over-time (no timed iteration in a device call)")
+                parts.append(f"{key[0]} D={key[1]}: {peer} over-time (no timed iteration in a device call)")
             else:
                 continue
             seen = True
@@ -335,7 +337,7 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
                 ratios.append((max(h) / _f(r["samples_per_s"]), b))
             elif r.get("status") not in ("oom", "infeasible"):
                 # over-time: it had a device call and timed no iteration in it; no evidence of its rate
-                missing.append(f"{b} {key[1]} D={key[2]} N={key[3]}"
+                missing.append(f"{b} {key[0]} D={key[1]} N={key[2]}"
                                + (" (over-time)" if r.get("status") == "over-time" else ""))
         if not ratios:
             continue
@@ -349,7 +351,7 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
         return None, "no figure-10 configuration with Harmony and a baseline measured", None
     below = [x for x in lows if x[0] < target]
     detail = (f"lowest ratio per configuration ({len(below)} of {len(lows)} below {target}x): "
-              + "; ".join(f"{k[1]} D={k[2]} N={k[3]}: {q:.2f}x {b}"
+              + "; ".join(f"{k[0]} D={k[1]} N={k[2]}: {q:.2f}x {b}"
                           + (f" (resident / {b}: {ceilings[k]:.2f}x)" if q < target and k in ceilings else "")
                           for q, b, k in lows)
               + (f"; not measured ({len(missing)}): {', '.join(missing[:6])}"

@@ -247,6 +247,30 @@ def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):
     assert n == 1 and not ok and "(swap-dp: m D=64 N=1), 1 of them a microbatch search with candidates" in detail
 
 
+def test_a_configuration_both_figures_plot_counts_once_in_the_throughput_claims(tmp_path):
+    """Figure 12's one-GPU points are figure 10's runs: C1 and C3 count such a configuration once (the
+    H100 records' C3 geometric mean was over 15 configs, three of them gpt2-xl twice), and C9 names it once."""
+    from harmony.checks import Results, beats_offload_peers, faster_than_baselines, swap_10x
+    from harmony.figures import COLUMNS
+    R = tmp_path / "r"
+    R.mkdir()
+    shared = [("harmony-vPP", 4.0, 100), ("swap-dp", 2.0, 1000), ("fsdp-offload", 1.0, None)]
+    own = [("harmony-vPP", 9.0, 100), ("swap-dp", 1.0, 400)]
+    for fig, points in (("figure10", {("a", 16): shared, ("b", 16): own}), ("figure12", {("a", 16): shared})):
+        with open(R / f"{fig}.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows([{"figure": fig, "model": m, "minibatch": d, "system": s, "gpus": 1, "cfg": "auto",
+                          "kind": "measured", "status": "ok", "samples_per_s": sps, "swap_bytes": swap}
+                         for (m, d), rows in points.items() for s, sps, swap in rows])
+    res = Results(R)
+    worst, detail, _ = faster_than_baselines(res, "paper")
+    assert worst == pytest.approx(2.0)
+    assert f"geometric mean {(2.0 * 9.0) ** 0.5:.2f}x over 2 configs" in detail
+    assert swap_10x(res, "paper")[1].endswith("(2 configs)")
+    assert beats_offload_peers(res, "paper")[1] == "a D=16: 4.00x fsdp-offload (target 1.5x)"
+
+
 def test_an_unfinished_search_lists_its_candidates_with_a_rate_only_where_they_ran_ok(tmp_path):
     """figures.unfinished_search: each candidate's status, and samples/s only for an ok one (an over-time
     candidate's iterations are warm-up: zero-offload resnet1026 D=1024 u=16, h100-grid42)."""

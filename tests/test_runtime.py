@@ -174,6 +174,12 @@ def _run_batch(N: int):
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
         runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-tensor"}))
         meta.append(((case[0] + "+per-tensor", *case[1:]), spec, rec, g, False))
+    # one microbatch per task (u = D, as the swap baselines run): a BWD task hands its microbatch's input
+    # gradients on as the group's, without a group buffer
+    for case in ONE_MICROBATCH_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
+        runs.append((rec, g, {"iters": ITERS}))
+        meta.append(((case[0] + "+one-microbatch", *case[1:]), spec, rec, g, False))
     # loads in the compute stream's pool (--load-buffers auto on a schedule that records the plan's
     # prefetch_waits): every other compute task's loads are reserved after the task before it, the rest
     # before it is issued (on the CPU the reservations are plain tensors: the order and the copies into them
@@ -190,7 +196,8 @@ def _run_batch(N: int):
 # in views of the block: each view needs a version counter of its own); these run --weight-copies per-tensor
 PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
-N_EXTRA = 1 + len(PER_TENSOR_CASES) + len(COMPUTE_STREAM_CASES)     # the cases of _run_batch beyond cases(N)
+ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
+N_EXTRA = 1 + len(PER_TENSOR_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")
@@ -374,3 +381,13 @@ def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
     ref_losses, _ = train_reference(spec, minibatches(spec, D, ITERS, 1234), seed=0)
     rel = max(abs(a - b) / abs(b) for a, b in zip(s["losses"], ref_losses, strict=True))
     assert rel <= TOL, (s["losses"], ref_losses)
+
+
+def test_copy_rows_zeroes_the_rows_of_a_missing_gradient():
+    """The group's input gradient is allocated uninitialised (run_bwd): an input autograd gave no gradient
+    must still hand on zeros."""
+    from harmony.runtime.worker import _copy_rows
+    dsts = [torch.full((4, 2), float("nan")), torch.full((4, 2), float("nan"))]
+    _copy_rows(dsts, [torch.ones(2, 2), None], slice(2, 4))
+    assert torch.equal(dsts[0][2:], torch.ones(2, 2)) and torch.equal(dsts[1][2:], torch.zeros(2, 2))
+    assert dsts[0][:2].isnan().all() and dsts[1][:2].isnan().all()

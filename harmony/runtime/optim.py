@@ -147,6 +147,7 @@ class PackUpdater:
         if coalesce_below < 0:
             raise ValueError(f"coalesce_below must be >= 0 (0 turns coalescing off), got {coalesce_below}")
         self.arena, self.packs, self.cfg, self.coalesce_below = arena, list(bwd_packs), cfg, coalesce_below
+        self.upd_flags = arena.upd_done      # one view of the flags, not a new one per pack update
         self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="harmony-upd")
         self.signal = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harmony-signal")
         self._opts: dict[int, _PackOptimizer] = {}
@@ -209,7 +210,7 @@ class PackUpdater:
             po = self._optimizer(pi)
             t1 = time.perf_counter()
             n = po.step(iteration, missing)
-            self.arena.upd_done[pi] = iteration + 1
+            self.upd_flags[pi] = iteration + 1
             t2 = time.perf_counter()
             with self._stats_lock:
                 st = self._stats

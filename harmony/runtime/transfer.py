@@ -24,6 +24,12 @@ allocation and one `cudaMemcpyAsync` per vLayer instead of one per tensor (847 i
 resnet1026 vPP iteration at D = 64; docs/performance.md entry 23: 1.32 -> 1.08-1.10 s on the H100). It
 is the default; `per-tensor` copies each tensor on its own.
 
+Every Copier call comes from the worker's issue thread, whose current stream is the compute stream: a copy
+switches to its stream with `torch.cuda.set_stream` and back to `compute`, not with `torch.cuda.stream(...)`,
+whose entry and exit resolve the current device and stream again (environment lookups included) each time:
+about 80 ms of a 1.25 s host-bound iteration on the GPU host, four switches per vLayer (docs/performance.md
+entry 43).
+
 CPU (`--device cpu`): "device" tensors are worker-local CPU tensors; the same calls make plain copies and
 count the same bytes, so the CI checks of the counters against `count_bytes` cover the real code path.
 """
@@ -147,7 +153,8 @@ class Copier:
                 o.copy_(t)
             return into[0], None
         stream = self.stash_stream if stash_stream else self.h2d_stream
-        with torch.cuda.stream(stream):
+        torch.cuda.set_stream(stream)
+        try:
             if after is not None:
                 stream.wait_event(after)
             if into is not None:
@@ -159,6 +166,8 @@ class Copier:
                 o.copy_(t, non_blocking=True)
             ev = torch.cuda.Event()
             ev.record(stream)
+        finally:
+            torch.cuda.set_stream(self.compute)
         return outs, ev
 
     def h2d_block(self, block: torch.Tensor, views: BlockViews, kind: str, nbytes: int, into=None):
@@ -190,12 +199,15 @@ class Copier:
         ev_src = torch.cuda.Event()
         ev_src.record(self.compute)
         self.d2h_stream.wait_event(ev_src)
-        with torch.cuda.stream(self.d2h_stream):
+        torch.cuda.set_stream(self.d2h_stream)
+        try:
             for d, s in zip(dsts, srcs):
                 d.copy_(s, non_blocking=True)
                 s.record_stream(self.d2h_stream)
             ev = torch.cuda.Event()
             ev.record(self.d2h_stream)
+        finally:
+            torch.cuda.set_stream(self.compute)
         return ev
 
     def staging(self, like: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -404,20 +404,25 @@ class Worker:
         remote = need_in_grad and grad_consumer.rank != self.rank
         out_float = [dt in _FLOAT for _, dt in self._specs(t.pack[1] - 1)]
         in_float = gin = None
-        for i, (lo, hi) in enumerate(t.microbatches()):
+        mbs = t.microbatches()
+        for i, (lo, hi) in enumerate(mbs):
             self.current = (t, lo, hi)
             self._fault_point(t, it)
             sl = slice(lo - s0, hi - s0)
             xs = inp.microbatch(lo, hi)
             if in_float is None:        # the first microbatch says what the input is
                 in_float = [x.dtype in _FLOAT for x in xs]
-                if need_in_grad:        # the group's input gradient, for the consumer
-                    gin = [torch.zeros((t.num_samples, *x.shape[1:]), dtype=x.dtype, device=self.device)
+                if need_in_grad and len(mbs) > 1:    # the group's input gradient, for the consumer
+                    gin = [torch.empty((t.num_samples, *x.shape[1:]), dtype=x.dtype, device=self.device)
                            for x, f in zip(xs, in_float) if f]
             gys = gin_src.microbatch(lo, hi) if gin_src is not None else None
             dxs = self._bwd_microbatch(t, it, xs, gys, lo, hi, in_float, out_float, need_in_grad, is_loss)
             if need_in_grad:
-                _copy_rows(gin, dxs, sl)
+                if gin is None:     # one microbatch: its gradients are the group's, uncopied
+                    gin = [dx if dx is not None else torch.zeros_like(x)
+                           for dx, x in zip(dxs, [x for x, f in zip(xs, in_float) if f])]
+                else:
+                    _copy_rows(gin, dxs, sl)
                 if remote:     # stream: the previous pack's GPU starts its backward on this microbatch
                     self._send([buf[sl] for buf in gin], grad_consumer.rank, t, "grad", i)
             # nothing of this microbatch may outlive it: a name still bound during the next microbatch's
@@ -729,10 +734,13 @@ class Worker:
 
 
 def _copy_rows(dsts: list, srcs: list, rows: slice) -> None:
-    """dst[rows] = src for each pair (a None src is skipped). A function, so that no loop variable keeps
-    the last src alive in the caller (docs/performance.md entry 38)."""
+    """dst[rows] = src for each pair; a None src (an input autograd gave no gradient) zeroes its rows, so
+    the destinations need not be zero-filled first. A function, so that no loop variable keeps the last
+    src alive in the caller (docs/performance.md entry 38)."""
     for dst, src in zip(dsts, srcs):
-        if src is not None:
+        if src is None:
+            dst[rows].zero_()
+        else:
             dst[rows].copy_(src)
 
 

@@ -357,8 +357,9 @@ def guard(args) -> int:
     signal.signal(signal.SIGTERM, stopped)
     proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        sys.stderr.write(line)
+        # kept before it is echoed: a stop that follows the echoed line finds it in the record's message
         tail = (tail + [line.rstrip()])[-15:]
+        sys.stderr.write(line)
     rc = proc.wait()
     if rc == 0 and _has_summary(out):
         return 0

@@ -21,6 +21,7 @@ SUBCOMMANDS = [
     ("figure", "harmony.figures", "run records -> a figure's CSV, PNG and PDF"),
     ("check", "harmony.checks", "compare results against the paper's claims with tolerances"),
     ("env", "harmony.envcli", "print this machine's environment record (JSON)"),
+    ("provenance", "harmony.provenance", "which commit's code made a run record (from its source tree hashes)"),
 ]
 
 

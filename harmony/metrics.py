@@ -199,12 +199,16 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
     """GPU model/count, driver, torch/CUDA, precision, cap, host, git commit, calibrated bandwidths."""
     import torch
 
+    from harmony.provenance import source_trees
     rec: dict[str, Any] = {
         "device": device, "precision": precision, "gpu_memory_cap": gpu_memory_cap,
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "host": platform.node(), "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "git_commit": git_commit(),
+        # git's tree hash of the code folders from the files themselves: the GPU machines' copy of .git can
+        # lag the code it travels with, so git_commit alone may name the wrong commit (harmony.provenance)
+        "source_trees": source_trees(),
         # the caching allocator's settings (expandable segments or not) decide how close to a cap a run gets
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         # how idle OpenMP threads wait: spinning teams of several processes starve each other (entry 19)

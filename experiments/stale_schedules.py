@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -34,26 +35,46 @@ def plan(rec: dict) -> tuple:
     return c["ubatch_fwd"], c["ubatch_bwd"], len(c["bwd_packs"]), len(c["fwd_packs"])
 
 
-def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> dict:
+def setting(rec: dict, sched: Path) -> dict:
+    """Mode, GPUs, minibatch, cap and headroom of a schedule record; of a failed search's record
+    (`stage-failure`: no plan, e.g. infeasible) from its file name (MODE-N<gpus>-D<minibatch>-auto.json) and
+    the command it ran."""
+    if "graph" in rec:
+        c = rec["graph"]["config"]
+        return {"mode": c["mode"], "gpus": c["gpus"], "minibatch": c["minibatch"],
+                "cap": rec.get("gpu_memory_cap"), "headroom": rec.get("search", {}).get("headroom")}
+    m = re.fullmatch(r"(vPP|vDP)-N(\d+)-D(\d+)-auto", sched.stem)
+    if not m:
+        raise ValueError(f"{sched}: neither a schedule nor named MODE-N<gpus>-D<minibatch>-auto.json")
+    cmd = rec.get("command") or []
+    words = cmd.split() if isinstance(cmd, str) else [str(w) for w in cmd]
+    opt = {k: words[i + 1] for i, k in enumerate(words[:-1]) if k in ("--gpu-memory", "--headroom")}
+    return {"mode": m[1], "gpus": int(m[2]), "minibatch": int(m[3]), "cap": opt.get("--gpu-memory"),
+            "headroom": float(opt["--headroom"]) if "--headroom" in opt else None}
+
+
+def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> dict | None:
     """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode;
-    `headroom` replaces the record's)."""
+    `headroom` replaces the record's); None when it finds no plan either."""
     rec = json.loads(sched.read_text())
-    c = rec["graph"]["config"]
+    c = setting(rec, sched)
     model = sched.parent.name
     cmd = ["schedule", str(root / "profiles" / f"{model}.json"),
            "--model", str(root / "models" / f"{model}.json"), "--minibatch", str(c["minibatch"]),
            "--gpus", str(c["gpus"]), "--mode", c["mode"], "--calibration", str(root / "calibration.json"),
            "-o", str(out)]
-    if rec.get("gpu_memory_cap"):
-        cmd += ["--gpu-memory", str(rec["gpu_memory_cap"])]
+    if c["cap"]:
+        cmd += ["--gpu-memory", str(c["cap"])]
     if headroom is None:
-        headroom = rec.get("search", {}).get("headroom")
+        headroom = c["headroom"]
     if headroom is not None:
         cmd += ["--headroom", str(headroom)]
     err = io.StringIO()        # in this process: one torch import for every search, not one each
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = harmony_main(cmd)
     if rc:
+        if "graph" not in rec and "no schedule fits" in err.getvalue():
+            return None
         raise RuntimeError(f"{sched}: the search failed: {err.getvalue().strip()[-400:]}")
     return json.loads(out.read_text())
 
@@ -83,10 +104,17 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i, p in enumerate(scheds):
             old = json.loads(p.read_text())
-            if a.gpus is not None and old["graph"]["config"]["gpus"] != a.gpus:
+            if a.gpus is not None and setting(old, p)["gpus"] != a.gpus:
                 continue
             print(f"[{i + 1}/{len(scheds)}] {p.parent.name}/{p.name}", file=sys.stderr, flush=True)
             new = research(a.root, p, Path(tmp) / "s.json", a.headroom)
+            if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
+                now = "no plan either" if new is None else \
+                    f"{plan(new)} {new['prediction']['iter_time_s']:8.3f} STALE"
+                stale += new is not None
+                print(f"{p.parent.name:18s} {p.stem:18s} record {old.get('status', 'failed')} (no plan)  now {now}",
+                      flush=True)
+                continue
             t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
             gain = 1 - t_new / t_old
             mark = "STALE" if plan(old) != plan(new) and gain >= a.threshold else ""

@@ -90,6 +90,23 @@ def test_an_output_sent_to_another_gpu_stays_allocated_through_the_next_task():
     assert not simulate(graph("vPP", 2, 4, 4, 4), costs, PARAMS, cap=cap).feasible
 
 
+def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds():
+    # Each task alone fits 140 B, but on two GPUs a rank holds its previous task's 20 B send beside the next
+    # task (test above), so every packing of the first pass is over the cap. The search packs again with
+    # room for that send and finds plans that fit (2x H200, gpt2-xl vPP D = 256: no schedule before).
+    costs = LayerCosts(make_profile(L=6, x=5))
+    r = search(costs, PARAMS, minibatch=4, gpus=2, mode="vPP", cap=140, ubatch_fwd=4, ubatch_bwd=4)
+    first = [c for c in r.candidates if "send-room" not in c.bwd_packer]
+    assert first and not any(c.feasible for c in first)
+    assert r.best.feasible and "send-room" in r.best.bwd_packer
+    assert r.space["held_send_room_bytes"] == {"vPP-2": 20}
+    sim = simulate(build_task_graph(r.best.config, 6), costs, PARAMS, cap=140)
+    assert sim.feasible and max(sim.task_peak_bytes) <= 140 and sim.held_send_bytes == 20
+    # one GPU sends nothing to hold: one pass, and the same cap has plans there
+    one = search(costs, PARAMS, minibatch=4, gpus=1, mode="vPP", cap=140, ubatch_fwd=4, ubatch_bwd=4)
+    assert one.best.feasible and "held_send_room_bytes" not in one.space
+
+
 def test_hand_computed_vdp():
     # 2 GPUs x 2 samples at u=2: compute halves; ring all-reduce of 10 B and 20 B at 10 B/s; one dW copy.
     costs = LayerCosts(make_profile())

@@ -978,3 +978,37 @@ def test_a_baseline_point_whose_search_is_unfinished_says_how_far_it_got(tmp_pat
                               "u=4 ok 1.451 samples/s, u=8 oom")
     other = next(r for r in rows if (r["model"], r["system"], r["kind"]) == ("gpt2-tiny", "zero-offload", "measured"))
     assert other["status"] == "missing" and other["message"] == "not run: no record"
+
+
+def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_path):
+    """experiments/stale_schedules.py reads a failed search's record (no plan: MODE-N-D-auto.json named,
+    its cap from the command it ran) and says whether today's search finds a plan there."""
+    from harmony.jsonio import write_json
+    from harmony.schedule.synthetic import synthetic_calibration
+    R = tmp_path / "res"
+    model, prof = R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
+    model.parent.mkdir(parents=True)
+    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)])
+    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2,4", "--trials", "1", "--quiet"])
+    write_json(R / "calibration.json", synthetic_calibration("paper"))
+    scheds = R / "schedules" / "gpt2-tiny"
+    scheds.mkdir(parents=True)
+
+    def schedule(d: int, cap: str) -> Path:
+        out = scheds / f"vDP-N1-D{d}-auto.json"
+        sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(out), "--", "harmony", "schedule",
+            str(prof), "--model", str(model), "--minibatch", str(d), "--gpus", "1", "--mode", "vDP",
+            "--gpu-memory", cap, "--calibration", str(R / "calibration.json"), "-o", str(out)], check=False)
+        return out
+
+    failed = json.loads(schedule(16, "1KiB").read_text())
+    assert failed["artifact"] == "stage-failure" and "graph" not in failed
+    ok = schedule(8, "6MiB")                                    # a plan on record
+    # a failed search whose cap today's search can plan for (as if the search had improved since)
+    later = dict(failed, command=[w.replace("1KiB", "6MiB") for w in failed["command"]])
+    write_json(scheds / "vDP-N1-D32-auto.json", later)
+    out = sh([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R)]).stdout
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("gpt2-tiny")}
+    assert "record" in lines[ok.stem] and "(-0.0%)" in lines[ok.stem]
+    assert "no plan)  now no plan either" in lines["vDP-N1-D16-auto"]
+    assert lines["vDP-N1-D32-auto"].endswith("STALE") and "# 1 stale" in out

@@ -130,6 +130,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         fits = host_memory is None or hb.total <= host_memory
         c = Candidate(len(cands), cfg, bname, fname, objective_s, sim.iter_time_s, sim.feasible,
                       max(sim.task_peak_bytes), hb, fits)
+        held[c.index] = sim.held_send_bytes
         cands.append(c)
         if c.feasible and (best is None or c.iter_time_s < best.iter_time_s):
             best = c
@@ -137,11 +138,13 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
             progress(c)
 
     space = {"setups": [f"{m}-{n}" for m, n in setups], "ubatch": {}}
-    for m, n_gpu in setups:
-        samples = minibatch if m == "vPP" else -(-minibatch // n_gpu)
-        us = ubatch_candidates(costs, samples)
-        space["ubatch"][f"{m}-{n_gpu}"] = us
-        ctx_kw = dict(n=samples, cap=cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
+    seen: set[tuple] = set()
+    held: dict[int, int] = {}          # candidate index -> bytes held for sends under its tasks (SimResult)
+
+    def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], pack_cap: float | None,
+                   errors_out: list[str] | None, tag: str = "") -> None:
+        """Every packing of one setup whose tasks fit `pack_cap`, each simulated against the true `cap`."""
+        ctx_kw = dict(n=samples, cap=pack_cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
                       d2h_Bps=params.d2h_Bps * params.duplex_factor, shared_link=params.shared_link,
                       task_overhead_s=params.task_overhead_s)
         ub_list = [ubatch_bwd] if ubatch_bwd else us
@@ -152,12 +155,13 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
             else:
                 bwds = _dedupe(bwd_packings(costs, bctx, bwd_packers))
                 if not bwds:
-                    try:
-                        check_single_layers(costs, bctx)
-                    except PackingError as e:
-                        errors.append(str(e))
-                    else:
-                        errors.append(f"no backward packing fits at u_bwd={ub}")
+                    if errors_out is not None:
+                        try:
+                            check_single_layers(costs, bctx)
+                        except PackingError as e:
+                            errors_out.append(str(e))
+                        else:
+                            errors_out.append(f"no backward packing fits at u_bwd={ub}")
                     continue
             uf_list = [ubatch_fwd] if ubatch_fwd else [ub] if equal_ubatch else [u for u in us if u >= ub]
             for bname, bpacks in bwds.items():
@@ -169,9 +173,34 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                     else:
                         fwds = _dedupe(fwd_packings(costs, fctx, bpacks, fwd_packers))
                     for fname, fpacks in fwds.items():
+                        key = (m, n_gpu, uf, ub, tuple(bpacks), tuple(fpacks))
+                        if key in seen:
+                            continue
+                        seen.add(key)
                         cfg = ScheduleConfig(mode=m, gpus=n_gpu, minibatch=minibatch, ubatch_fwd=uf,
                                              ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
-                        evaluate(cfg, bname, fname, jb + objective(costs, fctx, fpacks))
+                        evaluate(cfg, bname + tag, fname + tag, jb + objective(costs, fctx, fpacks))
+
+    for m, n_gpu in setups:
+        samples = minibatch if m == "vPP" else -(-minibatch // n_gpu)
+        us = ubatch_candidates(costs, samples)
+        space["ubatch"][f"{m}-{n_gpu}"] = us
+        first = len(cands)
+        pack_setup(m, n_gpu, samples, us, cap, errors)
+        # The packers fit each task alone under the cap, but a vPP rank still holds what its previous task
+        # sent to another GPU (the simulator adds it: docs/performance.md entry 33), so at a large D every
+        # packing can come out over the cap by one send (2x H200, gpt2-xl vPP D = 256 N = 2: tasks at 10.9-11.3
+        # GiB against 9.9, no schedule; entry 44). Then the packers run again with room for the sends that
+        # pushed candidates over, smallest first, until one fits.
+        if cap is None or pack_size:
+            continue
+        over = sorted({held[c.index] for c in cands[first:] if not c.gpu_feasible and 0 < held[c.index] < cap})
+        for room in over[:3]:
+            space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = room
+            before = len(cands)
+            pack_setup(m, n_gpu, samples, us, cap - room, None, tag="+send-room")
+            if any(c.gpu_feasible for c in cands[before:]):
+                break
     if best is not None and not pack_size:
         base = best      # evaluate() moves `best`: the splits are all of this one, and named after it
         for cfg in bottom_splits(base.config):

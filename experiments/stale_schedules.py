@@ -15,6 +15,11 @@ and `calibration.json`. A plan whose microbatches or packs differ and whose pred
 
 `--headroom H` searches with that headroom instead of each record's: the predicted cost, point by point,
 of changing the workflow's headroom (docs/performance.md entry 38).
+
+`--rewrite` writes today's search over every schedule whose plan or prediction changed and that no run
+record used (a figure's predicted points, e.g. N = 4 on a one-GPU machine; a search that found no plan),
+with its candidates CSV, trace and log, as the workflow's schedule rule does. A schedule with a run is left as it is
+(its run executed that plan): re-run it to change it.
 """
 from __future__ import annotations
 
@@ -53,9 +58,17 @@ def setting(rec: dict, sched: Path) -> dict:
             "headroom": float(opt["--headroom"]) if "--headroom" in opt else None}
 
 
-def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> dict | None:
+def same_plan(rec: dict) -> tuple:
+    """What a run of the schedule executes: its microbatch sizes and packs."""
+    c = rec["graph"]["config"]
+    return (c["ubatch_fwd"], c["ubatch_bwd"], tuple(map(tuple, c["bwd_packs"])), tuple(map(tuple, c["fwd_packs"])))
+
+
+def research(root: Path, sched: Path, out: Path, headroom: float | None = None,
+             files: bool = False) -> dict | None:
     """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode;
-    `headroom` replaces the record's); None when it finds no plan either."""
+    `headroom` replaces the record's); None when it finds no plan either. files: also write the candidates
+    CSV and the trace beside `out`, named as the workflow names them."""
     rec = json.loads(sched.read_text())
     c = setting(rec, sched)
     model = sched.parent.name
@@ -63,6 +76,9 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None) 
            "--model", str(root / "models" / f"{model}.json"), "--minibatch", str(c["minibatch"]),
            "--gpus", str(c["gpus"]), "--mode", c["mode"], "--calibration", str(root / "calibration.json"),
            "-o", str(out)]
+    if files:
+        stem = str(out)[:-len(".json")]
+        cmd += ["--candidates", stem + ".csv", "--trace", stem + ".trace.json.gz"]
     if c["cap"]:
         cmd += ["--gpu-memory", str(c["cap"])]
     if headroom is None:
@@ -72,6 +88,10 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None) 
     err = io.StringIO()        # in this process: one torch import for every search, not one each
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = harmony_main(cmd)
+    if files:      # the search's own output, where the workflow's schedule rule keeps it
+        log = root / "logs" / "schedule" / model / f"{sched.stem}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(err.getvalue())
     if rc:
         if "graph" not in rec and "no schedule fits" in err.getvalue():
             return None
@@ -79,11 +99,28 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None) 
     return json.loads(out.read_text())
 
 
+def run_record(root: Path, sched: Path, old: dict) -> Path:
+    """Where the workflow keeps the run of schedule `sched`: runs/harmony-MODE/MODEL/N<g>-D<d>-<cfg>.jsonl."""
+    c = setting(old, sched)
+    cfg = sched.stem.split(f"-D{c['minibatch']}-", 1)[1]
+    return root / "runs" / f"harmony-{c['mode']}" / sched.parent.name / f"N{c['gpus']}-D{c['minibatch']}-{cfg}.jsonl"
+
+
+def rewrite(root: Path, sched: Path, old: dict, headroom: float | None) -> str:
+    """Today's plan written over `sched` (and its CSV and trace) unless a run record used it."""
+    if run_record(root, sched, old).exists():
+        return "  (has a run: left)"
+    research(root, sched, sched, headroom, files=True)
+    return "  rewritten"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="a results folder with schedules/, profiles/, models/, calibration.json")
     ap.add_argument("--gpus", type=int, default=None, help="only schedules for this many GPUs")
     ap.add_argument("--only", default=None, help="only this model")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="write today's plan over each changed schedule that no run record used (predictions)")
     ap.add_argument("--threshold", type=float, default=0.02, help="predicted gain that makes a plan STALE")
     ap.add_argument("--headroom", type=float, default=None,
                     help="search with this memory headroom instead of each record's: what a change of the "
@@ -108,19 +145,24 @@ def main(argv=None) -> int:
                 continue
             print(f"[{i + 1}/{len(scheds)}] {p.parent.name}/{p.name}", file=sys.stderr, flush=True)
             new = research(a.root, p, Path(tmp) / "s.json", a.headroom)
+            # a prediction is what a figure shows where no run is: a new model of the same plan changes it too
+            changed = new is not None and ("graph" not in old or same_plan(old) != same_plan(new)
+                                           or abs(new["prediction"]["iter_time_s"] / old["prediction"]["iter_time_s"]
+                                                  - 1) > 1e-3)
+            done = rewrite(a.root, p, old, a.headroom) if a.rewrite and changed else ""
             if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
                 now = "no plan either" if new is None else \
                     f"{plan(new)} {new['prediction']['iter_time_s']:8.3f} STALE"
                 stale += new is not None
-                print(f"{p.parent.name:18s} {p.stem:18s} record {old.get('status', 'failed')} (no plan)  now {now}",
-                      flush=True)
+                print(f"{p.parent.name:18s} {p.stem:18s} record {old.get('status', 'failed')} (no plan)  now {now}"
+                      f"{done}", flush=True)
                 continue
             t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
             gain = 1 - t_new / t_old
             mark = "STALE" if plan(old) != plan(new) and gain >= a.threshold else ""
             stale += bool(mark)
             print(f"{p.parent.name:18s} {p.stem:18s} record {plan(old)} {t_old:8.3f}  now {plan(new)} "
-                  f"{t_new:8.3f} ({-gain:+.1%}) {mark}".rstrip(), flush=True)
+                  f"{t_new:8.3f} ({-gain:+.1%}) {mark}".rstrip() + done, flush=True)
     print(f"# {stale} stale")
     return 0
 

@@ -1012,3 +1012,20 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     assert "record" in lines[ok.stem] and "(-0.0%)" in lines[ok.stem]
     assert "no plan)  now no plan either" in lines["vDP-N1-D16-auto"]
     assert lines["vDP-N1-D32-auto"].endswith("STALE") and "# 1 stale" in out
+    # --rewrite: today's plan over the failed search (no run used it); a schedule a run used is left alone
+    rec = json.loads(ok.read_text())
+    rec["graph"]["config"]["ubatch_fwd"] = 999                 # "another plan" on record than today's
+    write_json(ok, rec)
+    run = R / "runs" / "harmony-vDP" / "gpt2-tiny" / "N1-D8-auto.jsonl"
+    run.parent.mkdir(parents=True)
+    run.write_text("{}\n")
+    kept = ok.read_text()
+    out = sh([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R), "--rewrite"]).stdout
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("gpt2-tiny")}
+    assert lines[ok.stem].endswith("(has a run: left)") and ok.read_text() == kept
+    assert lines["vDP-N1-D32-auto"].endswith("rewritten")
+    new = json.loads((scheds / "vDP-N1-D32-auto.json").read_text())
+    assert new["graph"]["config"]["minibatch"] == 32 and new["prediction"]["iter_time_s"] > 0
+    assert (scheds / "vDP-N1-D32-auto.csv").exists() and (scheds / "vDP-N1-D32-auto.trace.json.gz").exists()
+    assert "chosen" in (R / "logs" / "schedule" / "gpt2-tiny" / "vDP-N1-D32-auto.log").read_text()
+    assert "no plan either" in lines["vDP-N1-D16-auto"]       # nothing to write where none fits

@@ -56,6 +56,15 @@ class PackContext:
     d2h_Bps: float = 12e9
     shared_link: bool = False
     task_overhead_s: float = 0.0
+    # per start layer: bytes a task starting there leaves free for the send its rank still holds from its
+    # previous task (vPP on several GPUs; the search fills it from the simulator, docs/performance.md entry 44)
+    room: tuple[float, ...] | None = None
+
+    def cap_at(self, s: int) -> float | None:
+        """The cap a pack starting at layer s must fit."""
+        if self.cap is None or self.room is None:
+            return self.cap
+        return self.cap - self.room[s]
 
     @property
     def parallel(self) -> int:
@@ -108,7 +117,7 @@ def wave_factor(ctx: PackContext, S: int) -> float:
 
 
 def _ends(costs, ctx, s, hi):
-    ends = costs.feasible_ends(ctx.kind, s, ctx.u, ctx.n, ctx.cap)
+    ends = costs.feasible_ends(ctx.kind, s, ctx.u, ctx.n, ctx.cap_at(s))
     return ends[:np.searchsorted(ends, hi, side="right")]
 
 
@@ -133,7 +142,7 @@ def greedy_reverse(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> lis
     while e > lo:
         best = None
         for s in range(e - 1, lo - 1, -1):
-            if costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap):
+            if costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s)):
                 best = s
             elif best is not None:
                 break
@@ -163,7 +172,7 @@ def _balanced(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, weight: lis
             cuts.insert(j + 1, (cuts[j] + end) // 2)
         cuts.append(hi)
         packs = list(zip(cuts[:-1], cuts[1:]))
-        if all(costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap) for s, e in packs):
+        if all(costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s)) for s, e in packs):
             return packs
     _fail(costs, ctx, lo, hi, "no balanced split fits")
 
@@ -384,7 +393,7 @@ def fwd_packings(costs: LayerCosts, ctx: PackContext, bwd_packs, packers=PACKERS
     for name in packers:
         try:
             if name == "reuse":
-                if all(costs.fits("FWD", s, e, ctx.u, ctx.n, ctx.cap) for s, e in segs):
+                if all(costs.fits("FWD", s, e, ctx.u, ctx.n, ctx.cap_at(s)) for s, e in segs):
                     out[name] = tuple(segs)
                 continue
             if name == "dp" and _waves(ctx):

@@ -131,6 +131,11 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         c = Candidate(len(cands), cfg, bname, fname, objective_s, sim.iter_time_s, sim.feasible,
                       max(sim.task_peak_bytes), hb, fits)
         held[c.index] = sim.held_send_bytes
+        if cap is not None:     # tasks over the cap only with an earlier send held: room for it at their start
+            for t in g.tasks:
+                h = sim.task_held_bytes[t.id] if sim.task_held_bytes else 0
+                if h and sim.task_peak_bytes[t.id] > cap and h > room[t.kind][t.pack[0]]:
+                    room[t.kind][t.pack[0]] = h
         cands.append(c)
         if c.feasible and (best is None or c.iter_time_s < best.iter_time_s):
             best = c
@@ -139,17 +144,19 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
 
     space = {"setups": [f"{m}-{n}" for m, n in setups], "ubatch": {}}
     seen: set[tuple] = set()
-    held: dict[int, int] = {}          # candidate index -> bytes held for sends under its tasks (SimResult)
+    room = {"FWD": [0] * L, "BWD": [0] * L}     # per start layer: the send a task starting there held (entry 44)
+    held: dict[int, int] = {}                   # candidate index -> the largest send one of its tasks held
 
-    def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], pack_cap: float | None,
+    def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], rooms: dict | None,
                    errors_out: list[str] | None, tag: str = "") -> None:
-        """Every packing of one setup whose tasks fit `pack_cap`, each simulated against the true `cap`."""
-        ctx_kw = dict(n=samples, cap=pack_cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
+        """Every packing of one setup whose tasks fit the cap (less `rooms[kind][start]`), each simulated
+        against the cap."""
+        ctx_kw = dict(n=samples, cap=cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
                       d2h_Bps=params.d2h_Bps * params.duplex_factor, shared_link=params.shared_link,
                       task_overhead_s=params.task_overhead_s)
         ub_list = [ubatch_bwd] if ubatch_bwd else us
         for ub in ub_list:
-            bctx = PackContext(kind="BWD", u=ub, **ctx_kw)
+            bctx = PackContext(kind="BWD", u=ub, room=rooms and rooms["BWD"], **ctx_kw)
             if pack_size:
                 bwds = {f"fixed-P{pack_size}": uniform_packs(L, pack_size)}
             else:
@@ -167,7 +174,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
             for bname, bpacks in bwds.items():
                 jb = objective(costs, bctx, bpacks)
                 for uf in uf_list:
-                    fctx = PackContext(kind="FWD", u=uf, **ctx_kw)
+                    fctx = PackContext(kind="FWD", u=uf, room=rooms and rooms["FWD"], **ctx_kw)
                     if pack_size:
                         fwds = {"reuse": tuple(bpacks[:-1])}
                     else:
@@ -185,22 +192,34 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         samples = minibatch if m == "vPP" else -(-minibatch // n_gpu)
         us = ubatch_candidates(costs, samples)
         space["ubatch"][f"{m}-{n_gpu}"] = us
+        for k in room:
+            room[k] = [0] * L
         first = len(cands)
-        pack_setup(m, n_gpu, samples, us, cap, errors)
+        pack_setup(m, n_gpu, samples, us, None, errors)
         # The packers fit each task alone under the cap, but a vPP rank still holds what its previous task
         # sent to another GPU (the simulator adds it: docs/performance.md entry 33), so at a large D every
         # packing can come out over the cap by one send (2x H200, gpt2-xl vPP D = 256 N = 2: tasks at 10.9-11.3
-        # GiB against 9.9, no schedule; entry 44). Then the packers run again with room for the sends that
-        # pushed candidates over, smallest first, until one fits.
-        if cap is None or pack_size:
+        # GiB against 9.9, no schedule; entry 44). Then the packers run again with room for those sends, in
+        # two ways, since neither finds the better plan everywhere (entry 44): each pack leaves room for the
+        # send that a task starting where it starts held, until no new task goes over (three passes at most);
+        # and every pack leaves the same room, each distinct held send, smallest first, until one fits.
+        if pack_size or cap is None:
             continue
+        for _ in range(3):
+            rooms = {k: tuple(v) for k, v in room.items()}
+            if not any(any(v) for v in rooms.values()):
+                break
+            pack_setup(m, n_gpu, samples, us, rooms, None, tag="+send-room")
+            if all(tuple(v) == rooms[k] for k, v in room.items()):
+                break
         over = sorted({held[c.index] for c in cands[first:] if not c.gpu_feasible and 0 < held[c.index] < cap})
-        for room in over[:3]:
-            space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = room
+        for h in over[:3]:
             before = len(cands)
-            pack_setup(m, n_gpu, samples, us, cap - room, None, tag="+send-room")
+            pack_setup(m, n_gpu, samples, us, {k: (h,) * L for k in room}, None, tag="+send-room-all")
             if any(c.gpu_feasible for c in cands[before:]):
                 break
+        if len(cands) > first and any("send-room" in c.bwd_packer for c in cands[first:]):
+            space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = max(held[c.index] for c in cands[first:])
     if best is not None and not pack_size:
         base = best      # evaluate() moves `best`: the splits are all of this one, and named after it
         for cfg in bottom_splits(base.config):

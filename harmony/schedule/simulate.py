@@ -129,9 +129,14 @@ class SimResult:
     # per GPU, one iteration: the profiled host issue seconds of its compute tasks (a run records its own
     # as host_phases' issue_s; the two apart say how fast the run's host issued against the profile's)
     issue_s: list[float] = field(default_factory=list)
-    # the most a rank held for its previous task's sends to other GPUs while a task ran (vPP, N > 1), in the
-    # task peaks above; the search leaves room for it when it pushes every packing over the cap
-    held_send_bytes: int = 0
+    # per task: what its rank still held for the previous task's sends to other GPUs while it ran (vPP,
+    # N > 1), included in task_peak_bytes; the search leaves room for it where it pushed a task over the cap
+    task_held_bytes: list[int] = field(default_factory=list)
+
+    @property
+    def held_send_bytes(self) -> int:
+        """The most any task held for an earlier send."""
+        return max(self.task_held_bytes, default=0)
 
     def summary(self) -> dict:
         return {"iter_time_s": self.iter_time_s, "bytes": self.bytes,
@@ -252,7 +257,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     last_comp: list[tuple | None] = [None] * N   # (start, end, peak) of the rank's previous compute task
     peak = [0] * N
     task_peaks = [x.peak for x in infos]       # a task's own peak plus what the rank still holds for sends
-    held_max = 0
+    task_held = [0] * len(infos)
     waits: set[int] = set()
     upd_prev = [0.0] * len(cfg.bwd_packs)
     ends = []
@@ -371,7 +376,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             comp_free[r] = s1
             c_start[tid], c_first[tid], c_end[tid] = s0, max(s0 + x.dev_first, h0 + x.iss_first), s1
             x_peak = x.peak + held[r]
-            held_max = max(held_max, held[r])
+            task_held[tid] = held[r]
             held[r] = x.sent_bytes
             task_peaks[tid] = x_peak
             last_comp[r] = (s0, s1, x_peak)
@@ -417,7 +422,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     feasible = cap is None or max(task_peaks) <= cap
     cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
     return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),
-                     ev or [], mem or [], iss_s, held_max)
+                     ev or [], mem or [], iss_s, task_held)
 
 
 def _p2p(tr, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe, ev, pack, label):

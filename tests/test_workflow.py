@@ -855,6 +855,19 @@ def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_
     assert mod.issue_ratio(read_run(str(bare))[1], host_bound) == "-"
 
 
+def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:
+    """A results folder as the workflow lays it out for gpt2-tiny: models/, profiles/ (a real CPU profile)
+    and a synthetic calibration.json; returns (folder, model.json, profile.json)."""
+    from harmony.jsonio import write_json
+    from harmony.schedule.synthetic import synthetic_calibration
+    model, prof = R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
+    model.parent.mkdir(parents=True)
+    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)])
+    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2,4", "--trials", "1", "--quiet"])
+    write_json(R / "calibration.json", synthetic_calibration("paper"))
+    return R, model, prof
+
+
 def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):
     """experiments/resimulate_runs.py: with the schedule's own profile and calibration, the current model's
     prediction is the one the search recorded (simulated under the cap the search planned with); a run
@@ -863,12 +876,7 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
     import gzip
     from harmony.jsonio import write_json
     from harmony.schedule.synthetic import synthetic_calibration
-    R = tmp_path / "res"
-    model, prof = R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
-    model.parent.mkdir(parents=True)
-    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)])
-    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2,4", "--trials", "1", "--quiet"])
-    write_json(R / "calibration.json", synthetic_calibration("paper"))
+    R, model, prof = tiny_results_folder(tmp_path / "res")
     runs = {}
     for cap, cfg in (("2MiB", "auto"), ("6MiB", "roomy")):     # two plans of one configuration
         sched = R / "schedules" / "gpt2-tiny" / f"vDP-N1-D16-{cfg}.json"
@@ -984,13 +992,7 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     """experiments/stale_schedules.py reads a failed search's record (no plan: MODE-N-D-auto.json named,
     its cap from the command it ran) and says whether today's search finds a plan there."""
     from harmony.jsonio import write_json
-    from harmony.schedule.synthetic import synthetic_calibration
-    R = tmp_path / "res"
-    model, prof = R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
-    model.parent.mkdir(parents=True)
-    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)])
-    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2,4", "--trials", "1", "--quiet"])
-    write_json(R / "calibration.json", synthetic_calibration("paper"))
+    R, model, prof = tiny_results_folder(tmp_path / "res")
     scheds = R / "schedules" / "gpt2-tiny"
     scheds.mkdir(parents=True)
 

@@ -8,7 +8,11 @@ caching allocator's retries per steady iteration (the most of any GPU; docs/perf
 change's effect on accuracy (claim C11) and on the bound (C12: above 1, the run beat its bound, which then is
 not one) is measured on the committed runs. Last, `issue x` on host-bound plans: the run's host issue
 seconds (net of the waits the worker times) over the profile's, so a gap there shows when it is the host's
-(docs/performance.md entry 41: the lent hosts issue one plan up to 25% apart).
+(docs/performance.md entry 41: the lent hosts issue one plan up to 25% apart). And `opt G/s` on every
+run: the rate its CPU optimizer stepped at, parameters per thread-second of stepping (host phases, median
+steady iteration), so a run whose host stepped slowly shows it whatever bound the plan (entry 43: bert96
+vDP D = 16 stepped at 1.61 where the same graph's vPP run, in the same call, stepped at 2.54). It is per
+update thread: two threads stepping at once share the cores, so it is for comparing runs, not the model.
 
 `--profiles DIR` re-simulates with the profiles of another folder (`<model>.json` or `<model>.profile.json`)
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
@@ -111,7 +115,8 @@ def main(argv: list[str]) -> int:
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
-          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7}")
+          f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7} "
+          f"{'opt G/s':>7}")
     for run in runs:
         s, iters = read_run(run)
         if not s or s.get("status") != "ok":
@@ -133,7 +138,8 @@ def main(argv: list[str]) -> int:
         t, was = s["iter_time_s"], s.get("predicted_iter_time_s")
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
-              f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(iters, sim):>7}")
+              f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(iters, sim):>7} "
+              f"{optimizer_rate(iters):>7}")
     return 0
 
 
@@ -149,6 +155,18 @@ def issue_ratio(iterations: list[dict], sim) -> str:
     net = [max(h["issue_s"] - h.get("flag_wait_s", 0.0) - h.get("run_ahead_wait_s", 0.0) for h in r["host_phases"])
            for r in iterations if r.get("iteration", 0) > 0 and r.get("host_phases")]
     return f"{statistics.median(net) / profiled:.2f}" if net else "-"
+
+
+def optimizer_rate(iterations: list[dict]) -> str:
+    """G parameters per thread-second that the run's CPU optimizer stepped (all ranks, median steady
+    iteration); '-' for a run without host phases."""
+    rates = []
+    for r in iterations:
+        phases = r.get("host_phases") or []
+        step_s = sum(h.get("upd_step_s", 0.0) for h in phases)
+        if r.get("iteration", 0) > 0 and step_s > 0:
+            rates.append(sum(h.get("upd_params", 0) for h in phases) / step_s / 1e9)
+    return f"{statistics.median(rates):.2f}" if rates else "-"
 
 
 def task_predictions(graph, costs, params, waits: set[int]) -> dict[int, tuple[int, int]]:

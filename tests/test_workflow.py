@@ -830,7 +830,8 @@ def test_one_gpu_twin_stands_only_for_the_same_task_graph(tmp_path):
 def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_bound_plans_only(tmp_path):
     """experiments/resimulate_runs.py's `issue x`: median over the steady iterations of the busiest rank's
     issue seconds net of the timed waits, over the profiled issue seconds; '-' where the profile says the
-    plan is device-bound (the loop then blocks in CUDA too) or the run has no host phases."""
+    plan is device-bound (the loop then blocks in CUDA too) or the run has no host phases. And its
+    `opt G/s`: the run's optimizer stepping rate per thread."""
     import importlib.util
     from types import SimpleNamespace
     from harmony.figures import read_run
@@ -853,6 +854,13 @@ def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "iteration", "iteration": 1}) + "\n")
     assert mod.issue_ratio(read_run(str(bare))[1], host_bound) == "-"
+    # `opt G/s`: parameters per thread-second of stepping, summed over ranks, median steady iteration
+    steps = [{"record": "iteration", "iteration": i, "host_phases": [{"upd_params": p, "upd_step_s": t}, {}]}
+             for i, p, t in ((0, 1e9, 10.0), (1, 2e9, 1.0), (2, 3e9, 1.0), (3, 1e9, 2.0))]
+    opt = tmp_path / "opt.jsonl"
+    opt.write_text("".join(json.dumps(r) + "\n" for r in steps))
+    assert mod.optimizer_rate(read_run(str(opt))[1]) == "2.00"        # 2, 3 and 0.5 G/s; warm-up left out
+    assert mod.optimizer_rate(read_run(str(bare))[1]) == "-"
 
 
 def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:

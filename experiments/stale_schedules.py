@@ -28,6 +28,7 @@ import contextlib
 import io
 import json
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -64,21 +65,18 @@ def same_plan(rec: dict) -> tuple:
     return (c["ubatch_fwd"], c["ubatch_bwd"], tuple(map(tuple, c["bwd_packs"])), tuple(map(tuple, c["fwd_packs"])))
 
 
-def research(root: Path, sched: Path, out: Path, headroom: float | None = None,
-             files: bool = False) -> dict | None:
+def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> tuple[dict | None, str]:
     """The search of today's code for the setting of schedule `sched` (its record's cap, headroom, mode;
-    `headroom` replaces the record's); None when it finds no plan either. files: also write the candidates
-    CSV and the trace beside `out`, named as the workflow names them."""
+    `headroom` replaces the record's), written to `out` with its candidates CSV and trace beside it, named as
+    the workflow names them; returns (the schedule, None when it finds no plan either; the search's log)."""
     rec = json.loads(sched.read_text())
     c = setting(rec, sched)
     model = sched.parent.name
+    stem = str(out)[:-len(".json")]
     cmd = ["schedule", str(root / "profiles" / f"{model}.json"),
            "--model", str(root / "models" / f"{model}.json"), "--minibatch", str(c["minibatch"]),
            "--gpus", str(c["gpus"]), "--mode", c["mode"], "--calibration", str(root / "calibration.json"),
-           "-o", str(out)]
-    if files:
-        stem = str(out)[:-len(".json")]
-        cmd += ["--candidates", stem + ".csv", "--trace", stem + ".trace.json.gz"]
+           "-o", str(out), "--candidates", stem + ".csv", "--trace", stem + ".trace.json.gz"]
     if c["cap"]:
         cmd += ["--gpu-memory", str(c["cap"])]
     if headroom is None:
@@ -88,15 +86,11 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None,
     err = io.StringIO()        # in this process: one torch import for every search, not one each
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = harmony_main(cmd)
-    if files:      # the search's own output, where the workflow's schedule rule keeps it
-        log = root / "logs" / "schedule" / model / f"{sched.stem}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(err.getvalue())
     if rc:
         if "graph" not in rec and "no schedule fits" in err.getvalue():
-            return None
+            return None, err.getvalue()
         raise RuntimeError(f"{sched}: the search failed: {err.getvalue().strip()[-400:]}")
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()), err.getvalue()
 
 
 def run_record(root: Path, sched: Path, old: dict) -> Path:
@@ -106,11 +100,16 @@ def run_record(root: Path, sched: Path, old: dict) -> Path:
     return root / "runs" / f"harmony-{c['mode']}" / sched.parent.name / f"N{c['gpus']}-D{c['minibatch']}-{cfg}.jsonl"
 
 
-def rewrite(root: Path, sched: Path, old: dict, headroom: float | None) -> str:
-    """Today's plan written over `sched` (and its CSV and trace) unless a run record used it."""
+def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str) -> str:
+    """The search just written to `searched` (schedule, CSV, trace) moved over `sched`, and its log where
+    the workflow's schedule rule keeps it, unless a run record used `sched`."""
     if run_record(root, sched, old).exists():
         return "  (has a run: left)"
-    research(root, sched, sched, headroom, files=True)
+    for suffix in (".json", ".csv", ".trace.json.gz"):
+        shutil.move(str(searched)[:-len(".json")] + suffix, str(sched)[:-len(".json")] + suffix)
+    path = root / "logs" / "schedule" / sched.parent.name / f"{sched.stem}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(log)
     return "  rewritten"
 
 
@@ -144,12 +143,13 @@ def main(argv=None) -> int:
             if a.gpus is not None and setting(old, p)["gpus"] != a.gpus:
                 continue
             print(f"[{i + 1}/{len(scheds)}] {p.parent.name}/{p.name}", file=sys.stderr, flush=True)
-            new = research(a.root, p, Path(tmp) / "s.json", a.headroom)
+            searched = Path(tmp) / "s.json"
+            new, log = research(a.root, p, searched, a.headroom)
             # a prediction is what a figure shows where no run is: a new model of the same plan changes it too
             changed = new is not None and ("graph" not in old or same_plan(old) != same_plan(new)
                                            or abs(new["prediction"]["iter_time_s"] / old["prediction"]["iter_time_s"]
                                                   - 1) > 1e-3)
-            done = rewrite(a.root, p, old, a.headroom) if a.rewrite and changed else ""
+            done = rewrite(a.root, p, old, searched, log) if a.rewrite and changed else ""
             if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
                 now = "no plan either" if new is None else \
                     f"{plan(new)} {new['prediction']['iter_time_s']:8.3f} STALE"

@@ -131,9 +131,9 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         c = Candidate(len(cands), cfg, bname, fname, objective_s, sim.iter_time_s, sim.feasible,
                       max(sim.task_peak_bytes), hb, fits)
         held[c.index] = sim.held_send_bytes
-        if cap is not None:     # tasks over the cap only with an earlier send held: room for it at their start
+        if cap is not None and held[c.index]:    # tasks over the cap with a send held: room for it at their start
             for t in g.tasks:
-                h = sim.task_held_bytes[t.id] if sim.task_held_bytes else 0
+                h = sim.task_held_bytes[t.id]
                 if h and sim.task_peak_bytes[t.id] > cap and h > room[t.kind][t.pack[0]]:
                     room[t.kind][t.pack[0]] = h
         cands.append(c)

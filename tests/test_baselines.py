@@ -298,6 +298,39 @@ def test_the_deadline_ends_a_run_after_its_timed_iterations_or_leaves_it(monkeyp
                       devices=[torch.device("cpu")])["iterations"] == 5
 
 
+def test_the_deadline_estimates_the_iteration_after_the_trace_untraced(monkeypatch):
+    """The traced iteration runs slower under the profiler (resident resnet1026 D=1024 u=32: 31 s, then 108 s
+    traced, x2-grid3); the untraced iteration after it is estimated as the one before the trace, not as the
+    traced one, so a run with time for it is timed in this call instead of being left for the next."""
+    import harmony.memcpy_trace as mt
+    import baselines.common as bc
+    from harmony.jsonio import Deferred
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(bc, "seconds_left", lambda: 18.0 - clock["t"])
+
+    def step(i, batch):
+        clock["t"] += 3.0
+        return 1.0
+
+    def slow_trace(fn):     # the profiler makes the traced iteration 3.5x as long
+        fn()
+        clock["t"] += 7.5
+        return {"h2d": 0, "d2h": 0, "p2p": 0}
+    monkeypatch.setattr(mt, "measure_memcpy_bytes", slow_trace)
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")], trace=True)
+    validate_summary(summary)
+    # iterations end at 3, 13.5 (traced), 16.5 s: 3.3 s fitted the 4.5 s left after the trace (11.6 did not)
+    assert summary["status"] == "ok" and summary["iterations"] == 3 and summary["iter_time_s"] == 3.0
+    # with too little time even for an untraced iteration, the run is left, and the reason says which estimate
+    monkeypatch.setattr(bc, "seconds_left", lambda: 16.0 - clock["t"])
+    clock["t"] = 0.0
+    s2 = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    with pytest.raises(Deferred, match="as estimated before iteration 1, which the memcpy trace slowed"):
+        train_loop(s2, RunWriter(s2, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")], trace=True)
+
+
 def test_the_deadline_discounts_a_slow_first_iteration_as_the_nearest_candidate_ran(monkeypatch):
     """Settings.first_iter_ratio: after iteration 0 alone, the next iteration is estimated at that ratio of
     it (zero-offload resnet1026 D=64 u=8 ran 180 s then 74 s; u=16's 235 s first iteration, estimated as its

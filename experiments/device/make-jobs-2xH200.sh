@@ -4,7 +4,12 @@
 #   priority: 0 figure 21 at N = 2 (vPP, vDP; N = 1 and the reference are on record)
 #             1 the figure-10 profiles, one at a time      2 Harmony vPP/vDP at figure 10's middle D
 #             3 swap-dp there (u = the best of its N = 1 search on the H100)
-#             4 figures 17/18 at N = 1, 2 for 1.6 B and 2.8 B      5 the rest of figure 10
+#             4 figures 17/18 at N = 1, 2 for 1.6 B and 2.8 B
+#             5 Harmony vPP/vDP at figure 10's other D (schedules committed: a minute or two each)
+#             6 the other baselines at the middle D, then at the smallest D, then at the largest, then
+#               zero-offload at every D: cheap points first (x2-grid1 ran two zero-offload searches in a
+#               whole call; resident gpt2-xl D = 256's search alone took 293 s)
+#             7 the rest of figure 10 (what 5 and 6 do not name; nothing, unless the grid grows)
 # Every throughput run takes 4 iterations (1 warm-up): `--config iters=4`; figure 21 keeps its 20.
 HW=2xH200; CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20)
 source "$(dirname "$0")/joblist_lib.sh"
@@ -19,5 +24,16 @@ for mdu in "${FIG10[@]}"; do set -- $mdu; listing baseline_ubatch=$3 -- "$R/runs
 t=(); for m in gpt2-4096x6 gpt2-4096x12; do for n in 1 2; do for s in vDP vPP; do
   [ "$n$s" = 1vPP ] || t+=("$R/runs/harmony-$s/$m/N$n-D32-u1-1-p2.jsonl"); done; done; done
 listing -- "${t[@]}"
+t=(); for mds in "bert96 16 256" "vgg416 16 256" "resnet1026 64 1024" "gpt2-xl 16 256"; do set -- $mds
+  for d in $2 $3; do for s in vPP vDP; do t+=("$R/runs/harmony-$s/$1/N2-D$d-auto.jsonl"); done; done; done
+listing -- "${t[@]}"
+# D per model: middle, smallest, largest (figure 10's grid, Snakefile)
+GRID=("bert96 64 16 256" "vgg416 64 16 256" "resnet1026 256 64 1024" "gpt2-xl 64 16 256")
+for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; d=${!k}
+  for s in resident swap-dp swap-pp fsdp-offload; do
+    if [ $s = resident ]; then t+=("$R/runs/resident/$1/N1-D$d-best.jsonl"); else t+=("$R/runs/$s/$1/N2-D$d-best.jsonl"); fi
+  done; done; listing -- "${t[@]}"; done
+for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; t+=("$R/runs/zero-offload/$1/N2-D${!k}-best.jsonl"); done
+  listing -- "${t[@]}"; done
 listing -- figure10
 write_joblist experiments/device/jobs-2xH200.sh

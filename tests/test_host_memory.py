@@ -340,3 +340,41 @@ def test_a_failed_cudahostregister_names_cudas_code_and_the_fix(monkeypatch):
     finally:
         arena._registered_ptr = None      # nothing was really registered: no cudaHostUnregister to call
         arena.close()
+
+
+@pytest.mark.parametrize("advice", ["populate", "fallback"])
+def test_prefault_gives_the_pinned_part_its_pages_without_changing_a_byte(monkeypatch, advice):
+    """HostArena.prefault (harmony run --arena-prefault): the part the workers pin gets its host pages on
+    several threads before they register it. It writes nothing, so weights filled before it stay as they
+    were; a kernel without MADV_POPULATE_WRITE (an advice it rejects, faked here) gets posix_fallocate.
+    The memory file then holds a page for every byte it covered (st_blocks), where the fill alone gave
+    pages to the weights only."""
+    import os
+
+    import torch
+
+    import harmony.runtime.host_store as hs
+    if advice == "fallback":
+        monkeypatch.setattr(hs, "MADV_POPULATE_WRITE", 12345)      # EINVAL: no such advice
+    spec, mj = tiny("vgg-tiny")
+    layers = spec.build("cpu", seed=0)
+    L = mj["num_vlayers"]
+    cfg = configs(L)["vPP-N1-u4/2"]
+    # D = 512: the stashes, which nothing has touched yet, are most of the pinned part
+    g = build_task_graph(ScheduleConfig("vPP", 1, 512, 4, 4, cfg.bwd_packs, cfg.fwd_packs), L)
+    arena = hs.HostArena.create(plan_layout(spec.build("meta"), g, mj, spec.optimizer.state_tensors_per_param()))
+    try:
+        arena.fill_weights(layers)
+        n = arena.layout.device_bytes
+
+        def allocated() -> int:      # (reading the mapping would allocate its pages too)
+            return os.fstat(arena._fd).st_blocks * 512
+        assert allocated() < n / 2
+        assert arena.prefault(threads=3) == n
+        assert allocated() >= n
+        for i, layer in enumerate(layers):
+            for w, (_, _, _, src) in zip(arena.weights(i), layer_slots(layer), strict=True):
+                assert torch.equal(w, src.detach())
+        assert arena.prefault(0) == 0
+    finally:
+        arena.close()

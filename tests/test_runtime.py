@@ -361,6 +361,20 @@ def test_summary_says_where_setup_time_goes():
     assert sum(su["host"].values()) + su["workers_ready_after_s"] <= s["wall_s"]
 
 
+def test_arena_prefault_is_a_set_up_phase_and_changes_no_number():
+    """--arena-prefault: the host gives the pinned part of the arena its pages while the workers start
+    (docs/performance.md entry 45); the run trains to the same losses as without, and the summary records
+    the option and the phase's time."""
+    from harmony.runtime import run_schedule
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    a = run_schedule(rec, g, iters=2, device="cpu")
+    b = run_schedule(rec, g, iters=2, device="cpu", arena_prefault=True)
+    assert a["status"] == b["status"] == "ok"
+    assert a["losses"] == b["losses"]
+    assert a["arena_prefault"] is False and b["arena_prefault"] is True
+    assert "arena_prefault" not in a["setup_s"]["host"] and b["setup_s"]["host"]["arena_prefault"] >= 0
+
+
 def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
     """run_schedule lets the host initialise the weights while the workers start and set up; they wait for
     it before their first iteration. With a slow fill they wait, and the run still trains from the seed's

@@ -1039,3 +1039,32 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     assert (scheds / "vDP-N1-D32-auto.csv").exists() and (scheds / "vDP-N1-D32-auto.trace.json.gz").exists()
     assert "chosen" in (R / "logs" / "schedule" / "gpt2-tiny" / "vDP-N1-D32-auto.log").read_text()
     assert "no plan either" in lines["vDP-N1-D16-auto"]       # nothing to write where none fits
+
+
+def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path):
+    """experiments/setup_time.py (docs/performance.md entry 45): per run, pinned GB, the slowest worker's
+    `arena` phase and its rate, wall, host phases, workers ready, iterations; the largest pinning first;
+    the totals as shares of the wall time. Records without set-up phases are skipped."""
+    R = tmp_path / "res" / "hw"
+
+    def record(path: str, pinned: float, arena: float, wall: float, iters: list[float], setup: bool = True):
+        f = R / "runs" / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        summary = {"record": "summary", "wall_s": wall, "host_pinned_bytes": int(pinned * 1e9)}
+        if setup:
+            summary["setup_s"] = {"host": {"validate_layout": 1.0, "init_weights": 2.0},
+                                  "workers_ready_after_s": arena + 5.0,
+                                  "worker_slowest_rank": {"model": 1.0, "arena": arena}}
+        f.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in iters)
+                     + json.dumps(summary) + "\n")
+    record("harmony-vPP/m/N1-D8-auto.jsonl", 20.0, 10.0, 40.0, [6.0, 5.0, 5.0])
+    record("harmony-vDP/m/N1-D8-auto.jsonl", 60.0, 20.0, 60.0, [7.0, 6.0, 6.0])
+    record("harmony-vDP/m/N1-D4-auto.jsonl", 60.0, 20.0, 60.0, [1.0], setup=False)
+    out = sh([sys.executable, str(ROOT / "experiments/setup_time.py"), str(R)]).stdout
+    rows = [line.split() for line in out.splitlines() if line.startswith("hw/runs/")]
+    assert [r[0] for r in rows] == ["hw/runs/harmony-vDP/m/N1-D8-auto.jsonl", "hw/runs/harmony-vPP/m/N1-D8-auto.jsonl"]
+    assert rows[0][1:] == ["60.0", "20.0", "3.00", "60.0", "3.0", "25.0", "19.0"], out
+    assert rows[1][3] == "2.00", out
+    # 100 s of wall: host 6 s, workers ready 40 s (pinning 30 s), iterations 35 s
+    assert "2 runs, wall 100 s: host set-up 6 s (6%" in out and "workers ready after 40 s (40%; pinning 30 s, 30%)" in out
+    assert "iterations 35 s (35%)" in out and "median 2.50 GB/s, 2.00-3.00" in out

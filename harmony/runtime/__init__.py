@@ -96,7 +96,8 @@ class Prepared:
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
-                 first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD):
+                 first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
+                 arena_prefault: bool = False):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -111,7 +112,7 @@ class Prepared:
         self.arena = HostArena.create(self.layout)
         clock.lap("arena_create")
         self.setup_s = clock.phases                # fill_weights adds its phases
-        self._spec, self._seed = spec, seed
+        self._spec, self._seed, self._prefault = spec, seed, arena_prefault
         if not defer_weights:
             self.fill_weights()
         self.job = {"graph": graph.to_json(), "model": record["model"], "layout": self.layout,
@@ -134,6 +135,9 @@ class Prepared:
         weights and buffers into the arena's W."""
         clock = self._clock
         clock.restart()                            # its phases begin whenever it is called
+        if self._prefault:                         # --arena-prefault: the pages the workers pin, now
+            self.arena.prefault()
+            clock.lap("arena_prefault")
         init = self._spec.build("cpu", seed=self._seed)
         clock.lap("init_weights")
         self.arena.fill_weights(init)
@@ -221,7 +225,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  worker_threads: int | None = None, update_threads: int = 2,
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
-                 run_ahead: int | None = RUN_AHEAD) -> dict:
+                 run_ahead: int | None = RUN_AHEAD, arena_prefault: bool = False) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -268,7 +272,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            worker_threads=worker_threads, update_threads=update_threads,
                            load_buffers=load_buffers, weight_copies=weight_copies,
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
-                           run_ahead=run_ahead)
+                           run_ahead=run_ahead, arena_prefault=arena_prefault)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -291,7 +295,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             precision=precision, gpu_memory_cap=gpu_memory_cap, device=device,
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             load_buffers=load_buffers, weight_copies=weight_copies,
-            coalesce_below=coalesce_below, run_ahead=run_ahead,
+            coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,

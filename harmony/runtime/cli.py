@@ -62,6 +62,10 @@ def add_arguments(p) -> None:
                         "on the GPU; none: no bound). "
                         "A block a pending copy reads is not reusable, so running far ahead grows the "
                         "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
+    p.add_argument("--arena-prefault", action="store_true",
+                   help="allocate the host pages the workers pin on several threads while they start, "
+                        "instead of inside each worker's cudaHostRegister (1.5-2.8 GB/s there; "
+                        "docs/performance.md entry 45). Off by default until measured on a GPU host")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -91,7 +95,7 @@ def main(args) -> int:
                                fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
-                               run_ahead=args.run_ahead)
+                               run_ahead=args.run_ahead, arena_prefault=args.arena_prefault)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

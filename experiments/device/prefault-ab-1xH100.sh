@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# docs/performance.md entry 45: over 51 Harmony records, 23% of a run's wall time was the workers pinning
+# the host arena (cudaHostRegister at 1.5-2.8 GB/s: 67 s of vgg416 vPP D = 256's 147 s). This measures
+# `harmony run --arena-prefault` (the launcher gives those pages their memory on several threads while the
+# workers start) against the default, on one host, on the two largest arenas of figure 10 at N = 1, in the
+# order off/on then on/off. What to compare: each record's setup_s (workers_ready_after_s, the worker
+# phase `arena`, the host phase `arena_prefault`) and wall_s; the iterations should not change.
+# Run through grid_gpu.sh (it puts `harmony` on PATH, sets HARMONY_DEADLINE and tars RESULTS):
+#   BUDGET_S=585 TAIL_S=20 bash experiments/device/grid_gpu.sh experiments/device/prefault-ab-1xH100.sh \
+#       results/paper/1xH100-80GB-HBM3 h100-prefault1
+# Re-runnable: a finished run is skipped.
+set -u
+R=results/paper/1xH100-80GB-HBM3; A=$R/remeasure/arena-prefault
+mkdir -p "$A/runs" "$A/logs"
+run() {  # run SIDE MODEL D [harmony run options]
+    local side=$1 m=$2 d=$3; shift 3
+    local out=$A/runs/$side-$m-vPP-N1-D$d.jsonl
+    [ -s "$out" ] && return
+    echo "[$SECONDS s] $side $m D=$d"
+    timeout 300 harmony run "$R/schedules/$m/vPP-N1-D$d-auto.json" --iters 4 --data synthetic \
+        --gpu-memory 11GiB --precision tf32 --device cuda "$@" -o "$out" > "$A/logs/$side-$m-D$d.log" 2>&1 \
+        || echo "FAILED ($?): $out"
+    grep -h "s/iteration\|set-up" "$A/logs/$side-$m-D$d.log" | cut -c1-220
+}
+run off vgg416 256
+run on vgg416 256 --arena-prefault
+run on resnet1026 1024 --arena-prefault
+run off resnet1026 1024

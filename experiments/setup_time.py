@@ -1,0 +1,69 @@
+"""Where the device time of Harmony runs goes: set-up against iterations, from committed run records.
+
+Each record's summary carries `wall_s` and `setup_s` (the launcher's host phases, the time until every
+worker was ready, and the slowest worker's phases, `arena` being its cudaHostRegister of the host arena).
+This prints one line per run, largest arena pinning first, then the totals: how much of the runs' wall time
+was host set-up (its weight init and fill run while the workers start, so the parts overlap), worker set-up
+(and of it, pinning) and iterations (docs/performance.md entry 45).
+
+    python experiments/setup_time.py results/paper/1xH100-80GB-HBM3 results/paper/2xH200 [--top 12]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def run_rows(root: Path) -> list[dict]:
+    rows = []
+    for path in sorted(root.glob("runs/harmony-v*/*/*.jsonl")):
+        lines = path.read_text().splitlines()
+        try:
+            summary = json.loads(lines[-1])
+        except (ValueError, IndexError):
+            continue
+        setup = summary.get("setup_s") or {}
+        worker = setup.get("worker_slowest_rank") or {}
+        if summary.get("record") != "summary" or not summary.get("wall_s") or "arena" not in worker:
+            continue
+        iters = [json.loads(line) for line in lines[:-1]]
+        rows.append({"run": str(path.relative_to(root.parent)), "pinned_GB": (summary.get("host_pinned_bytes") or 0) / 1e9,
+                     "arena_s": worker["arena"], "wall_s": summary["wall_s"],
+                     "host_s": sum((setup.get("host") or {}).values()),
+                     "ready_s": setup.get("workers_ready_after_s") or 0.0,
+                     "iters_s": sum(r.get("time_s") or 0.0 for r in iters if r.get("record") == "iteration")})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", type=Path, help="results folders (results/<scale>/<hardware>)")
+    p.add_argument("--top", type=int, default=12, help="runs to list, largest pinning time first")
+    args = p.parse_args(argv)
+    rows = [r for root in args.results for r in run_rows(root)]
+    if not rows:
+        print("no Harmony run records with set-up phases under " + ", ".join(map(str, args.results)))
+        return 1
+    rows.sort(key=lambda r: -r["arena_s"])
+    print(f"{'run':70s} {'pinned GB':>9s} {'pin s':>6s} {'GB/s':>5s} {'wall s':>7s} {'host s':>6s} "
+          f"{'ready s':>7s} {'iters s':>7s}")
+    for r in rows[:args.top]:
+        rate = r["pinned_GB"] / r["arena_s"] if r["arena_s"] else float("nan")
+        print(f"{r['run'][:70]:70s} {r['pinned_GB']:9.1f} {r['arena_s']:6.1f} {rate:5.2f} {r['wall_s']:7.1f} "
+              f"{r['host_s']:6.1f} {r['ready_s']:7.1f} {r['iters_s']:7.1f}")
+    big = [r["pinned_GB"] / r["arena_s"] for r in rows if r["pinned_GB"] > 5 and r["arena_s"] > 0]
+    wall = sum(r["wall_s"] for r in rows)
+    part = {k: sum(r[k] for r in rows) for k in ("host_s", "ready_s", "arena_s", "iters_s")}
+    print(f"{len(rows)} runs, wall {wall:.0f} s: host set-up {part['host_s']:.0f} s ({part['host_s'] / wall:.0%}; the weights' "
+          f"init and fill overlap the workers' start), "
+          f"workers ready after {part['ready_s']:.0f} s ({part['ready_s'] / wall:.0%}; pinning {part['arena_s']:.0f} s, "
+          f"{part['arena_s'] / wall:.0%}), iterations {part['iters_s']:.0f} s ({part['iters_s'] / wall:.0%})"
+          + (f"; pinning rate over arenas > 5 GB: median {statistics.median(big):.2f} GB/s, "
+             f"{min(big):.2f}-{max(big):.2f}" if big else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -6,7 +6,8 @@ MODEL: a zoo name (`harmony models`) or a model.json path.
 ran is copied to the output, with the search listed in its summary under `ubatch_search`. A candidate
 whose record file already holds a finished run of the same settings is not run again, so a search cut
 short (a device call's time limit) resumes where it stopped. The default
-search climbs: it starts at the middle candidate, goes up while each larger u trains faster, and down
+search climbs: it starts at the middle candidate (`--ubatch-start U`: the one nearest U, e.g. the model's
+best u on another machine), goes up while each larger u trains faster, and down
 from the start only when the first step up did not beat it. Candidates it skips are listed as
 `not tried`. Every run costs its whole set-up, so on a GPU this is 2-4 runs instead of all of them. It
 assumes throughput rises with u up to a peak, then falls or runs out of memory; every search on record
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -47,6 +49,10 @@ def add_arguments(p) -> None:
     p.add_argument("--ubatch-search", default="climb", choices=["climb", "all"],
                    help="with a --ubatch list: climb from the middle candidate while throughput rises (default), "
                         "or run every candidate")
+    p.add_argument("--ubatch-start", type=int, default=None, metavar="U",
+                   help="with --ubatch-search climb: start at the candidate nearest U (on a log scale) instead "
+                        "of the middle one, e.g. this model's best u on another machine; the climb and its "
+                        "candidates stay the same, only fewer of them run when U is near the peak")
     p.add_argument("--max-iter-s", type=float, default=None, metavar="SECONDS",
                    help="stop after the first steady-state iteration slower than this, and search no smaller "
                         "microbatch below such a candidate (default: run every iteration)")
@@ -219,12 +225,13 @@ def main(args) -> int:
             return "a larger u was infeasible for host memory, which a smaller u does not need less of"
         return None
 
+    start = start_index([s.ubatch for s in settings], getattr(args, "ubatch_start", None))
     try:
         if getattr(args, "ubatch_search", "climb") == "all":
             for i in range(len(settings)):
                 trial(i)
         else:
-            climb(trial, len(settings), lambda i: no_lower(i) is not None)
+            climb(trial, len(settings), lambda i: no_lower(i) is not None, start=start)
     except Deferred as e:
         return _deferred(args.name, None, e, search=True)
     results = [done[i] for i in sorted(done)]
@@ -244,6 +251,8 @@ def main(args) -> int:
         lines = Path(best_s.output).read_text().splitlines()
         summary = json.loads(lines[-1])
         summary["ubatch_search"] = search
+        if start is not None:
+            summary["ubatch_climb_start"] = settings[start].ubatch
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
     else:
@@ -254,6 +263,8 @@ def main(args) -> int:
         lines = out.read_text().splitlines()
         summary = json.loads(lines[-1])
         summary["ubatch_search"] = search
+        if start is not None:
+            summary["ubatch_climb_start"] = settings[start].ubatch
         out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
     print(f"{args.name}: microbatch search " + ", ".join(
         f"u={x['ubatch']}: {x['status']}" + (f" {x['samples_per_s']:.3f} samples/s" if x['samples_per_s'] else "")
@@ -290,13 +301,23 @@ def finished_candidate(s: Settings) -> dict | None:
             and not longer else None)
 
 
-def climb(trial, n: int, no_lower=lambda i: False) -> None:
+def start_index(ubatches: list[int], hint: int | None) -> int | None:
+    """The climb's start for --ubatch-start: the index of the candidate nearest `hint` on a log scale (the
+    smaller on a tie), None without a hint."""
+    if hint is None:
+        return None
+    if hint < 1:
+        raise ValueError(f"--ubatch-start {hint}: give a microbatch size of at least 1")
+    return min(range(len(ubatches)), key=lambda i: (abs(math.log(ubatches[i] / hint)), ubatches[i]))
+
+
+def climb(trial, n: int, no_lower=lambda i: False, start: int | None = None) -> None:
     """Hill-climb over candidates 0..n-1 (ascending u); trial(i) runs candidate i and returns its samples/s
-    (0 when it did not run). Start in the middle; go up while each step is faster; go down from the start
+    (0 when it did not run). Start in the middle (or at `start`); go up while each step is faster; go down from the start
     only if the first step up was not faster, while each step down is faster. Below a start that did not
     run (OOM, infeasible), go down until one runs, then on while faster. Never go down below a candidate
     i with no_lower(i) (it ran too slowly, or failed for a reason a smaller u cannot fix)."""
-    start = n // 2
+    start = n // 2 if start is None else start
     best_i, best = start, trial(start)
     if best > 0:
         i = start + 1

@@ -152,6 +152,12 @@ class Plan:
             settings["iters"] = int(config["iters"])
         if config.get("baseline_ubatch"):
             settings["baseline_ubatch"] = parse_ubatch_override(config["baseline_ubatch"])
+        if config.get("baseline_ubatch_start_from"):
+            start_from = Path(config["baseline_ubatch_start_from"])
+            if not (start_from / "runs").is_dir():
+                raise ValueError(f"baseline_ubatch_start_from={start_from}: no runs/ folder there; give a results "
+                                 f"folder such as results/paper/1xH100-80GB-HBM3")
+            settings["baseline_ubatch_start_from"] = str(start_from)
         if hardware == "auto":
             hardware = "cpu" if scale == "smoke" else tag
         if gpus == "auto":
@@ -247,16 +253,38 @@ class Plan:
         u = self.settings.get("profile_ubatch")
         return f"--ubatch {u}" if u else ""
 
-    def baseline_ubatch_args(self, minibatch: int, gpus: int) -> str:
+    def baseline_ubatch_args(self, minibatch: int, gpus: int, system: str | None = None,
+                             model: str | None = None) -> str:
         """`--ubatch` of a baseline: `search` = powers of two up to D/N (the baseline keeps the fastest that
-        fits: its best setting); a list = those candidates that divide D/N; absent = the baseline's default."""
+        fits: its best setting); a list = those candidates that divide D/N; absent = the baseline's default.
+        With `baseline_ubatch_start_from` (a results folder of another machine) and a search, also
+        `--ubatch-start`: the best u of the same system, model and D there (the climb starts at it)."""
         spec = self.settings.get("baseline_ubatch")
         per_gpu = max(minibatch // max(gpus, 1), 1)
         if not spec:
             return ""
         cands = (1, 2, 4, 8, 16, 32, 64, 128, 256) if spec == "search" else tuple(spec)
         us = [u for u in cands if u <= per_gpu and per_gpu % u == 0] or [per_gpu]
-        return "--ubatch " + ",".join(map(str, us))
+        start = (self.baseline_best_ubatch(system, model, minibatch, gpus)
+                 if len(us) > 1 and system and model else None)
+        return "--ubatch " + ",".join(map(str, us)) + (f" --ubatch-start {start}" if start else "")
+
+    def baseline_best_ubatch(self, system: str, model: str, minibatch: int, gpus: int) -> int | None:
+        """The u that `system` trained `model` fastest with at this D in `baseline_ubatch_start_from`: its
+        record at these GPUs, else at one GPU (None when neither ran ok)."""
+        folder = self.settings.get("baseline_ubatch_start_from")
+        if not folder:
+            return None
+        from harmony.jsonio import read_jsonl
+        for n in dict.fromkeys((gpus, 1)):
+            path = Path(folder) / "runs" / system / model / f"N{n}-D{minibatch}-best.jsonl"
+            try:
+                summary = read_jsonl(path)[-1]
+            except (OSError, ValueError, IndexError):
+                continue
+            if summary.get("status") == "ok" and summary.get("ubatch"):
+                return int(summary["ubatch"])
+        return None
 
     def convergence_schedule(self, figure: str) -> str:
         return cfg_name(self.grid(figure)["schedule"])

@@ -532,6 +532,38 @@ def test_microbatch_climb_finds_the_peak_with_few_runs(speeds, best, runs):
     assert (max(ran, key=lambda i: speeds[i]) if ran else 0) == best
 
 
+@pytest.mark.parametrize("hint, start", [(None, None), (8, 3), (6, 3), (3, 2), (12, 4), (1, 0), (1000, 6)])
+def test_ubatch_start_picks_the_nearest_candidate_on_a_log_scale(hint, start):
+    """--ubatch-start: the climb starts at the candidate nearest the hint in ratio (6 is 1.33x from 8 and
+    1.5x from 4), at either end past the list; without a hint the climb keeps its middle start (None)."""
+    from baselines.cli import start_index
+    assert start_index([1, 2, 4, 8, 16, 32, 64], hint) == start
+
+
+def test_a_climb_that_starts_at_the_peak_runs_fewer_candidates():
+    """Started at a hint that is the peak, the climb runs the peak and its two neighbours, and finds the
+    same peak as from the middle (which ran five here)."""
+    from baselines.cli import climb
+    speeds = [1, 2, 3, 4, 5, 6, 2]
+    for start, runs in ((None, [3, 4, 5, 6]), (5, [5, 6, 4])):
+        tried = []
+        climb(lambda i: tried.append(i) or speeds[i], len(speeds), start=start)
+        assert tried == runs and max(tried, key=lambda i: speeds[i]) == 5
+
+
+def test_cli_ubatch_start_records_where_the_climb_began(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--ubatch-start", "16", "--iters", "2", "-o", str(out)]) == 0
+    summary = read_jsonl(out)[-1]
+    assert summary["ubatch_climb_start"] == 16
+    tried = [c["ubatch"] for c in summary["ubatch_search"] if c["status"] != "not tried"]
+    assert 16 in tried and 1 not in tried
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2",
+                         "--ubatch-start", "0", "--iters", "2", "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert "--ubatch-start 0: give a microbatch size of at least 1" in capsys.readouterr().err
+
+
 def test_cli_climb_lists_every_candidate(tmp_path):
     """A climbing search records each candidate once: run ones with their status, skipped ones as `not tried`;
     the output is the fastest that ran. `--ubatch-search all` runs them all."""

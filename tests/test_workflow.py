@@ -625,6 +625,34 @@ def test_plan_takes_iters_and_baseline_ubatch_overrides():
         Plan.from_config({**cfg, "baseline_ubatch": "eight"}, root=ROOT)
 
 
+def test_baseline_searches_start_at_another_machines_best_u(tmp_path):
+    """`baseline_ubatch_start_from`: each baseline search starts its climb at the best u that system had for
+    the model at that D in another results folder (its record at the same N, else N = 1); only an ok
+    record counts, and without one (or with a single candidate) there is no start. A folder without runs/
+    is refused by name."""
+    from harmony.workflow import Plan
+    other = tmp_path / "h100"
+
+    def best(system, model, n, d, u, status="ok"):
+        f = other / "runs" / system / model / f"N{n}-D{d}-best.jsonl"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"record": "summary", "status": status, "ubatch": u}) + "\n")
+    best("swap-dp", "bert96", 1, 64, 16)
+    best("swap-pp", "bert96", 2, 64, 8)
+    best("swap-pp", "bert96", 1, 64, 32)
+    best("fsdp-offload", "bert96", 1, 64, 8, status="oom")
+    cfg = {"scale": "paper", "hardware": "2xH200", "gpus_present": 2, "baseline_ubatch_start_from": str(other)}
+    plan = Plan.from_config(cfg, root=ROOT)
+    assert plan.baseline_ubatch_args(64, 2, "swap-dp", "bert96") == "--ubatch 1,2,4,8,16,32 --ubatch-start 16"
+    assert plan.baseline_ubatch_args(64, 2, "swap-pp", "bert96").endswith("--ubatch-start 8")    # same N first
+    assert plan.baseline_ubatch_args(64, 2, "fsdp-offload", "bert96") == "--ubatch 1,2,4,8,16,32"
+    assert plan.baseline_ubatch_args(16, 2, "swap-dp", "bert96") == "--ubatch 1,2,4,8"      # no D = 16 record
+    assert Plan.from_config({**cfg, "baseline_ubatch": 8}, root=ROOT).baseline_ubatch_args(
+        64, 2, "swap-dp", "bert96") == "--ubatch 8"
+    with pytest.raises(ValueError, match="baseline_ubatch_start_from=.*no runs/ folder"):
+        Plan.from_config({**cfg, "baseline_ubatch_start_from": str(tmp_path / "none")}, root=ROOT)
+
+
 def test_decompose_name_labels_the_record_only(tmp_path):
     from harmony.cli import main
     assert main(["decompose", "gpt2-tiny", "--set", "n_layer=3", "--name", "gpt2-tiny-x3", "--no-flops",

@@ -110,7 +110,8 @@ PROFILE_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 def baseline_ubatch(wildcards):
     """`--ubatch` list the baseline searches (its best setting): powers of two up to D/N at the paper and
     large scales; u = 4 at smoke scale (experiments/scales.yaml `baseline_ubatch`)."""
-    return PLAN.baseline_ubatch_args(int(wildcards.minibatch), int(wildcards.gpus))
+    return PLAN.baseline_ubatch_args(int(wildcards.minibatch), int(wildcards.gpus), wildcards.baseline,
+                                     wildcards.model)
 
 
 def baseline_max_iter(wildcards):

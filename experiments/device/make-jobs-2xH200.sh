@@ -11,7 +11,8 @@
 #               whole call; resident gpt2-xl D = 256's search alone took 293 s)
 #             7 the rest of figure 10 (what 5 and 6 do not name; nothing, unless the grid grows)
 # Every throughput run takes 4 iterations (1 warm-up): `--config iters=4`; figure 21 keeps its 20.
-HW=2xH200; CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20)
+HW=2xH200; CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20
+      baseline_ubatch_start_from=results/paper/1xH100-80GB-HBM3)   # each search climbs from the H100's best u
 source "$(dirname "$0")/joblist_lib.sh"
 listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
            "$R/convergence/figure21/gpt2-medium-ft/harmony-vDP-N2.jsonl"

@@ -263,15 +263,23 @@ def test_a_too_slow_warmup_drops_the_memcpy_trace(tmp_path, monkeypatch):
     assert len(traced) == 1 and ok["bytes_h2d"] == 7 and "memcpy_trace_skipped" not in ok
 
 
+def loop_clock(monkeypatch, deadline_s: float) -> dict:
+    """The timed loop's clock (baselines.common) as a dict the test's steps advance (clock["t"] += seconds),
+    and $HARMONY_DEADLINE `deadline_s` seconds after its start."""
+    import baselines.common as bc
+    clock = {"t": 0.0}
+    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(bc, "seconds_left", lambda: deadline_s - clock["t"])
+    return clock
+
+
 def test_the_deadline_ends_a_run_after_its_timed_iterations_or_leaves_it(monkeypatch):
     """$HARMONY_DEADLINE (a device call's end): a run stops before an iteration that, as slow as the slowest
     so far (10% over), would end after it, keeping the timed iterations it has (a record, like
     --max-iter-s's cut); with none timed yet it raises Deferred and writes nothing (the next call runs it)."""
     import baselines.common as bc
     from harmony.jsonio import Deferred
-    clock = {"t": 0.0}
-    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
-    monkeypatch.setattr(bc, "seconds_left", lambda: 10.0 - clock["t"])
+    clock = loop_clock(monkeypatch, deadline_s=10.0)
 
     def step(i, batch):
         clock["t"] += 3.0
@@ -305,9 +313,7 @@ def test_the_deadline_estimates_the_iteration_after_the_trace_untraced(monkeypat
     import harmony.memcpy_trace as mt
     import baselines.common as bc
     from harmony.jsonio import Deferred
-    clock = {"t": 0.0}
-    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
-    monkeypatch.setattr(bc, "seconds_left", lambda: 18.0 - clock["t"])
+    clock = loop_clock(monkeypatch, deadline_s=18.0)
 
     def step(i, batch):
         clock["t"] += 3.0
@@ -337,9 +343,7 @@ def test_the_deadline_discounts_a_slow_first_iteration_as_the_nearest_candidate_
     own next, was left twice for a call that never had the time). Without the ratio the same run is left."""
     import baselines.common as bc
     from harmony.jsonio import Deferred
-    clock = {"t": 0.0}
-    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
-    monkeypatch.setattr(bc, "seconds_left", lambda: 15.0 - clock["t"])
+    clock = loop_clock(monkeypatch, deadline_s=15.0)
 
     def first_slow(i, batch):
         clock["t"] += 8.0 if i == 0 else 3.0
@@ -365,9 +369,7 @@ def test_the_deadline_estimates_iteration_one_from_iteration_zeros_own_microbatc
     import baselines.common as bc
     from harmony.jsonio import Deferred
     from baselines.common import MicrobatchClock
-    clock = {"t": 0.0}
-    monkeypatch.setattr(bc.time, "perf_counter", lambda: clock["t"])
-    monkeypatch.setattr(bc, "seconds_left", lambda: 15.0 - clock["t"])
+    clock = loop_clock(monkeypatch, deadline_s=15.0)
     mb = MicrobatchClock([torch.device("cpu")])
     ticks = []
 

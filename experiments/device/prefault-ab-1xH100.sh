@@ -10,19 +10,13 @@
 #       results/paper/1xH100-80GB-HBM3 h100-prefault1
 # Re-runnable: a finished run is skipped.
 set -u
+source "$(dirname "$0")/run_lib.sh"
 R=results/paper/1xH100-80GB-HBM3; A=$R/remeasure/arena-prefault
-mkdir -p "$A/runs" "$A/logs"
-run() {  # run SIDE MODEL D [harmony run options]
-    local side=$1 m=$2 d=$3; shift 3
-    local out=$A/runs/$side-$m-vPP-N1-D$d.jsonl
-    [ -s "$out" ] && return
-    echo "[$SECONDS s] $side $m D=$d"
-    timeout 300 harmony run "$R/schedules/$m/vPP-N1-D$d-auto.json" --iters 4 --data synthetic \
-        --gpu-memory 11GiB --precision tf32 --device cuda "$@" -o "$out" > "$A/logs/$side-$m-D$d.log" 2>&1 \
-        || echo "FAILED ($?): $out"
-    grep -h "s/iteration\|set-up" "$A/logs/$side-$m-D$d.log" | cut -c1-220
-}
-run off vgg416 256
-run on vgg416 256 --arena-prefault
-run on resnet1026 1024 --arena-prefault
-run off resnet1026 1024
+mkdir -p "$A"
+export RUN_TIMEOUT_S=300
+for run in "off vgg416 256" "on vgg416 256 --arena-prefault" "on resnet1026 1024 --arena-prefault" \
+           "off resnet1026 1024"; do
+    set -- $run; side=$1 m=$2 d=$3; shift 3
+    one_run "$A/$side-$m-vPP-N1-D$d.jsonl" "$side $m D=$d" "$R/schedules/$m/vPP-N1-D$d-auto.json" --iters 4 "$@"
+done
+summarize_runs "$A"

@@ -261,6 +261,21 @@ def test_a_run_that_would_outlast_the_deadline_is_left_for_the_next_call(tmp_pat
     assert read_jsonl(out)[-1]["status"] == "ok"
 
 
+def test_the_set_up_a_deadline_allows_for_grows_with_the_host_arena(monkeypatch):
+    """Set-up is mostly the workers pinning the host arena (docs/performance.md entry 45: 99 s for vgg416's
+    113 GB arena): a schedule that records its arena is allowed 0.6 s per GB more, so a run that fits the
+    flat 45 s but not its own set-up is left for the next call."""
+    from harmony.jsonio import Deferred
+    from harmony.runtime import RUN_OVERHEAD_S, defer_past_deadline, run_overhead_s
+    big = {"prediction": {"iter_time_s": 11.5}, "search": {"host_memory": {"chosen_bytes": 113_394_627_328}}}
+    assert run_overhead_s({}) == RUN_OVERHEAD_S and run_overhead_s(big) == pytest.approx(45 + 68.0, abs=0.1)
+    import harmony.jsonio as jsonio
+    monkeypatch.setattr(jsonio, "seconds_left", lambda: 130.0)  # 4 x 11.5 s x 1.1 = 50.6 s: fits 45 s of set-up, not 113
+    defer_past_deadline({"prediction": big["prediction"]}, 4, traced=False)
+    with pytest.raises(Deferred, match=r"set-up \(113 s\)"):
+        defer_past_deadline(big, 4, traced=False)
+
+
 @pytest.mark.parametrize("why", ["max-iter-s", "deadline"])
 def test_the_workers_stop_together_after_a_timed_iteration(tmp_path, monkeypatch, why):
     """The swap baselines' --max-iter-s (every timed iteration here is slower than 0 s) or a

@@ -200,22 +200,33 @@ def _rss() -> int:
 
 # What a run costs besides its iterations: interpreter and CUDA start, worker set-up (17.5 s for gpt2-xl on
 # the H100), exit. A run that started with 135 s left and needed 4 x 24 s iterations was cut off (h100-grid14).
+# Set-up grows with the host arena the workers pin: over 51 committed runs, wall less iterations was at most
+# 45 s + 0.6 s per GB of arena (vgg416 vPP D = 256, 113 GB: 99 s; 12 of the 51 took more than 45 s flat;
+# docs/performance.md entry 45). The schedule records its arena's size (search.host_memory.chosen_bytes).
 RUN_OVERHEAD_S = 45.0
+RUN_OVERHEAD_S_PER_ARENA_GB = 0.6
+
+
+def run_overhead_s(record: dict) -> float:
+    """A run's expected time besides its iterations, from its schedule's host arena where recorded."""
+    arena = ((record.get("search") or {}).get("host_memory") or {}).get("chosen_bytes")
+    return RUN_OVERHEAD_S + (RUN_OVERHEAD_S_PER_ARENA_GB * arena / 1e9 if arena else 0.0)
 
 
 def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
-    """Raise Deferred when the schedule's predicted iterations (10% over, plus RUN_OVERHEAD_S) would
-    outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
+    """Raise Deferred when the schedule's predicted iterations (10% over, plus its set-up: run_overhead_s)
+    would outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
     from harmony.jsonio import DEADLINE_MARGIN, Deferred, outlasts_deadline, seconds_left
     left = seconds_left()
     per_iter = (record.get("prediction") or {}).get("iter_time_s")
     if left is None or not per_iter:
         return
     iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
-    if outlasts_deadline(iter_s, left - RUN_OVERHEAD_S):
-        need = DEADLINE_MARGIN * iter_s + RUN_OVERHEAD_S
-        raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up, "
-                       f"{max(left, 0):.0f} s are left before HARMONY_DEADLINE")
+    overhead = run_overhead_s(record)
+    if outlasts_deadline(iter_s, left - overhead):
+        need = DEADLINE_MARGIN * iter_s + overhead
+        raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up "
+                       f"({overhead:.0f} s), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
 
 
 def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "cpu", data: str = "synthetic",

@@ -310,7 +310,9 @@ def test_search_splits_the_bottom_pack_when_that_shortens_the_iteration_tail():
 def test_bad_inputs_are_clear():
     costs = LayerCosts(make_profile(L=4, w=1e9, g=1e9, x=1e6, saved=1e7, peak=1e7))
     params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10)
-    with pytest.raises(ScheduleError, match="cap"):
+    # a layer that does not fit even alone is named, with both sizes in units that show them (not 0.00 GiB)
+    with pytest.raises(ScheduleError, match=r"vLayer 0 alone needs [0-9.]+ GiB .* more than the 953.67 MiB a task "
+                                            r"may use .*raise --gpu-memory"):
         search(costs, params, minibatch=8, gpus=2, mode="vPP", cap=1e9)
     with pytest.raises(ScheduleError, match="smaller than the number of GPUs"):
         search(costs, params, minibatch=2, gpus=4, mode="vDP", cap=None)

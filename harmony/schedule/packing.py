@@ -35,6 +35,7 @@ import numpy as np
 
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.tasks import Range, ScheduleError
+from harmony.units import format_bytes
 
 PACKERS_BWD = ("greedy", "greedy-reverse", "balanced-memory", "balanced-time", "dp")
 PACKERS_FWD = ("reuse", "greedy", "greedy-reverse", "balanced-memory", "balanced-time", "dp")
@@ -434,6 +435,6 @@ def check_single_layers(costs: LayerCosts, ctx: PackContext) -> None:
         if len(_ends(costs, ctx, i, costs.L)) == 0:
             need = costs.task_bytes(ctx.kind, i, i + 1, ctx.u, ctx.n)
             raise PackingError(
-                f"vLayer {i} alone needs {need / 2**30:.2f} GiB as a {ctx.kind} task at u={ctx.u} over "
-                f"{ctx.n} samples, more than the GPU memory cap of {ctx.cap / 2**30:.2f} GiB: raise "
-                f"--gpu-memory or lower the minibatch")
+                f"vLayer {i} alone needs {format_bytes(need)} as a {ctx.kind} task at u={ctx.u} over "
+                f"{ctx.n} samples, more than the {format_bytes(ctx.cap)} a task may use (the GPU memory cap less "
+                f"the search's headroom): raise --gpu-memory or lower the minibatch")

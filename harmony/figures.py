@@ -50,7 +50,8 @@ def add_arguments(p):
     p.add_argument("--hardware", help="hardware tag (default: from the results path)")
     p.add_argument("--gpus-present", type=int, default=None, help="GPUs the runs could use (for the title)")
     p.add_argument("-o", "--out", help="output CSV; PNG, PDF and .env.json are written beside it")
-    p.add_argument("--all", action="store_true", help="every figure whose records exist under --from")
+    p.add_argument("--all", action="store_true", help="every figure whose records exist under --from (or that was "
+                   "drawn there before); name a figure with --from to draw it before any of its points ran")
     p.add_argument("--from", dest="from_dir", help="results/<scale>/<hardware>: read the records found there")
     p.add_argument("--import-device", metavar="DIR",
                    help="file the records written by the device scripts under DIR into the workflow layout "
@@ -89,7 +90,11 @@ def main(args) -> int:
                 print(f"{fig}: skipped (no {root / 'table1-search.csv'})")
                 continue
             rows = collect(fig, exp, scale, hardware, files, complete=True, gpus_present=gpus_present)
-            if not any(r.get("kind") in ("measured", "predicted", "curve", "table") and r.get("status") != "missing" for r in rows):
+            # --all draws the figures with records, and those drawn before (a figure named on its own is
+            # drawn with its grid points missing, so that C8 counts what is left to run on this machine)
+            if (args.all and not (root / f"{fig}.csv").exists()
+                    and not any(r.get("kind") in ("measured", "predicted", "curve", "table")
+                                and r.get("status") != "missing" for r in rows)):
                 print(f"{fig}: skipped (no records under {root})")
                 continue
             out = root / f"{fig}.csv"

@@ -1096,3 +1096,22 @@ def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path
     # 100 s of wall: host 6 s, workers ready 40 s (pinning 30 s), iterations 35 s
     assert "2 runs, wall 100 s: host set-up 6 s (6%" in out and "workers ready after 40 s (40%; pinning 30 s, 30%)" in out
     assert "iterations 35 s (35%)" in out and "median 2.50 GB/s, 2.00-3.00" in out
+
+
+def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsys):
+    """`harmony figure FIG --from R` draws FIG's grid with every point missing when nothing has run yet, so
+    `harmony check`'s C8 counts those points as left to run on that machine (figure 8 on 2x H200 had no
+    CSV, and its ten points were in no count); `--all` then keeps redrawing it, and still skips the
+    figures never drawn there."""
+    import csv as csvmod
+    from harmony.cli import main
+    R = tmp_path / "paper" / "2xH200"
+    R.mkdir(parents=True)
+    assert main(["figure", "figure8", "--from", str(R)]) == 0
+    rows = list(csvmod.DictReader((R / "figure8.csv").open()))
+    assert rows and all(r["status"] == "missing" for r in rows)
+    assert {r["gpus"] for r in rows} == {"2", "4"}           # N = 2 to run here, N = 4 to predict
+    capsys.readouterr()
+    assert main(["figure", "--all", "--from", str(R)]) == 0
+    out = capsys.readouterr().out
+    assert "figure8: " in out and "figure8: skipped" not in out and "figure10: skipped" in out

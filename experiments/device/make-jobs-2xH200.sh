@@ -7,7 +7,7 @@
 #             4 figures 17/18 at N = 1, 2 for 1.6 B and 2.8 B
 #             5 Harmony vPP/vDP at figure 10's other D (schedules committed: a minute or two each), then
 #               figures 17/18's 4.0 B and 5.3 B GPT-2 (profiles, vDP at N = 1 and 2, vPP at N = 2; their
-#               N = 4 and 8 points are schedules, predictions)
+#               N = 4 and 8 points are schedules, predictions), and figure 8 (one profile, five runs)
 #             6 the other baselines at the middle D, then at the smallest D, then at the largest, then
 #               zero-offload at every D: cheap points first (x2-grid1 ran two zero-offload searches in a
 #               whole call; resident gpt2-xl D = 256's search alone took 293 s)
@@ -34,6 +34,7 @@ t=(); for m in gpt2-4096x18 gpt2-4096x24; do for n in 1 2; do for s in vDP vPP; 
   [ "$n$s" = 1vPP ] || t+=("$R/runs/harmony-$s/$m/N$n-D32-u1-1-p2.jsonl"); done; done; done
 listing -- "${t[@]}"
 listing -- figure17 figure18
+listing -- figure8          # BERT-Large D = 600: its profile, the searched and four hand-set plans at N = 2
 # D per model: middle, smallest, largest (figure 10's grid, Snakefile)
 GRID=("bert96 64 16 256" "vgg416 64 16 256" "resnet1026 256 64 1024" "gpt2-xl 64 16 256")
 for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; d=${!k}

@@ -179,9 +179,11 @@ def _configs(exp, rows):
              for c in cfgs]
     ax.set_xticks(range(len(cfgs)), names, fontsize=7, rotation=15)
     ax.set_ylabel("samples/s", fontsize=8)
+    ax.set_ylim(bottom=0)          # throughput; a grid with nothing run yet would otherwise span -0.05..0.05
     h, lab = ax.get_legend_handles_labels()
     uniq = dict(zip(lab, h))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
+    if uniq:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7)
     return fig
 
 

@@ -351,6 +351,7 @@ def test_prefault_gives_the_pinned_part_its_pages_without_changing_a_byte(monkey
     pages to the weights only."""
     import os
 
+    import psutil
     import torch
 
     import harmony.runtime.host_store as hs
@@ -360,8 +361,8 @@ def test_prefault_gives_the_pinned_part_its_pages_without_changing_a_byte(monkey
     layers = spec.build("cpu", seed=0)
     L = mj["num_vlayers"]
     cfg = configs(L)["vPP-N1-u4/2"]
-    # D = 512: the stashes, which nothing has touched yet, are most of the pinned part
-    g = build_task_graph(ScheduleConfig("vPP", 1, 512, 4, 4, cfg.bwd_packs, cfg.fwd_packs), L)
+    # D = 2048: the stashes, which nothing has touched yet, are most of the pinned part
+    g = build_task_graph(ScheduleConfig("vPP", 1, 2048, 4, 4, cfg.bwd_packs, cfg.fwd_packs), L)
     arena = hs.HostArena.create(plan_layout(spec.build("meta"), g, mj, spec.optimizer.state_tensors_per_param()))
     try:
         arena.fill_weights(layers)
@@ -370,8 +371,11 @@ def test_prefault_gives_the_pinned_part_its_pages_without_changing_a_byte(monkey
         def allocated() -> int:      # (reading the mapping would allocate its pages too)
             return os.fstat(arena._fd).st_blocks * 512
         assert allocated() < n / 2
+        rss0 = psutil.Process().memory_info().rss
         assert arena.prefault(threads=3) == n
         assert allocated() >= n
+        # the launcher does not keep them mapped: its RSS, added to the workers' in the records, stays put
+        assert psutil.Process().memory_info().rss - rss0 < n / 4
         for i, layer in enumerate(layers):
             for w, (_, _, _, src) in zip(arena.weights(i), layer_slots(layer), strict=True):
                 assert torch.equal(w, src.detach())

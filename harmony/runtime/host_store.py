@@ -162,6 +162,7 @@ def cuda_error_text(cudart, rc, code: int) -> str:
 
 
 MADV_POPULATE_WRITE = 23     # linux/mman.h (Linux 5.14); Python's mmap module does not name it before 3.13
+MADV_DONTNEED = 4
 
 
 class HostArena:
@@ -229,7 +230,7 @@ class HostArena:
         allocates and zeroes every page on one thread: 1.5-2.8 GB/s over 51 runs, up to 67 s of a 147 s run
         (docs/performance.md entry 45). MADV_POPULATE_WRITE (Linux 5.14) faults the pages in without writing
         to them, so it is safe beside the workers and the weight fill; older kernels get one posix_fallocate.
-        Returns the bytes it covered."""
+        The pages stay in the memory file, not in this process's resident set. Returns the bytes it covered."""
         import ctypes
         from concurrent.futures import ThreadPoolExecutor
         n = min(self.layout.device_bytes if nbytes is None else nbytes, self.buf.numel())
@@ -241,8 +242,13 @@ class HostArena:
         base, page, chunk = self.buf.data_ptr(), os.sysconf("SC_PAGE_SIZE"), 1 << 30
 
         def populate(off: int) -> int:      # 0, or the errno
-            return 0 if libc.madvise(base + off, min(chunk, n - off), MADV_POPULATE_WRITE) == 0 \
-                else ctypes.get_errno()
+            size = min(chunk, n - off)
+            if libc.madvise(base + off, size, MADV_POPULATE_WRITE) != 0:
+                return ctypes.get_errno()
+            # drop this process's page-table entries again: the memfd keeps the pages (the workers map
+            # them), and the launcher's RSS, which the run records add to the workers', stays as it was
+            libc.madvise(base + off, size, MADV_DONTNEED)
+            return 0
         assert base % page == 0, "the arena mapping is page-aligned"
         with ThreadPoolExecutor(threads) as pool:
             errs = set(pool.map(populate, range(0, n, chunk))) - {0}

@@ -269,6 +269,12 @@ def test_the_set_up_a_deadline_allows_for_grows_with_the_host_arena(monkeypatch)
     from harmony.runtime import RUN_OVERHEAD_S, defer_past_deadline, run_overhead_s
     big = {"prediction": {"iter_time_s": 11.5}, "search": {"host_memory": {"chosen_bytes": 113_394_627_328}}}
     assert run_overhead_s({}) == RUN_OVERHEAD_S and run_overhead_s(big) == pytest.approx(45 + 68.0, abs=0.1)
+    # a schedule without a search (swap-dp's, swap-pp's): its arena sized from the model and graph
+    from harmony.schedule.host_memory import arena_bytes
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    bare = {k: v for k, v in rec.items() if k != "search"}
+    assert run_overhead_s(bare, g) == pytest.approx(45 + 0.6 * arena_bytes(g, rec["model"]).total / 1e9)
+    assert run_overhead_s(bare, g) > RUN_OVERHEAD_S
     import harmony.jsonio as jsonio
     monkeypatch.setattr(jsonio, "seconds_left", lambda: 130.0)  # 4 x 11.5 s x 1.1 = 50.6 s: fits 45 s of set-up, not 113
     defer_past_deadline({"prediction": big["prediction"]}, 4, traced=False)

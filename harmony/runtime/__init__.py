@@ -207,13 +207,20 @@ RUN_OVERHEAD_S = 45.0
 RUN_OVERHEAD_S_PER_ARENA_GB = 0.6
 
 
-def run_overhead_s(record: dict) -> float:
-    """A run's expected time besides its iterations, from its schedule's host arena where recorded."""
+def run_overhead_s(record: dict, graph: TaskGraph | None = None) -> float:
+    """A run's expected time besides its iterations, from its host arena: the size its schedule's search
+    recorded, else (swap-dp's and swap-pp's schedules have no search) sized from the model and graph."""
     arena = ((record.get("search") or {}).get("host_memory") or {}).get("chosen_bytes")
+    if not arena and graph is not None and isinstance(record.get("model"), dict):
+        from harmony.schedule.host_memory import arena_bytes
+        try:
+            arena = arena_bytes(graph, record["model"]).total
+        except (KeyError, TypeError, ValueError):     # a record without per-vLayer sizes: the flat estimate
+            arena = None
     return RUN_OVERHEAD_S + (RUN_OVERHEAD_S_PER_ARENA_GB * arena / 1e9 if arena else 0.0)
 
 
-def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
+def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None) -> None:
     """Raise Deferred when the schedule's predicted iterations (10% over, plus its set-up: run_overhead_s)
     would outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
     from harmony.jsonio import DEADLINE_MARGIN, Deferred, outlasts_deadline, seconds_left
@@ -222,7 +229,7 @@ def defer_past_deadline(record: dict, iters: int, traced: bool) -> None:
     if left is None or not per_iter:
         return
     iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
-    overhead = run_overhead_s(record)
+    overhead = run_overhead_s(record, graph)
     if outlasts_deadline(iter_s, left - overhead):
         need = DEADLINE_MARGIN * iter_s + overhead
         raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up "
@@ -256,7 +263,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
-    defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2)
+    defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2, graph)
     load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below

@@ -313,8 +313,8 @@ def start_index(ubatches: list[int], hint: int | None) -> int | None:
 
 def climb(trial, n: int, no_lower=lambda i: False, start: int | None = None) -> None:
     """Hill-climb over candidates 0..n-1 (ascending u); trial(i) runs candidate i and returns its samples/s
-    (0 when it did not run). Start in the middle (or at `start`); go up while each step is faster; go down from the start
-    only if the first step up was not faster, while each step down is faster. Below a start that did not
+    (0 when it did not run). Start in the middle (or at `start`); go up while each step is faster; go down
+    from the start only if the first step up was not faster, while each step down is faster. Below a start that did not
     run (OOM, infeasible), go down until one runs, then on while faster. Never go down below a candidate
     i with no_lower(i) (it ran too slowly, or failed for a reason a smaller u cannot fix)."""
     start = n // 2 if start is None else start

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # docs/performance.md entry 45: over 51 Harmony records, 23% of a run's wall time was the workers pinning
-# the host arena (cudaHostRegister at 1.5-2.8 GB/s: 67 s of vgg416 vPP D = 256's 147 s). This measures
+# the host arena (cudaHostRegister at about 2 GB/s: 67 s of vgg416 vPP D = 256's 147 s). This measures
 # `harmony run --arena-prefault` (the launcher gives those pages their memory on several threads while the
 # workers start) against the default, on one host, on the two largest arenas of figure 10 at N = 1, in the
 # order off/on then on/off. What to compare: each record's setup_s (workers_ready_after_s, the worker

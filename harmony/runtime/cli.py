@@ -64,7 +64,7 @@ def add_arguments(p) -> None:
                         "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
     p.add_argument("--arena-prefault", action="store_true",
                    help="allocate the host pages the workers pin on several threads while they start, "
-                        "instead of inside each worker's cudaHostRegister (1.5-2.8 GB/s there; "
+                        "instead of inside each worker's cudaHostRegister (about 2 GB/s there; "
                         "docs/performance.md entry 45). Off by default until measured on a GPU host")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 

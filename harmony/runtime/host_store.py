@@ -227,7 +227,7 @@ class HostArena:
     def prefault(self, nbytes: int | None = None, threads: int | None = None) -> int:
         """Give the first `nbytes` of the mapping (default: the part workers pin) host pages now, several
         threads at once, so that the workers' cudaHostRegister finds them allocated. Pinning a fresh memfd
-        allocates and zeroes every page on one thread: 1.5-2.8 GB/s over 51 runs, up to 67 s of a 147 s run
+        allocates and zeroes every page on one thread: 2.1 GB/s (1.4-3.8) over 51 runs, 67 s of a 147 s run at most
         (docs/performance.md entry 45). MADV_POPULATE_WRITE (Linux 5.14) faults the pages in without writing
         to them, so it is safe beside the workers and the weight fill; older kernels get one posix_fallocate.
         The pages stay in the memory file, not in this process's resident set. Returns the bytes it covered."""

@@ -76,3 +76,37 @@ def test_cli_flag():
     add_arguments(p)
     assert p.parse_args(["s.json", "--iters", "3", "--memcpy-trace", "-o", "x"]).memcpy_trace
     assert not p.parse_args(["s.json", "--iters", "3", "-o", "x"]).memcpy_trace
+
+
+def test_trace_probe_reads_bytes_from_the_profilers_in_memory_events():
+    """experiments/device/trace_probe.py (docs/performance.md entry 45): a device event's metadata, with or
+    without braces as Kineto writes it, gives its bytes by kind; a memcpy without bytes is counted apart,
+    and other events are ignored."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments/device/trace_probe.py"
+    spec = importlib.util.spec_from_file_location("trace_probe", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Ev:
+        def __init__(self, name, meta):
+            self._n, self._m = name, meta
+
+        def name(self):
+            return self._n
+
+        def metadata_json(self):
+            return self._m
+
+    class Prof:
+        class profiler:
+            class kineto_results:
+                @staticmethod
+                def events():
+                    return [Ev("Memcpy HtoD (Pinned -> Device)", '"device": 0, "bytes": 100'),
+                            Ev("Memcpy DtoH (Device -> Pinned)", '{"bytes": 40, "stream": 7}'),
+                            Ev("Memcpy DtoD (Device -> Device)", '"device": 0'),
+                            Ev("void gemm_kernel", '"bytes": 999')]
+    out = mod.in_memory_bytes(Prof)
+    assert (out["h2d"], out["d2h"], out["d2d"], out["count"], out["without_bytes"]) == (100, 40, 0, 2, 1)

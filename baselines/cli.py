@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -246,26 +245,18 @@ def main(args) -> int:
                for i in range(len(settings)) if i not in done]
     search.sort(key=lambda x: x["ubatch"])
     ok = [(s, r) for s, r in results if r["status"] == "ok" and r["samples_per_s"]]
-    if ok:
-        best_s, best = max(ok, key=lambda sr: sr[1]["samples_per_s"])
-        lines = Path(best_s.output).read_text().splitlines()
-        summary = json.loads(lines[-1])
-        summary["ubatch_search"] = search
-        if start is not None:
-            summary["ubatch_climb_start"] = settings[start].ubatch
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
-    else:
-        # nothing ran: the output says why, with the most telling status of the candidates
+    if ok:      # the output is the fastest candidate's record
+        src = max(ok, key=lambda sr: sr[1]["samples_per_s"])[0].output
+    else:       # nothing ran: the output says why, with the most telling status of the candidates
         order = ["over-time", "oom", "infeasible", "unavailable", "error"]
-        _, worst = min(results, key=lambda sr: order.index(sr[1]["status"]) if sr[1]["status"] in order else 9)
-        shutil.copyfile(results[[r for _, r in results].index(worst)][0].output, out)
-        lines = out.read_text().splitlines()
-        summary = json.loads(lines[-1])
-        summary["ubatch_search"] = search
-        if start is not None:
-            summary["ubatch_climb_start"] = settings[start].ubatch
-        out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
+        src = min(results, key=lambda sr: order.index(sr[1]["status"]) if sr[1]["status"] in order else 9)[0].output
+    lines = Path(src).read_text().splitlines()
+    summary = json.loads(lines[-1])
+    summary["ubatch_search"] = search
+    if start is not None:
+        summary["ubatch_climb_start"] = settings[start].ubatch
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
     print(f"{args.name}: microbatch search " + ", ".join(
         f"u={x['ubatch']}: {x['status']}" + (f" {x['samples_per_s']:.3f} samples/s" if x['samples_per_s'] else "")
         for x in search) + f"; best -> {out}", file=sys.stderr)

@@ -20,25 +20,23 @@ import torch
 
 
 def in_memory_bytes(prof) -> dict:
-    """memcpy bytes per kind from the profiler's in-memory events (None where an event carries no bytes)."""
-    from harmony.memcpy_trace import KINDS, classify
-    out: dict = {k: 0 for k in KINDS}
-    out.update(count=0, without_bytes=0)
+    """memcpy bytes per kind from the profiler's in-memory events, summed as the exported trace's are
+    (harmony.memcpy_trace.memcpy_bytes_from_trace); `without_bytes`: memcpy events that carry none."""
+    from harmony.memcpy_trace import classify, memcpy_bytes_from_trace
+    events, without = [], 0
     for ev in prof.profiler.kineto_results.events():
-        kind = classify(ev.name())
-        if kind is None:
+        if classify(ev.name()) is None:
             continue
-        meta = ev.metadata_json() or ""
+        meta = (ev.metadata_json() or "").strip()
         try:
-            nbytes = json.loads("{" + meta + "}" if not meta.lstrip().startswith("{") else meta).get("bytes")
+            nbytes = json.loads(meta if meta.startswith("{") else "{" + meta + "}").get("bytes")
         except ValueError:
             nbytes = None
         if nbytes is None:
-            out["without_bytes"] += 1
-            continue
-        out[kind] += int(nbytes)
-        out["count"] += 1
-    return out
+            without += 1
+        else:
+            events.append({"name": ev.name(), "args": {"bytes": nbytes}})
+    return {**memcpy_bytes_from_trace(events), "without_bytes": without}
 
 
 def main(argv=None) -> int:

@@ -243,7 +243,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  worker_threads: int | None = None, update_threads: int = 2,
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
-                 run_ahead: int | None = RUN_AHEAD, arena_prefault: bool = False) -> dict:
+                 run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -255,7 +255,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     the model, or a host too small for the arena, raise before anything starts.
     The workers stop after a timed iteration when the slowest rank's was slower than `max_iter_s` (the swap
     baselines' --max-iter-s), or when the next would end after $HARMONY_DEADLINE; `cut_short` says so. After
-    a warm-up iteration slower than `max_iter_s` they skip the memcpy trace and time that iteration instead."""
+    a warm-up iteration slower than `max_iter_s` they skip the memcpy trace and time that iteration instead.
+    arena_prefault: give the pinned part of the host arena its pages on the launcher's threads while the
+    workers start (None: on for cuda, where the workers pin it; docs/performance.md entry 45)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -263,6 +265,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
+    if arena_prefault is None:          # only cuda pins the arena: on the CPU there is nothing to win
+        arena_prefault = device == "cuda"
     defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2, graph)
     load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)

@@ -4,7 +4,9 @@ Each record's summary carries `wall_s` and `setup_s` (the launcher's host phases
 worker was ready, and the slowest worker's phases, `arena` being its cudaHostRegister of the host arena).
 This prints one line per run, largest arena pinning first, then the totals: how much of the runs' wall time
 was host set-up (its weight init and fill run while the workers start, so the parts overlap), worker set-up
-(and of it, pinning) and iterations (docs/performance.md entry 45).
+(and of it, pinning) and iterations (docs/performance.md entry 45). Column `pf` says whether the launcher
+prefaulted the arena (`arena_prefault`, the default on cuda since entry 45's A/B); the pinning rate is given
+for each side apart, since prefaulted pages pin about twice as fast.
 
     python experiments/setup_time.py results/paper/1xH100-80GB-HBM3 results/paper/2xH200 [--top 12]
 """
@@ -33,8 +35,19 @@ def run_rows(root: Path) -> list[dict]:
                      "arena_s": worker["arena"], "wall_s": summary["wall_s"],
                      "host_s": sum((setup.get("host") or {}).values()),
                      "ready_s": setup.get("workers_ready_after_s") or 0.0,
+                     "prefault": bool(summary.get("arena_prefault")),
                      "iters_s": sum(r.get("time_s") or 0.0 for r in iters if r.get("record") == "iteration")})
     return rows
+
+
+def pin_rate(rows: list[dict], prefault: bool) -> str:
+    """'; pinning rate over arenas > 5 GB ...: median, range' over the rows with or without the prefault."""
+    big = [r["pinned_GB"] / r["arena_s"] for r in rows
+           if r["prefault"] == prefault and r["pinned_GB"] > 5 and r["arena_s"] > 0]
+    if not big:
+        return ""
+    return (f"; pinning rate over arenas > 5 GB, {'prefaulted' if prefault else 'not prefaulted'} ({len(big)}): "
+            f"median {statistics.median(big):.2f} GB/s, {min(big):.2f}-{max(big):.2f}")
 
 
 def main(argv=None) -> int:
@@ -48,20 +61,18 @@ def main(argv=None) -> int:
         return 1
     rows.sort(key=lambda r: -r["arena_s"])
     print(f"{'run':70s} {'pinned GB':>9s} {'pin s':>6s} {'GB/s':>5s} {'wall s':>7s} {'host s':>6s} "
-          f"{'ready s':>7s} {'iters s':>7s}")
+          f"{'ready s':>7s} {'iters s':>7s} pf")
     for r in rows[:args.top]:
         rate = r["pinned_GB"] / r["arena_s"] if r["arena_s"] else float("nan")
         print(f"{r['run'][:70]:70s} {r['pinned_GB']:9.1f} {r['arena_s']:6.1f} {rate:5.2f} {r['wall_s']:7.1f} "
-              f"{r['host_s']:6.1f} {r['ready_s']:7.1f} {r['iters_s']:7.1f}")
-    big = [r["pinned_GB"] / r["arena_s"] for r in rows if r["pinned_GB"] > 5 and r["arena_s"] > 0]
+              f"{r['host_s']:6.1f} {r['ready_s']:7.1f} {r['iters_s']:7.1f} {'y' if r['prefault'] else 'n'}")
     wall = sum(r["wall_s"] for r in rows)
     part = {k: sum(r[k] for r in rows) for k in ("host_s", "ready_s", "arena_s", "iters_s")}
     print(f"{len(rows)} runs, wall {wall:.0f} s: host set-up {part['host_s']:.0f} s ({part['host_s'] / wall:.0%}; the weights' "
           f"init and fill overlap the workers' start), "
           f"workers ready after {part['ready_s']:.0f} s ({part['ready_s'] / wall:.0%}; pinning {part['arena_s']:.0f} s, "
           f"{part['arena_s'] / wall:.0%}), iterations {part['iters_s']:.0f} s ({part['iters_s'] / wall:.0%})"
-          + (f"; pinning rate over arenas > 5 GB: median {statistics.median(big):.2f} GB/s, "
-             f"{min(big):.2f}-{max(big):.2f}" if big else ""))
+          + "".join(pin_rate(rows, prefault) for prefault in (False, True)))
     return 0
 
 

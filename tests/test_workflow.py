@@ -1075,10 +1075,12 @@ def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path
     the totals as shares of the wall time. Records without set-up phases are skipped."""
     R = tmp_path / "res" / "hw"
 
-    def record(path: str, pinned: float, arena: float, wall: float, iters: list[float], setup: bool = True):
+    def record(path: str, pinned: float, arena: float, wall: float, iters: list[float], setup: bool = True,
+               prefault: bool = False):
         f = R / "runs" / path
         f.parent.mkdir(parents=True, exist_ok=True)
-        summary = {"record": "summary", "wall_s": wall, "host_pinned_bytes": int(pinned * 1e9)}
+        summary = {"record": "summary", "wall_s": wall, "host_pinned_bytes": int(pinned * 1e9),
+                   "arena_prefault": prefault}
         if setup:
             summary["setup_s"] = {"host": {"validate_layout": 1.0, "init_weights": 2.0},
                                   "workers_ready_after_s": arena + 5.0,
@@ -1088,14 +1090,18 @@ def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path
     record("harmony-vPP/m/N1-D8-auto.jsonl", 20.0, 10.0, 40.0, [6.0, 5.0, 5.0])
     record("harmony-vDP/m/N1-D8-auto.jsonl", 60.0, 20.0, 60.0, [7.0, 6.0, 6.0])
     record("harmony-vDP/m/N1-D4-auto.jsonl", 60.0, 20.0, 60.0, [1.0], setup=False)
+    record("harmony-vDP/m/N1-D2-auto.jsonl", 12.0, 2.0, 10.0, [1.0], prefault=True)
     out = sh([sys.executable, str(ROOT / "experiments/setup_time.py"), str(R)]).stdout
     rows = [line.split() for line in out.splitlines() if line.startswith("hw/runs/")]
-    assert [r[0] for r in rows] == ["hw/runs/harmony-vDP/m/N1-D8-auto.jsonl", "hw/runs/harmony-vPP/m/N1-D8-auto.jsonl"]
-    assert rows[0][1:] == ["60.0", "20.0", "3.00", "60.0", "3.0", "25.0", "19.0"], out
-    assert rows[1][3] == "2.00", out
-    # 100 s of wall: host 6 s, workers ready 40 s (pinning 30 s), iterations 35 s
-    assert "2 runs, wall 100 s: host set-up 6 s (6%" in out and "workers ready after 40 s (40%; pinning 30 s, 30%)" in out
-    assert "iterations 35 s (35%)" in out and "median 2.50 GB/s, 2.00-3.00" in out
+    assert [r[0] for r in rows] == ["hw/runs/harmony-vDP/m/N1-D8-auto.jsonl", "hw/runs/harmony-vPP/m/N1-D8-auto.jsonl",
+                                    "hw/runs/harmony-vDP/m/N1-D2-auto.jsonl"]
+    assert rows[0][1:] == ["60.0", "20.0", "3.00", "60.0", "3.0", "25.0", "19.0", "n"], out
+    assert rows[1][3] == "2.00" and rows[2][3] == "6.00" and rows[2][-1] == "y", out
+    # 110 s of wall: host 9 s, workers ready 47 s (pinning 32 s), iterations 36 s
+    assert "3 runs, wall 110 s: host set-up 9 s (8%" in out and "workers ready after 47 s (43%; pinning 32 s, 29%)" in out
+    assert "iterations 36 s (33%)" in out
+    # the pinning rate on each side of the prefault apart
+    assert "not prefaulted (2): median 2.50 GB/s, 2.00-3.00" in out and "prefaulted (1): median 6.00 GB/s" in out
 
 
 def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsys):

@@ -18,8 +18,9 @@ mkdir -p "$A"
 P=$R/remeasure/trace-probe.txt
 [ -s "$P" ] || timeout 120 python3 experiments/device/trace_probe.py > "$P" 2>&1; tail -3 "$P"
 export RUN_TIMEOUT_S=300
-for run in "off vgg416 256" "on vgg416 256 --arena-prefault" "on resnet1026 1024 --arena-prefault" \
-           "off resnet1026 1024"; do
+# the prefault is the default on cuda since this A/B (h100-prefault1); "off" says so explicitly
+for run in "off vgg416 256 --no-arena-prefault" "on vgg416 256 --arena-prefault" \
+           "on resnet1026 1024 --arena-prefault" "off resnet1026 1024 --no-arena-prefault"; do
     set -- $run; side=$1 m=$2 d=$3; shift 3
     one_run "$A/$side-$m-vPP-N1-D$d.jsonl" "$side $m D=$d" "$R/schedules/$m/vPP-N1-D$d-auto.json" --iters 4 "$@"
 done

@@ -205,11 +205,17 @@ def _rss() -> int:
 # docs/performance.md entry 45). The schedule records its arena's size (search.host_memory.chosen_bytes).
 RUN_OVERHEAD_S = 45.0
 RUN_OVERHEAD_S_PER_ARENA_GB = 0.6
+# With the arena prefaulted (the default on cuda) the workers pin pages that exist: over the first 16 such
+# runs (H100 and 2x H200) wall less iterations was at most 22.7 s + 0.35 s per GB (vgg416's 113 GB: 51 s,
+# where 35 s + 0.6 s per GB allowed 113 s and left the last runs of x2-grid5 for the next call).
+RUN_OVERHEAD_S_PREFAULTED = 35.0
+RUN_OVERHEAD_S_PER_ARENA_GB_PREFAULTED = 0.35
 
 
-def run_overhead_s(record: dict, graph: TaskGraph | None = None) -> float:
+def run_overhead_s(record: dict, graph: TaskGraph | None = None, prefault: bool = False) -> float:
     """A run's expected time besides its iterations, from its host arena: the size its schedule's search
-    recorded, else (swap-dp's and swap-pp's schedules have no search) sized from the model and graph."""
+    recorded, else (swap-dp's and swap-pp's schedules have no search) sized from the model and graph.
+    prefault: the launcher populates the arena before the workers pin it (run_schedule's arena_prefault)."""
     arena = ((record.get("search") or {}).get("host_memory") or {}).get("chosen_bytes")
     if not arena and graph is not None and isinstance(record.get("model"), dict):
         from harmony.schedule.host_memory import arena_bytes
@@ -217,10 +223,13 @@ def run_overhead_s(record: dict, graph: TaskGraph | None = None) -> float:
             arena = arena_bytes(graph, record["model"]).total
         except (KeyError, TypeError, ValueError):     # a record without per-vLayer sizes: the flat estimate
             arena = None
-    return RUN_OVERHEAD_S + (RUN_OVERHEAD_S_PER_ARENA_GB * arena / 1e9 if arena else 0.0)
+    base, per_gb = ((RUN_OVERHEAD_S_PREFAULTED, RUN_OVERHEAD_S_PER_ARENA_GB_PREFAULTED) if prefault
+                    else (RUN_OVERHEAD_S, RUN_OVERHEAD_S_PER_ARENA_GB))
+    return base + (per_gb * arena / 1e9 if arena else 0.0)
 
 
-def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None) -> None:
+def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None,
+                        prefault: bool = False) -> None:
     """Raise Deferred when the schedule's predicted iterations (10% over, plus its set-up: run_overhead_s)
     would outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
     from harmony.jsonio import DEADLINE_MARGIN, Deferred, outlasts_deadline, seconds_left
@@ -229,7 +238,7 @@ def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph
     if left is None or not per_iter:
         return
     iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
-    overhead = run_overhead_s(record, graph)
+    overhead = run_overhead_s(record, graph, prefault)
     if outlasts_deadline(iter_s, left - overhead):
         need = DEADLINE_MARGIN * iter_s + overhead
         raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up "
@@ -267,7 +276,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
 
     if arena_prefault is None:          # only cuda pins the arena: on the CPU there is nothing to win
         arena_prefault = device == "cuda"
-    defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2, graph)
+    defer_past_deadline(record, iters, memcpy_trace and device == "cuda" and iters >= warmup + 2, graph,
+                        prefault=arena_prefault)
     load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below

@@ -4,7 +4,10 @@
 # back as one tarball (the device returns at most 8 files). Re-run it in the next call after unpacking
 # the tarball into the working tree here: jobs whose outputs exist are skipped.
 #   usage: experiments/device/grid_gpu.sh JOBLIST RESULTS TAG   (repository root, on the GPU machine)
-#   env:   BUDGET_S (540: the whole call), TAIL_S (150: no new job starts in the last TAIL_S seconds),
+#   env:   BUDGET_S (540: the whole call), TAIL_S (60: no new job starts in the last TAIL_S seconds. Runs and
+#          baseline searches leave themselves for the next call when their own estimate does not fit
+#          (HARMONY_DEADLINE); the tail is for the jobs without one, profiles and searches of seconds. It was
+#          150 s: x2-grid4 started no job in its last 130 s),
 #          GPU_SLOTS (1: one job at a time; the GPU count runs profiles side by side, one per GPU. Their
 #          host-side optimizer timings then share the host's memory bandwidth, as the workers of a run on
 #          every GPU do; docs/performance.md entry 12 says what running them side by side with every core
@@ -13,7 +16,7 @@
 # logs included).
 set -uo pipefail
 JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
-BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-150}
+BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-60}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false

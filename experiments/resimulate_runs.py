@@ -27,6 +27,13 @@ a superseded one).
 the worker's per-task memory probe (`HARMONY_TASK_PEAKS=PROBE_DIR harmony run ...`, docs/runtime.md) against
 the model's, largest excess first: where a run's peak exceeds the model, which task and pack add it.
 
+`--host-overhead TASK_MS VLAYER_MS` charges the runtime's own host work on the simulator's host lane besides
+the profile's issue times (`SimParams.host_task_s`, `host_vlayer_s`: per compute task, and per vLayer and
+microbatch; not calibrated, 0 in every search): whether a gap is host work the model leaves out. The last
+line gives, over the runs, how close the current predictions are (median |measured/current - 1|, runs within
+10%, the lowest and highest ratio); docs/performance.md entry 46 ruled host work out this way for 2x H200's
+vPP misses.
+
 `--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
 last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
 schedules do not, so their overlaps are unknown): the tasks' own peaks, then with what each rank still holds
@@ -34,11 +41,13 @@ for its sends to other GPUs (docs/performance.md entry 33), each plus the next t
 plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
-        [--runs DIR] [--calibration FILE] [--schedules DIR] [--peaks | --task-peaks SCHEDULE PROBE_DIR]
+        [--runs DIR] [--calibration FILE] [--schedules DIR] [--host-overhead TASK_MS VLAYER_MS]
+        [--peaks | --task-peaks SCHEDULE PROBE_DIR]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import statistics
@@ -98,6 +107,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--peaks", action="store_true", help="modelled peak memory per GPU against the measured one")
     ap.add_argument("--task-peaks", nargs=2, metavar=("SCHEDULE", "PROBE_DIR"), default=None,
                     help="each task's measured peak (a run with HARMONY_TASK_PEAKS=PROBE_DIR) against the model's")
+    ap.add_argument("--host-overhead", nargs=2, type=float, metavar=("TASK_MS", "VLAYER_MS"), default=None,
+                    help="charge this much host work per compute task and per vLayer and microbatch on the "
+                         "host lane (milliseconds), besides the profile's issue times")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -117,6 +129,7 @@ def main(argv: list[str]) -> int:
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7} "
           f"{'opt G/s':>7}")
+    ratios: list[float] = []      # measured over the current model's prediction, per run
     for run in runs:
         s, iters = read_run(run)
         if not s or s.get("status") != "ok":
@@ -129,6 +142,9 @@ def main(argv: list[str]) -> int:
             print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
+        if args.host_overhead:
+            params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
+                                         host_vlayer_s=args.host_overhead[1] / 1e3)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -140,6 +156,14 @@ def main(argv: list[str]) -> int:
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
               f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(iters, sim):>7} "
               f"{optimizer_rate(iters):>7}")
+        ratios.append(t / now)
+    if ratios:
+        err = sorted(abs(r - 1) for r in ratios)
+        print(f"# {len(ratios)} runs against the current model"
+              + (f" with {args.host_overhead[0]:g} ms per task and {args.host_overhead[1]:g} ms per vLayer and "
+                 f"microbatch of host work" if args.host_overhead else "")
+              + f": median |measured/current - 1| {statistics.median(err):.3f}, "
+              f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")
     return 0
 
 

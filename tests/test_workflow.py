@@ -946,6 +946,21 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
             assert float(r[6]) == pytest.approx(pred, abs=1e-3) and float(r[8]) == pytest.approx(pred, abs=1e-3), out
             assert float(r[9]) == pytest.approx(2.0, abs=0.01) and r[12] == "0", out    # no retries on record
             assert r[13] == "-", out                     # no host phases on record
+        assert "# 2 runs against the current model: median |measured/current - 1| 1.000, 0 within 10%, " \
+               "ratios 2.00-2.00" in out, out
+    # --host-overhead: the runtime's host work charged on the host lane (1 s per compute task here) makes
+    # every plan host-bound: the current prediction is then the host's seconds, at most the old one more
+    from harmony.schedule.io import load_schedule
+    out = sh([sys.executable, script, str(R), "--host-overhead", "1000", "0"]).stdout
+    rows = [line.split() for line in out.splitlines() if line.startswith("gpt2-tiny")]
+    assert len(rows) == 2, out
+    for r in rows:
+        rec, graph = load_schedule(R / "schedules" / "gpt2-tiny" / f"vDP-N1-D16-{r[4]}.json")
+        tasks = sum(1 for t in graph.tasks if t.kind != "UPD")
+        assert float(r[6]) == pytest.approx(runs[r[4]][0], abs=1e-3), out       # the recorded one stays
+        # the host lane alone now takes a second per task; the rest of the iteration overlaps it
+        assert tasks * 1.0 <= float(r[8]) <= runs[r[4]][0] + tasks * 1.0 + 1e-3, out
+    assert "with 1000 ms per task and 0 ms per vLayer and microbatch of host work" in out, out
     # --peaks: each run's modelled peak under the waits its schedule records is the schedule's recorded peak
     # (one GPU sends nothing, so holding sends changes nothing), beside the measured one (1.5 GiB here)
     import importlib.util

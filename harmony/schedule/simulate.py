@@ -58,6 +58,11 @@ class SimParams:
     opt_params_per_s: float = 1e9       # CPU optimizer, all cores (calibrated); fallback without opt_step_s
     cpu_threads: int = 0                # the cores that rate was measured with (0: not measured, no share)
     task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S
+    # the runtime's own host work on the host lane, besides the profile's issue times: per compute task, and
+    # per vLayer and microbatch (0 by default: not calibrated; experiments/resimulate_runs.py
+    # --host-overhead asks what charging it would do, docs/performance.md entry 46)
+    host_task_s: float = 0.0
+    host_vlayer_s: float = 0.0
     mb_pipeline: bool = True
     iterations: int = 3
 
@@ -195,6 +200,9 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.dev, x.iss, x.dev_first, x.iss_first, x.dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch,
                                                                                     t.num_samples)
         x.dev += params.task_overhead_s
+        if params.host_task_s or params.host_vlayer_s:
+            x.iss += params.host_task_s + params.host_vlayer_s * (e - s) * x.nmb
+            x.iss_first += params.host_task_s + params.host_vlayer_s * (e - s)
         x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples))
         act_is_p2p = t.act_in[0] == "task" and g.tasks[t.act_in[1]].rank != t.rank
         for tr in task_transfers(g, t, sizes):

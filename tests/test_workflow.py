@@ -1136,3 +1136,47 @@ def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsy
     assert main(["figure", "--all", "--from", str(R)]) == 0
     out = capsys.readouterr().out
     assert "figure8: " in out and "figure8: skipped" not in out and "figure10: skipped" in out
+
+
+def test_pending_jobs_lists_what_a_job_list_has_left_with_its_device_time(tmp_path):
+    """experiments/device/pending_jobs.py: the jobs of a generated list whose outputs are missing, each with
+    an estimate: a Harmony run from its schedule's prediction (10% over, per iteration) plus the prefaulted
+    set-up allowance; a baseline search from the same search on another machine (the larger of its calls'
+    logged time and its candidates' iterations plus set-up); a profile from the median of the logged ones."""
+    own, other = Path("results/paper/hwB"), Path("results/paper/hwA")
+    (tmp_path / own / "schedules" / "m").mkdir(parents=True)
+    sched = own / "schedules" / "m" / "vPP-N2-D8-auto.json"
+    (tmp_path / sched).write_text(json.dumps({"prediction": {"iter_time_s": 2.0}}))
+    done = own / "profiles" / "done.json"
+    (tmp_path / done).parent.mkdir(parents=True)
+    (tmp_path / done).write_text("{}")
+    cand = tmp_path / other / "runs" / "fsdp-offload" / "m" / "N1-D8-best.u4.jsonl"
+    cand.parent.mkdir(parents=True)
+    cand.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in (1.0, 2.0)))
+    (cand.parent / "N1-D8-best.jsonl").write_text(cand.read_text())
+    (tmp_path / own / "calls").mkdir()
+    (tmp_path / own / "calls" / "c1.console.log").write_text(
+        f"[c1] header\n[0 s] profile: {own}/profiles/a.json\n[20 s] profile: {own}/profiles/b.json\n"
+        f"[50 s] baseline: {own}/runs/swap-dp/m/N2-D8-best.jsonl\nran 3\n")
+    run_out = own / "runs" / "harmony-vPP" / "m" / "N2-D8-auto.jsonl"
+    base_out = own / "runs" / "fsdp-offload" / "m" / "N2-D8-best.jsonl"
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text("\n".join([
+        f"job run_harmony 'harmony run {sched} --iters 4 -o {run_out}' '{run_out}'",
+        f"job baseline 'harmony baseline fsdp-offload -o {base_out}' '{base_out}'",
+        f"job profile 'harmony profile -o {own}/profiles/c.json' '{own}/profiles/c.json'",
+        f"job profile 'harmony profile -o {done}' '{done}'",
+        f"job baseline 'harmony baseline resident -o {own}/runs/resident/m/N1-D8-best.jsonl' "
+        f"'{own}/runs/resident/m/N1-D8-best.jsonl'"]) + "\n")
+    script = ROOT / "experiments/device/pending_jobs.py"
+    out = sh([sys.executable, str(script), str(joblist), "--like", str(other), "--root", str(tmp_path)]).stdout
+    rows = {line.split()[3]: line for line in out.splitlines() if " s  " in line}
+    assert out.startswith("4 of 5 jobs left"), out                   # the finished profile is not listed
+    assert rows[str(run_out)].split()[0] == "44", out                # 1.1 x 2.0 s x 4 + 35 s of set-up
+    assert rows[str(base_out)].split()[0] == "13", out               # iterations 3 s + 10 s of set-up
+    assert "the same search on hwA" in rows[str(base_out)], out
+    assert rows[f"{own}/profiles/c.json"].split()[0] == "25", out    # median of 20 s and 30 s
+    assert rows[f"{own}/runs/resident/m/N1-D8-best.jsonl"].split()[0] == "?", out   # no such search anywhere
+    assert "about 82 s of job time" in out and "3 jobs with an estimate, 1 without" in out, out
+    skipped = sh([sys.executable, str(script), str(joblist), "--root", str(tmp_path), "--skip", "resident|fsdp"]).stdout
+    assert skipped.startswith("2 of 5 jobs left") and "(leaving out resident|fsdp)" in skipped, skipped

@@ -1,0 +1,169 @@
+"""What a generated job list (experiments/device/jobs-*.sh) has left to run, and about how much device time it
+will take, so that a session can plan its calls (30 minutes of device time each; docs/performance.md
+entry 45 found calls spent on the wrong jobs).
+
+A job is left when one of its outputs is missing or empty (the list's own rule). Its estimate comes from:
+  - a Harmony run (`run_harmony`, `run_convergence`): its schedule's predicted iteration times 1.1 for each
+    iteration, plus the set-up the deadline allows for (`harmony.runtime.run_overhead_s`, prefaulted);
+  - a baseline search: the same search (system, model, minibatch) done before, first in the list's own
+    folder, then in the others (another machine, N = 1). Its device time is the larger of what the calls'
+    console logs show (`[T s] RULE: OUTPUT` lines, a job lasting until the next one started, summed over
+    the calls a search was spread over) and what its records hold: each candidate's iterations plus a
+    set-up of SETUP_S (zero-offload's DeepSpeed started training 28-59 s after launch in x2-grid1; the
+    others, about 10 s). A call's last job has no next line, so only its records count;
+  - profiles and schedules: the median of that rule's jobs in the console logs.
+A job with no basis is listed as unknown. Estimates say where the time goes, not what a call will finish.
+
+    python experiments/device/pending_jobs.py experiments/device/jobs-2xH200.sh \
+        --like results/paper/1xH100-80GB-HBM3 [--skip zero-offload] [--call-s 545]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_LINE = re.compile(r"^job (\S+) (.*)$")
+STAMP = re.compile(r"^\[(\d+) s\] (\S+): (\S+)")
+RUN_PATH = re.compile(r"/runs/(?P<system>[^/]+)/(?P<model>[^/]+)/N(?P<n>\d+)-D(?P<d>\d+)-")
+HARMONY_RULES = ("run_harmony", "run_convergence")
+SETUP_S = {"zero-offload": 30.0}      # per candidate, before its first iteration; others SETUP_S_OTHER
+SETUP_S_OTHER = 10.0
+
+
+@dataclass
+class Job:
+    rule: str
+    cmd: str
+    outputs: list[str]
+
+    def left(self, root: Path) -> bool:
+        return not all((root / o).is_file() and (root / o).stat().st_size > 0 for o in self.outputs)
+
+
+def read_jobs(joblist: Path) -> list[Job]:
+    """The `job RULE 'SHELL' OUTPUT...` lines of a generated job list, in order."""
+    jobs = []
+    for line in joblist.read_text().splitlines():
+        m = JOB_LINE.match(line)
+        if m:
+            words = shlex.split(m.group(2))
+            jobs.append(Job(m.group(1), words[0], words[1:]))
+    return jobs
+
+
+def job_key(rule: str, output: str) -> tuple | None:
+    """(rule, system, model, minibatch) of a run or baseline output; None for others."""
+    m = RUN_PATH.search("/" + output)
+    return (rule, m["system"], m["model"], int(m["d"])) if m else None
+
+
+def past_job_seconds(results: Path) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """From every call's console log under `results`: the seconds spent on each output (summed over the
+    calls that ran it), and per rule the seconds of each job of that rule."""
+    by_output: dict[str, float] = {}
+    by_rule: dict[str, list[float]] = {}
+    for log in sorted((results / "calls").glob("*.console.log")):
+        stamps = [m for m in map(STAMP.match, log.read_text(errors="replace").splitlines()) if m]
+        for a, b in zip(stamps, stamps[1:]):
+            if int(b[1]) < int(a[1]):
+                continue                    # a second list in the same log starts its clock again
+            dt = float(int(b[1]) - int(a[1]))
+            by_output[a[3]] = by_output.get(a[3], 0.0) + dt
+            by_rule.setdefault(a[2], []).append(dt)
+    return by_output, by_rule
+
+
+def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
+    """A Harmony run: predicted iterations (10% over) plus the set-up the deadline allows, prefaulted."""
+    from harmony.jsonio import DEADLINE_MARGIN
+    from harmony.runtime import run_overhead_s
+    words = shlex.split(job.cmd)
+    try:
+        if "--schedule" in words:                # the workflow's guard names it
+            sched = words[words.index("--schedule") + 1]
+        else:                                    # `harmony run SCHEDULE ...`
+            sched = next(w for w in words[words.index("run") + 1:] if w.endswith(".json"))
+        iters = int(words[words.index("--iters") + 1]) if "--iters" in words else 5
+        record = json.loads((root / sched).read_text())
+    except (ValueError, IndexError, StopIteration, OSError):
+        return None, "no schedule to predict from"
+    per_iter = (record.get("prediction") or {}).get("iter_time_s")
+    if not per_iter:
+        return None, "its schedule has no prediction"
+    return (DEADLINE_MARGIN * per_iter * iters + run_overhead_s(record, prefault=True),
+            f"{iters} x {per_iter:.2f} s predicted + set-up")
+
+
+def records_seconds(final: Path, system: str) -> float:
+    """A finished search's device time by its records: per candidate (`<stem>.u<U>.jsonl`, else the final
+    record alone), its iterations plus SETUP_S."""
+    from baselines.cli import candidate_cost_s
+    files = sorted(final.parent.glob(f"{final.stem}.u*.jsonl")) or [final]
+    return sum(candidate_cost_s(str(f)) + SETUP_S.get(system, SETUP_S_OTHER) for f in files)
+
+
+def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[Path, tuple]]) -> tuple[float | None, str]:
+    if job.rule in HARMONY_RULES:
+        return harmony_run_estimate(job, root)
+    key = job_key(job.rule, job.outputs[0])
+    if key is not None:
+        _, system, model, d = key
+        spent = own[0].get(job.outputs[0], 0.0)
+        for i, (folder, (by_output, _)) in enumerate([(own_dir, own)] + like):
+            finals = sorted((root / folder / "runs" / system / model).glob(f"N*-D{d}-best.jsonl"))
+            finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]
+            if not finals:
+                continue
+            logged = max([by_output.get(str(f.relative_to(root)), 0.0) for f in finals])
+            recorded = max(records_seconds(f, system) for f in finals)
+            where = "this machine" if i == 0 else folder.name
+            return (max(0.0, max(logged, recorded) - spent),
+                    f"the same search on {where}: {logged:.0f} s in its calls' logs, {recorded:.0f} s by its records"
+                    + (f"; {spent:.0f} s spent on this one already" if spent else ""))
+        return None, "no such search has run"
+    walls = own[1].get(job.rule) or [s for _, o in like for s in o[1].get(job.rule, [])]
+    return (statistics.median(walls), f"median of {len(walls)} {job.rule} jobs") if walls else (None, "no basis")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("joblist", type=Path, help="a generated job list (experiments/device/jobs-*.sh)")
+    p.add_argument("--like", type=Path, nargs="*", default=[],
+                   help="other results folders whose calls ran the same kinds of job (another machine)")
+    p.add_argument("--results", type=Path, default=None,
+                   help="the list's own results folder (default: from its first output, results/<scale>/<hw>)")
+    p.add_argument("--skip", default=None, help="leave out jobs whose first output matches this regex (JOB_SKIP)")
+    p.add_argument("--call-s", type=float, default=545.0,
+                   help="job-list seconds one device call gives (585 s less about 40 s of set-up and tail)")
+    p.add_argument("--root", type=Path, default=Path("."), help="the repository root the list runs from")
+    args = p.parse_args(argv)
+    jobs = read_jobs(args.joblist)
+    if not jobs:
+        print(f"{args.joblist}: no `job` lines (is it a generated job list?)")
+        return 1
+    left = [j for j in jobs if j.left(args.root)
+            and not (args.skip and re.search(args.skip, j.outputs[0]))]
+    own_dir = args.results or Path(*Path(jobs[0].outputs[0]).parts[:3])
+    own = past_job_seconds(args.root / own_dir)
+    like = [(d, past_job_seconds(args.root / d)) for d in args.like]
+    total, unknown = 0.0, 0
+    print(f"{len(left)} of {len(jobs)} jobs left in {args.joblist}" + (f" (leaving out {args.skip})" if args.skip else ""))
+    for j in left:
+        s, basis = estimate(j, args.root, own_dir, own, like)
+        total += s or 0.0
+        unknown += s is None
+        print(f"{'?' if s is None else f'{s:.0f}':>6} s  {j.rule:<16} {j.outputs[0]}  ({basis})")
+    calls = math.ceil(total / args.call_s) if total else 0
+    print(f"about {total:.0f} s of job time ({total / 60:.0f} min) for the {len(left) - unknown} jobs with an "
+          f"estimate, {unknown} without; at least {calls} call(s) of {args.call_s:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,6 +34,14 @@ line gives, over the runs, how close the current predictions are (median |measur
 10%, the lowest and highest ratio); docs/performance.md entry 46 ruled host work out this way for 2x H200's
 vPP misses.
 
+`--breakdown SCHEDULE` prints where the model says one steady iteration of SCHEDULE goes, per GPU: the
+seconds its GPU computes (the tasks' device times) against the iteration, the span of its compute tasks, and
+how long its swap-in, swap-out and P2P lanes are busy, then the host's CPU updates. It is the simulated
+side of `harmony timeline RUN.jsonl` (a traced run's compute busy, copies per direction and P2P), for
+telling where a run that missed its prediction lost the time (docs/performance.md entry 46). A lane's time
+is when it is in use: a transfer streamed microbatch by microbatch spans its first to its last microbatch, so
+it is not the link's busy time; the gigabytes beside it are.
+
 `--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
 last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
 schedules do not, so their overlaps are unknown): the tasks' own peaks, then with what each rank still holds
@@ -42,7 +50,7 @@ plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
         [--runs DIR] [--calibration FILE] [--schedules DIR] [--host-overhead TASK_MS VLAYER_MS]
-        [--peaks | --task-peaks SCHEDULE PROBE_DIR]
+        [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE]
 """
 from __future__ import annotations
 
@@ -107,6 +115,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--peaks", action="store_true", help="modelled peak memory per GPU against the measured one")
     ap.add_argument("--task-peaks", nargs=2, metavar=("SCHEDULE", "PROBE_DIR"), default=None,
                     help="each task's measured peak (a run with HARMONY_TASK_PEAKS=PROBE_DIR) against the model's")
+    ap.add_argument("--breakdown", metavar="SCHEDULE", default=None,
+                    help="where one simulated steady iteration of SCHEDULE goes, per GPU and on the host")
     ap.add_argument("--host-overhead", nargs=2, type=float, metavar=("TASK_MS", "VLAYER_MS"), default=None,
                     help="charge this much host work per compute task and per vLayer and microbatch on the "
                          "host lane (milliseconds), besides the profile's issue times")
@@ -126,6 +136,13 @@ def main(argv: list[str]) -> int:
         return print_task_peaks(sched, profile_path(profiles, model), cal, Path(args.task_peaks[1]))
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
+    if args.breakdown:
+        sched = Path(args.breakdown)
+        model = json.loads(sched.read_text())["model"]["model"]
+        rec, graph, costs, params = sim_inputs(sched, profile_path(profiles, model), cal)
+        for line in breakdown_lines(simulate(graph, costs, params, planned_cap(rec), record=True)):
+            print(line)
+        return 0
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7} "
           f"{'opt G/s':>7}")
@@ -165,6 +182,48 @@ def main(argv: list[str]) -> int:
               + f": median |measured/current - 1| {statistics.median(err):.3f}, "
               f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")
     return 0
+
+
+def sim_breakdown(sim) -> tuple[float, dict, float]:
+    """The last simulated iteration (its window is from the previous iteration's end to its own): per GPU,
+    {"device_s": the device seconds of the compute tasks that start in it, and per lane (compute, swap-in,
+    swap-out, p2p-in) the busy seconds, overlaps counted once}; and the host's CPU update seconds."""
+    from harmony.timeline import union_length
+    ends = sim.iteration_ends
+    lo, hi = (ends[-2], ends[-1]) if len(ends) > 1 else (0.0, ends[0])
+    lanes: dict = {}
+    ranks: dict[int, dict] = {}
+    host = []
+    for pid, lane, _name, start, end, args in sim.events:
+        a, b = max(start, lo), min(end, hi)
+        if b <= a:
+            continue
+        if pid == "host":
+            host.append((a, b))
+        elif isinstance(pid, int):
+            lanes.setdefault((pid, lane), []).append((a, b))
+            r = ranks.setdefault(pid, {"device_s": 0.0})
+            if lo <= start < hi:
+                if lane == "compute":
+                    r["device_s"] += args.get("device_s") or 0.0
+                r[f"{lane} GB"] = r.get(f"{lane} GB", 0.0) + (args.get("bytes") or 0) / 1e9
+    for (pid, lane), iv in lanes.items():
+        ranks[pid][lane] = union_length(iv)
+    return hi - lo, dict(sorted(ranks.items())), union_length(host)
+
+
+def breakdown_lines(sim) -> list[str]:
+    wall, ranks, host = sim_breakdown(sim)
+    lines = [f"simulated steady iteration {wall:.3f} s (predicted {sim.iter_time_s:.3f} s per iteration)"]
+    for r, b in ranks.items():
+        dev = b["device_s"]
+        lanes = ", ".join(f"{name} {b.get(lane, 0):.3f} s ({b.get(lane + ' GB', 0):.2f} GB)"
+                          for lane, name in (("swap-in", "swap-in"), ("swap-out", "swap-out"), ("p2p-in", "P2P in")))
+        lines.append(f"  GPU {r}: computes {dev:.3f} s ({dev / wall:.0%}), idle {max(wall - dev, 0):.3f} s; compute "
+                     f"tasks span {b.get('compute', 0):.3f} s; lanes in use (a streamed transfer spans its first to "
+                     f"last microbatch): {lanes}")
+    lines.append(f"  host: CPU updates busy {host:.3f} s ({host / wall:.0%} of the iteration)")
+    return lines
 
 
 def issue_ratio(iterations: list[dict], sim) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -961,6 +962,15 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
         # the host lane alone now takes a second per task; the rest of the iteration overlaps it
         assert tasks * 1.0 <= float(r[8]) <= runs[r[4]][0] + tasks * 1.0 + 1e-3, out
     assert "with 1000 ms per task and 0 ms per vLayer and microbatch of host work" in out, out
+    # --breakdown: one simulated steady iteration of a schedule, per GPU: what its GPU computes (the sum of
+    # its tasks' device times, at most the iteration) and each lane's time and bytes
+    out = sh([sys.executable, script, str(R), "--breakdown",
+              str(R / "schedules" / "gpt2-tiny" / "vDP-N1-D16-auto.json")]).stdout
+    head = re.search(r"simulated steady iteration ([\d.]+) s \(predicted ([\d.]+) s", out)
+    assert head and float(head[1]) == pytest.approx(runs["auto"][0], abs=1e-3) == float(head[2]), out
+    gpu = re.search(r"GPU 0: computes ([\d.]+) s .*swap-out ([\d.]+) s \([\d.]+ GB\)", out)
+    assert gpu and 0 < float(gpu[1]) <= float(head[1]) + 1e-3 and float(gpu[2]) > 0, out   # gradients go out
+    assert "host: CPU updates busy" in out, out
     # --peaks: each run's modelled peak under the waits its schedule records is the schedule's recorded peak
     # (one GPU sends nothing, so holding sends changes nothing), beside the measured one (1.5 GiB here)
     import importlib.util

@@ -20,6 +20,9 @@ for run in "bert96 16" "resnet1026 1024" "gpt2-xl 256"; do
     out=$A/$m-vPP-N2-D$d-traced.jsonl
     one_run "$out" "$m vPP N=2 D=$d, traced" "$R/schedules/$m/vPP-N2-D$d-auto.json" --memcpy-trace
     [ -s "$out" ] && python3 -m harmony.cli timeline "$out" > "${out%.jsonl}.timeline.txt" 2>&1
+    # the model's side of the same iteration, to set beside the timeline (seconds, no GPU)
+    python3 experiments/resimulate_runs.py "$R" --breakdown "$R/schedules/$m/vPP-N2-D$d-auto.json" \
+        > "${out%.jsonl}.simulated.txt" 2>&1
 done
 P=$A/peaks-bert96-vPP-N2-D256
 RUN_ENV="HARMONY_TASK_PEAKS=$P" one_run "$P.jsonl" "bert96 vPP N=2 D=256, per-task memory probe" \

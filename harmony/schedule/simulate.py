@@ -393,7 +393,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             it_end = max(it_end, s1)
             if record:
                 ev.append((r, "compute", f"{x.kind} {t.pack}", s0, s1,
-                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x_peak}))
+                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x_peak, "device_s": x.dev}))
                 mem.append((r, s0, x_peak))
             # --- swap-out
             if x.d2h_act:

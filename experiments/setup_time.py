@@ -8,6 +8,11 @@ was host set-up (its weight init and fill run while the workers start, so the pa
 prefaulted the arena (`arena_prefault`, the default on cuda since entry 45's A/B); the pinning rate is given
 for each side apart, since prefaulted pages pin about twice as fast.
 
+Last, the baseline searches (`runs/<system>/<model>/*-best.u<U>.jsonl`, one record per candidate): how much
+of their candidates' iteration time was the memcpy-traced iteration (the one after warm-up) of candidates
+that lost the search. The trace is only needed for the winner's swap volume, so that is what tracing
+after the timed iterations, and only a candidate that leads, would save.
+
     python experiments/setup_time.py results/paper/1xH100-80GB-HBM3 results/paper/2xH200 [--top 12]
 """
 from __future__ import annotations
@@ -40,6 +45,32 @@ def run_rows(root: Path) -> list[dict]:
     return rows
 
 
+def search_trace_cost(root: Path) -> tuple[float, float, int]:
+    """Over the baseline searches under root with two candidates or more: (seconds of every candidate's
+    iterations, seconds of the traced iterations of candidates slower than their search's best, how many)."""
+    total, lost, n = 0.0, 0.0, 0
+    for final in sorted(root.glob("runs/*/*/*-best.jsonl")):
+        cands = []
+        for f in sorted(final.parent.glob(f"{final.stem}.u*.jsonl")):
+            lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            if not lines or lines[-1].get("record") != "summary":
+                continue
+            summary, its = lines[-1], [r for r in lines if r.get("record") == "iteration"]
+            cands.append((summary.get("iter_time_s") if summary.get("status") == "ok" else None, summary, its))
+        if len(cands) < 2:
+            continue
+        ok = [t for t, _, _ in cands if t]
+        best = min(ok) if ok else None
+        for t, summary, its in cands:
+            total += sum(r.get("time_s") or 0.0 for r in its)
+            traced = summary.get("memcpy_trace") is not None and len(its) > (summary.get("warmup_iterations") or 0)
+            if best is not None and t and t > best and traced:
+                # the traced iteration is the last one the warm-up counts (train_loop)
+                lost += its[summary["warmup_iterations"] - 1].get("time_s") or 0.0
+                n += 1
+    return total, lost, n
+
+
 def pin_rate(rows: list[dict], prefault: bool) -> str:
     """'; pinning rate over arenas > 5 GB ...: median, range' over the rows with or without the prefault."""
     big = [r["pinned_GB"] / r["arena_s"] for r in rows
@@ -56,8 +87,15 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=12, help="runs to list, largest pinning time first")
     args = p.parse_args(argv)
     rows = [r for root in args.results for r in run_rows(root)]
+    searches = [search_trace_cost(root) for root in args.results]
+    total, lost, n = (sum(x[k] for x in searches) for k in range(3))
+    search_line = (f"baseline searches: candidates' iterations {total:.0f} s, of which {lost:.0f} s "
+                   f"({lost / total:.0%}) were the memcpy-traced iterations of {n} candidates that lost"
+                   if total else None)
     if not rows:
         print("no Harmony run records with set-up phases under " + ", ".join(map(str, args.results)))
+        if search_line:
+            print(search_line)
         return 1
     rows.sort(key=lambda r: -r["arena_s"])
     print(f"{'run':70s} {'pinned GB':>9s} {'pin s':>6s} {'GB/s':>5s} {'wall s':>7s} {'host s':>6s} "
@@ -73,6 +111,8 @@ def main(argv=None) -> int:
           f"workers ready after {part['ready_s']:.0f} s ({part['ready_s'] / wall:.0%}; pinning {part['arena_s']:.0f} s, "
           f"{part['arena_s'] / wall:.0%}), iterations {part['iters_s']:.0f} s ({part['iters_s'] / wall:.0%})"
           + "".join(pin_rate(rows, prefault) for prefault in (False, True)))
+    if search_line:
+        print(search_line)
     return 0
 
 

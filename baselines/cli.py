@@ -117,6 +117,16 @@ def first_iter_ratio(rec_path: str) -> float | None:
     return min(1.0, times[1] / times[0])
 
 
+def candidate_path(out: Path, ubatch: int | str) -> Path:
+    """Where a microbatch search writing `out` records its candidate u (`<stem>.u<U>.jsonl` beside it)."""
+    return out.with_name(f"{out.stem}.u{ubatch}{out.suffix or '.jsonl'}")
+
+
+def candidate_paths(out: Path) -> list[Path]:
+    """The candidate records (candidate_path) of the search that wrote `out`."""
+    return sorted(out.parent.glob(candidate_path(out, "*").name))
+
+
 def candidate_cost_s(rec_path: str) -> float:
     """What a finished candidate cost, at least: the sum of its iterations' times from its record file
     (setup not counted), or 0 when it has none (an OOM before the first iteration)."""
@@ -177,7 +187,7 @@ def main(args) -> int:
         """Run candidate i (once); its samples/s, 0 unless it ran ok."""
         if i not in done:
             s = settings[i]
-            s.output = str(out.with_name(f"{out.stem}.u{s.ubatch}{out.suffix or '.jsonl'}"))
+            s.output = str(candidate_path(out, s.ubatch))
             rec = finished_candidate(s)
             if rec is None:
                 est, left = estimated_cost(i), seconds_left()

@@ -48,11 +48,13 @@ def run_rows(root: Path) -> list[dict]:
 def search_trace_cost(root: Path) -> tuple[float, float, int]:
     """Over the baseline searches under root with two candidates or more: (seconds of every candidate's
     iterations, seconds of the traced iterations of candidates slower than their search's best, how many)."""
+    from baselines.cli import candidate_paths
+    from harmony.jsonio import read_jsonl
     total, lost, n = 0.0, 0.0, 0
     for final in sorted(root.glob("runs/*/*/*-best.jsonl")):
         cands = []
-        for f in sorted(final.parent.glob(f"{final.stem}.u*.jsonl")):
-            lines = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        for f in candidate_paths(final):
+            lines = read_jsonl(f)
             if not lines or lines[-1].get("record") != "summary":
                 continue
             summary, its = lines[-1], [r for r in lines if r.get("record") == "iteration"]

@@ -80,9 +80,10 @@ def past_job_seconds(results: Path) -> tuple[dict[str, float], dict[str, list[fl
 
 
 def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
-    """A Harmony run: predicted iterations (10% over) plus the set-up the deadline allows, prefaulted."""
+    """A Harmony run: what the deadline check charges it (predicted iterations 10% over, the traced one
+    too, plus the set-up it allows), prefaulted."""
     from harmony.jsonio import DEADLINE_MARGIN
-    from harmony.runtime import run_overhead_s
+    from harmony.runtime import run_cost_s
     words = shlex.split(job.cmd)
     try:
         if "--schedule" in words:                # the workflow's guard names it
@@ -93,18 +94,18 @@ def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
         record = json.loads((root / sched).read_text())
     except (ValueError, IndexError, StopIteration, OSError):
         return None, "no schedule to predict from"
-    per_iter = (record.get("prediction") or {}).get("iter_time_s")
-    if not per_iter:
+    cost = run_cost_s(record, iters, traced="--memcpy-trace" in words, prefault=True)
+    if cost is None:
         return None, "its schedule has no prediction"
-    return (DEADLINE_MARGIN * per_iter * iters + run_overhead_s(record, prefault=True),
-            f"{iters} x {per_iter:.2f} s predicted + set-up")
+    iter_s, overhead = cost
+    return DEADLINE_MARGIN * iter_s + overhead, f"{iters} x {record['prediction']['iter_time_s']:.2f} s predicted + set-up"
 
 
 def records_seconds(final: Path, system: str) -> float:
     """A finished search's device time by its records: per candidate (`<stem>.u<U>.jsonl`, else the final
     record alone), its iterations plus SETUP_S."""
-    from baselines.cli import candidate_cost_s
-    files = sorted(final.parent.glob(f"{final.stem}.u*.jsonl")) or [final]
+    from baselines.cli import candidate_cost_s, candidate_paths
+    files = candidate_paths(final) or [final]
     return sum(candidate_cost_s(str(f)) + SETUP_S.get(system, SETUP_S_OTHER) for f in files)
 
 

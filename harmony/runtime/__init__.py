@@ -228,17 +228,29 @@ def run_overhead_s(record: dict, graph: TaskGraph | None = None, prefault: bool 
     return base + (per_gb * arena / 1e9 if arena else 0.0)
 
 
+def run_cost_s(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None,
+               prefault: bool = False) -> tuple[float, float] | None:
+    """(its iterations' predicted seconds, its set-up's: run_overhead_s) of a run of the schedule, as the
+    deadline check charges them (experiments/device/pending_jobs.py plans calls with the same); None when
+    the schedule has no prediction."""
+    per_iter = (record.get("prediction") or {}).get("iter_time_s")
+    if not per_iter:
+        return None
+    iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
+    return iter_s, run_overhead_s(record, graph, prefault)
+
+
 def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None,
                         prefault: bool = False) -> None:
     """Raise Deferred when the schedule's predicted iterations (10% over, plus its set-up: run_overhead_s)
     would outlast $HARMONY_DEADLINE, so a device call does not end inside a run and lose it."""
     from harmony.jsonio import DEADLINE_MARGIN, Deferred, outlasts_deadline, seconds_left
     left = seconds_left()
-    per_iter = (record.get("prediction") or {}).get("iter_time_s")
-    if left is None or not per_iter:
+    cost = run_cost_s(record, iters, traced, graph, prefault) if left is not None else None
+    if cost is None:
         return
-    iter_s = per_iter * (iters + (1 if traced else 0))   # the traced iteration runs about twice as long
-    overhead = run_overhead_s(record, graph, prefault)
+    iter_s, overhead = cost
+    per_iter = record["prediction"]["iter_time_s"]
     if outlasts_deadline(iter_s, left - overhead):
         need = DEADLINE_MARGIN * iter_s + overhead
         raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up "

@@ -98,6 +98,19 @@ def test_worker_crash_ends_every_process_and_keeps_the_partial_record(tmp_path):
     assert _no_children_left()
 
 
+def test_a_stalled_run_ends_with_every_worker_threads_stack_in_its_log(tmp_path, capfd):
+    # every rank hangs in the same task, so no collective times out first: only the launcher's progress
+    # watchdog (timeout_s + 30 s) ends the run, and before it does, the workers' stacks go to stderr
+    _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1")
+    s = run_schedule(rec, g, iters=2, output=str(tmp_path / "run.jsonl"), timeout_s=1,
+                     fault={"kind": "hang", "iteration": 0})      # no rank, no task: each rank's first
+    assert s["status"] == "error" and "no progress from the workers" in s["message"]
+    assert "stack is in the log" in s["message"]
+    err = capfd.readouterr().err
+    assert "_fault_point" in err and "most recent call first" in err
+    assert _no_children_left()
+
+
 def _cli(tmp_path, rec, extra_env=None, iters=3, extra_args=()):
     sched = tmp_path / "schedule.json"
     save_schedule(sched, rec)
@@ -204,6 +217,9 @@ def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig):
     assert p.returncode == 130, err
     summary = read_jsonl(out)[-1]
     assert summary["record"] == "summary" and summary["status"] == "interrupted"
+    # a time limit ends runs with SIGTERM: the log then says where each worker was (Ctrl-C stays quiet)
+    assert (sig == signal.SIGTERM) == ("stack at SIGTERM" in summary["message"])
+    assert (sig == signal.SIGTERM) == ("most recent call first" in err)
     assert summary["iterations"] >= 1
     time.sleep(0.5)
     assert not [pid for pid in workers if psutil.pid_exists(pid)

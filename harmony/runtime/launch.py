@@ -161,6 +161,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
     # `interrupted`, instead of the process dying with a record that has no summary. Either signal also
     # arms a watchdog (see _InterruptWatchdog) that this launch disarms once its workers are ended.
     in_main = threading.current_thread() is threading.main_thread()
+    _INTERRUPTED_BY.clear()
     old_handlers = ({s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
                     if in_main else {})
 
@@ -191,6 +192,8 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
                             return outs
                 if now - last_progress > timeout + 30:
                     out.status, out.message = "error", f"no progress from the workers for {timeout + 30:.0f} s"
+                    if dump_stacks(procs):
+                        out.message += "; every worker thread's stack is in the log (stderr), above"
                     fail_rest(current)
                     return outs
                 continue
@@ -238,6 +241,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
     except KeyboardInterrupt:
         outs[current].status = "interrupted"
         outs[current].message = "interrupted (Ctrl-C or SIGTERM): all workers ended"
+        # SIGTERM is how a time limit (`timeout`, a device call's budget, a scheduler) ends a run: say where
+        # the workers were, so that a run that overstayed its limit by stalling shows the call it sat in
+        if _INTERRUPTED_BY.get("signal") == signal.SIGTERM and dump_stacks(procs, wait_s=1.0):
+            outs[current].message += "; every worker thread's stack at SIGTERM is in the log (stderr)"
         for k in range(current + 1, len(jobs)):
             outs[k].status, outs[k].message = "interrupted", "not run: interrupted"
         return outs
@@ -293,6 +300,28 @@ class _InterruptWatchdog:
 WATCHDOG = _InterruptWatchdog()
 
 
+def dump_stacks(procs, wait_s: float = 2.0) -> bool:
+    """Ask each live worker to write every thread's Python stack to stderr (faulthandler, registered in
+    worker_main), so that a stalled run's log says where it waits. Whether any worker was asked."""
+    from harmony.runtime.worker import STALL_DUMP_SIGNAL
+    asked = False
+    for p in procs:
+        if p.pid is not None and p.exitcode is None:
+            try:
+                os.kill(p.pid, STALL_DUMP_SIGNAL)
+                asked = True
+            except OSError:
+                pass
+    if asked:
+        sys.stderr.flush()
+        time.sleep(wait_s)     # faulthandler writes from a signal handler; give it time before the kill
+    return asked
+
+
+_INTERRUPTED_BY: dict = {}     # the signal that interrupted the current launch, for its message
+
+
 def _raise_interrupt(signum, frame):
+    _INTERRUPTED_BY["signal"] = signum
     WATCHDOG.arm()
     raise KeyboardInterrupt

@@ -20,6 +20,7 @@ A layer's weights for iteration k+1 are loaded only after the UPD of its pack in
 """
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import os
 import signal
@@ -510,7 +511,7 @@ class Worker:
         self.updater.submit(self.pack_index[t.pack], it)
 
     # ------------------------------------------------------------------------------------------
-    # fault injection (tests of the failure paths): job["fault"] = {"kind": "oom"|"crash"|"slow", ...}
+    # fault injection (tests of the failure paths): job["fault"] = {"kind": "oom"|"crash"|"hang"|"slow", ...}
     # ------------------------------------------------------------------------------------------
     def _fault_point(self, t, it: int) -> None:
         f = self.fault
@@ -526,6 +527,9 @@ class Worker:
         if f["kind"] == "crash":
             time.sleep(float(f.get("delay_s", 0.0)))
             os._exit(17)
+        if f["kind"] == "hang":      # a stall: only the launcher's progress watchdog ends it
+            while True:
+                time.sleep(1.0)
 
     # ------------------------------------------------------------------------------------------
     # the loop
@@ -772,10 +776,16 @@ def _init_distributed(rank: int, job: dict) -> None:
     _CTRL["group"] = dist.new_group(backend="gloo") if cuda else None
 
 
+STALL_DUMP_SIGNAL = signal.SIGUSR1
+
+
 def worker_main(rank: int, jobs: list[dict], results, host_ready=None) -> None:
     """Entry point of a spawned worker process: runs the jobs (same N and device) one after the other.
     `host_ready` (an Event, or None): set by the launcher once the first job's arena holds its weights."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the launcher handles Ctrl-C and ends us
+    # On a stall the launcher sends STALL_DUMP_SIGNAL before ending us: every thread's Python stack goes to
+    # stderr (the run's log), so a hang names the call it sits in (a p2p receive, an allocator retry, ...).
+    faulthandler.register(STALL_DUMP_SIGNAL, all_threads=True)
     code = 0
     w = None
     t0 = time.perf_counter()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# docs/performance.md entry 46: traced on 2x H200 (x2-vppgap1), vPP at N = 2 computes 12-16% longer than
+# the profile says (gpt2-xl D = 256: 13.04 s against 11.30 modelled; resnet1026 D = 1024: 5.59 against
+# 5.00), while NCCL's SendRecv kernels sit on each GPU for 68-99% of the iteration (a send waits on the GPU
+# until its receiver posts the receive, which it does just before it needs the data). vDP at N = 2 has no
+# send/recv and meets its prediction (1.03-1.04x). The reading to test: each resident NCCL kernel holds one
+# thread block per channel, and those SMs are taken from the compute kernels. This A/B caps NCCL's
+# channels (NCCL_MAX_NCHANNELS; the runtime's only NCCL traffic in vPP is these send/recv), on the same
+# plans, in the order default, capped, capped, default, so that a drift of the host shows. The first
+# default run logs NCCL's channel set-up (NCCL_DEBUG=INFO, INIT), to say how many channels it had.
+# Into RESULTS/remeasure/nccl-channels/, the figure records untouched. About 8 minutes.
+#   BUDGET_S=585 TAIL_S=20 bash experiments/device/grid_gpu.sh experiments/device/nccl-channels-ab-2xH200.sh \
+#       results/paper/2xH200 x2-ncclab1
+# Re-runnable: a finished run is skipped.
+set -u
+source "$(dirname "$0")/run_lib.sh"
+R=${RESULTS_DIR:-results/paper/2xH200}; A=$R/remeasure/nccl-channels
+mkdir -p "$A"
+export RUN_TIMEOUT_S=200
+CAP=${NCCL_CAP:-2}
+for run in "resnet1026 1024 default-a" "resnet1026 1024 cap$CAP-a" "resnet1026 1024 cap$CAP-b" \
+           "resnet1026 1024 default-b" "gpt2-xl 256 default-a" "gpt2-xl 256 cap$CAP-a"; do
+    set -- $run; m=$1 d=$2 arm=$3
+    case $arm in
+      default-a) env_="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" ;;
+      default-*) env_="" ;;
+      *)         env_="NCCL_MAX_NCHANNELS=$CAP" ;;
+    esac
+    RUN_ENV="$env_" one_run "$A/$m-vPP-N2-D$d-$arm.jsonl" "$m vPP N=2 D=$d, $arm ${env_:-(NCCL defaults)}" \
+        "$R/schedules/$m/vPP-N2-D$d-auto.json" --iters 4
+done
+grep -h -i "channel" "$A"/*default-a.log 2>/dev/null | sort | uniq -c | sort -rn | head -8
+summarize_runs "$A"

@@ -5,7 +5,8 @@
 # until its receiver posts the receive, which it does just before it needs the data). vDP at N = 2 has no
 # send/recv and meets its prediction (1.03-1.04x). The reading to test: each resident NCCL kernel holds one
 # thread block per channel, and those SMs are taken from the compute kernels. This A/B caps NCCL's
-# channels (NCCL_MAX_NCHANNELS; the runtime's only NCCL traffic in vPP is these send/recv), on the same
+# channels (NCCL_MAX_NCHANNELS, its newer name NCCL_MAX_CTAS, and NCCL_MAX_P2P_NCHANNELS, which NCCL's
+# source reads for send/recv; the runtime's only NCCL traffic in vPP is these send/recv), on the same
 # plans, in the order default, capped, capped, default, so that a drift of the host shows. The first
 # default run logs NCCL's channel set-up (NCCL_DEBUG=INFO, INIT), to say how many channels it had.
 # Into RESULTS/remeasure/nccl-channels/, the figure records untouched. About 8 minutes.
@@ -24,7 +25,7 @@ for run in "resnet1026 1024 default-a" "resnet1026 1024 cap$CAP-a" "resnet1026 1
     case $arm in
       default-a) env_="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT" ;;
       default-*) env_="" ;;
-      *)         env_="NCCL_MAX_NCHANNELS=$CAP" ;;
+      *)         env_="NCCL_MAX_NCHANNELS=$CAP NCCL_MAX_CTAS=$CAP NCCL_MAX_P2P_NCHANNELS=$CAP" ;;
     esac
     RUN_ENV="$env_" one_run "$A/$m-vPP-N2-D$d-$arm.jsonl" "$m vPP N=2 D=$d, $arm ${env_:-(NCCL defaults)}" \
         "$R/schedules/$m/vPP-N2-D$d-auto.json" --iters 4

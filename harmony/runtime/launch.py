@@ -5,8 +5,9 @@ spawns one worker per GPU (torch.multiprocessing, start method 'spawn'), which r
 localhost (gloo on CPU, NCCL on CUDA) and report through one queue: `ready`, one `iteration` record per
 rank and iteration, then `done` or `error` (with the failing task, its microbatch and the GPU memory).
 On the first error, a worker that dies without a word (crash, kill), no progress for `timeout_s`, or
-Ctrl-C, the launcher terminates every worker (SIGTERM, then SIGKILL after a grace period) and returns
-what it has, marked; collectives in the workers have timeouts too, so no process is left waiting.
+Ctrl-C/SIGTERM, the launcher ends every worker (SIGKILL) and returns what it has, marked; collectives in
+the workers have timeouts too, so no process is left waiting. Before it ends them on a stall or on SIGTERM
+(a time limit), every worker thread's Python stack goes to stderr, so the log says where a hung run sat.
 """
 from __future__ import annotations
 
@@ -112,17 +113,15 @@ def _sum_traces(traces: list[dict]) -> dict:
 
 
 def _end_all(procs, grace_s: float = 5.0) -> None:
+    # SIGKILL, not SIGTERM: the workers die on either (they catch neither), but on SIGTERM they first print
+    # every thread's stack (worker_main), which is for time limits from outside, not for our own shutdown
     procs = [p for p in procs if p.pid is not None]      # started ones
     for p in procs:
         if p.is_alive():
-            p.terminate()
+            p.kill()
     deadline = time.monotonic() + grace_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(5)
 
 
 def launch(job: dict, nprocs: int, on_iteration=None, while_starting=None) -> Outcome:

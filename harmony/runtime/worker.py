@@ -785,7 +785,10 @@ def worker_main(rank: int, jobs: list[dict], results, host_ready=None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # the launcher handles Ctrl-C and ends us
     # On a stall the launcher sends STALL_DUMP_SIGNAL before ending us: every thread's Python stack goes to
     # stderr (the run's log), so a hang names the call it sits in (a p2p receive, an allocator retry, ...).
+    # A time limit (`timeout`, a scheduler) sends SIGTERM to the whole process group, us included: dump the
+    # same, then die as SIGTERM would. (The launcher itself ends us with SIGKILL, which prints nothing.)
     faulthandler.register(STALL_DUMP_SIGNAL, all_threads=True)
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     code = 0
     w = None
     t0 = time.perf_counter()

@@ -10,8 +10,10 @@ for each side apart, since prefaulted pages pin about twice as fast.
 
 Last, the baseline searches (`runs/<system>/<model>/*-best.u<U>.jsonl`, one record per candidate): how much
 of their candidates' iteration time was the memcpy-traced iteration (the one after warm-up) of candidates
-that lost the search. The trace is only needed for the winner's swap volume, so that is what tracing
-after the timed iterations, and only a candidate that leads, would save.
+that lost the search, and how much of that was of candidates that were not their search's best so far when
+they ran (replaying the climb). The trace is only needed for the winner's swap volume; tracing only a
+candidate that leads when it runs would save that second part alone (entry 45: 2%), since the climb
+reaches its best through candidates that each led when they ran.
 
     python experiments/setup_time.py results/paper/1xH100-80GB-HBM3 results/paper/2xH200 [--top 12]
 """
@@ -45,32 +47,55 @@ def run_rows(root: Path) -> list[dict]:
     return rows
 
 
-def search_trace_cost(root: Path) -> tuple[float, float, int]:
+def search_trace_cost(root: Path) -> tuple[float, float, int, float]:
     """Over the baseline searches under root with two candidates or more: (seconds of every candidate's
-    iterations, seconds of the traced iterations of candidates slower than their search's best, how many)."""
-    from baselines.cli import candidate_paths
+    iterations, seconds of the traced iterations of candidates slower than their search's best, how many,
+    and of those seconds the part whose candidate was not the best so far when it ran). The order the
+    candidates ran in is the climb's (baselines.cli.climb, replayed on the recorded samples/s from the
+    recorded start): a candidate that led when it ran could not have known it would lose."""
+    from baselines.cli import candidate_path, climb
     from harmony.jsonio import read_jsonl
-    total, lost, n = 0.0, 0.0, 0
+    total, lost, n, not_leading = 0.0, 0.0, 0, 0.0
     for final in sorted(root.glob("runs/*/*/*-best.jsonl")):
-        cands = []
-        for f in candidate_paths(final):
-            lines = read_jsonl(f)
+        search = (read_jsonl(final)[-1].get("ubatch_search") or [])
+        us = [x["ubatch"] for x in search]
+        cands = {}
+        for u in us:
+            f = candidate_path(final, u)
+            lines = read_jsonl(f) if f.exists() else []
             if not lines or lines[-1].get("record") != "summary":
                 continue
             summary, its = lines[-1], [r for r in lines if r.get("record") == "iteration"]
-            cands.append((summary.get("iter_time_s") if summary.get("status") == "ok" else None, summary, its))
+            warm = summary.get("warmup_iterations") or 0
+            traced = summary.get("memcpy_trace") is not None and len(its) > warm
+            cands[u] = ((summary.get("samples_per_s") or 0.0) if summary.get("status") == "ok" else 0.0,
+                        sum(r.get("time_s") or 0.0 for r in its),
+                        # the traced iteration is the last one the warm-up counts (train_loop)
+                        (its[warm - 1].get("time_s") or 0.0) if traced else 0.0)
         if len(cands) < 2:
             continue
-        ok = [t for t, _, _ in cands if t]
-        best = min(ok) if ok else None
-        for t, summary, its in cands:
-            total += sum(r.get("time_s") or 0.0 for r in its)
-            traced = summary.get("memcpy_trace") is not None and len(its) > (summary.get("warmup_iterations") or 0)
-            if best is not None and t and t > best and traced:
-                # the traced iteration is the last one the warm-up counts (train_loop)
-                lost += its[summary["warmup_iterations"] - 1].get("time_s") or 0.0
+        order: list[int] = []
+
+        def trial(i: int) -> float:
+            order.append(i)
+            return cands.get(us[i], (0.0, 0.0, 0.0))[0]
+        start = read_jsonl(final)[-1].get("ubatch_climb_start")
+        climb(trial, len(us), start=us.index(start) if start in us else None)
+        ran = list(dict.fromkeys(us[i] for i in order)) + [u for u in cands if u not in {us[i] for i in order}]
+        best = max(c[0] for c in cands.values())
+        so_far = 0.0
+        for u in ran:
+            if u not in cands:
+                continue
+            v, iters_s, traced_s = cands[u]
+            total += iters_s
+            if 0 < v < best and traced_s:
+                lost += traced_s
                 n += 1
-    return total, lost, n
+                if v <= so_far:
+                    not_leading += traced_s
+            so_far = max(so_far, v)
+    return total, lost, n, not_leading
 
 
 def pin_rate(rows: list[dict], prefault: bool) -> str:
@@ -90,9 +115,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     rows = [r for root in args.results for r in run_rows(root)]
     searches = [search_trace_cost(root) for root in args.results]
-    total, lost, n = (sum(x[k] for x in searches) for k in range(3))
+    total, lost, n, not_leading = (sum(x[k] for x in searches) for k in range(4))
     search_line = (f"baseline searches: candidates' iterations {total:.0f} s, of which {lost:.0f} s "
-                   f"({lost / total:.0%}) were the memcpy-traced iterations of {n} candidates that lost"
+                   f"({lost / total:.0%}) were the memcpy-traced iterations of {n} candidates that lost; "
+                   f"{not_leading:.0f} s ({not_leading / total:.0%}) were of candidates that were not their "
+                   f"search's best so far when they ran (the rest led, then lost to a later candidate)"
                    if total else None)
     if not rows:
         print("no Harmony run records with set-up phases under " + ", ".join(map(str, args.results)))

@@ -1127,18 +1127,21 @@ def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path
     assert "iterations 36 s (33%)" in out
     # the pinning rate on each side of the prefault apart
     assert "not prefaulted (2): median 2.50 GB/s, 2.00-3.00" in out and "prefaulted (1): median 6.00 GB/s" in out
-    # a baseline search of two candidates: the loser's traced iteration (the last the warm-up counts) is
-    # what tracing only a leading candidate would save
-    for u, t, its in ((2, 2.0, [5.0, 4.0, 2.0, 2.0]), (4, 1.0, [3.0, 2.0, 1.0, 1.0])):
+    # a baseline search of three candidates, climbing from u=2: u=2 led when it ran and lost to u=4; u=8 ran
+    # after u=4 and was slower (not leading). Each loser's traced iteration is the last the warm-up counts
+    for u, t, its in ((2, 2.0, [5.0, 4.0, 2.0, 2.0]), (4, 1.0, [3.0, 2.0, 1.0, 1.0]), (8, 1.5, [2.0, 3.0, 1.5, 1.5])):
         f = R / "runs" / "fsdp-offload" / "m" / f"N1-D8-best.u{u}.jsonl"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("".join(json.dumps({"record": "iteration", "time_s": x}) + "\n" for x in its)
-                     + json.dumps({"record": "summary", "status": "ok", "iter_time_s": t, "warmup_iterations": 2,
-                                   "memcpy_trace": {"h2d": 1}}) + "\n")
-    (R / "runs" / "fsdp-offload" / "m" / "N1-D8-best.jsonl").write_text(f.read_text())
+                     + json.dumps({"record": "summary", "status": "ok", "iter_time_s": t, "samples_per_s": 8 / t,
+                                   "warmup_iterations": 2, "memcpy_trace": {"h2d": 1}}) + "\n")
+    best = json.loads((R / "runs" / "fsdp-offload" / "m" / "N1-D8-best.u4.jsonl").read_text().splitlines()[-1])
+    best.update(ubatch_climb_start=2, ubatch_search=[{"ubatch": u} for u in (2, 4, 8)])
+    (R / "runs" / "fsdp-offload" / "m" / "N1-D8-best.jsonl").write_text(json.dumps(best) + "\n")
     out = sh([sys.executable, str(ROOT / "experiments/setup_time.py"), str(R)]).stdout
-    assert "baseline searches: candidates' iterations 20 s, of which 4 s (20%) were the memcpy-traced " \
-           "iterations of 1 candidates that lost" in out, out
+    assert ("baseline searches: candidates' iterations 28 s, of which 7 s (25%) were the memcpy-traced "
+            "iterations of 2 candidates that lost; 3 s (11%) were of candidates that were not their search's "
+            "best so far when they ran") in out, out
 
 
 def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsys):

@@ -375,6 +375,36 @@ def test_arena_prefault_is_a_set_up_phase_and_changes_no_number():
     assert "arena_prefault" not in a["setup_s"]["host"] and b["setup_s"]["host"]["arena_prefault"] >= 0
 
 
+def test_p2p_max_ctas_is_checked_recorded_and_an_nccl_setting_only(monkeypatch):
+    """--p2p-max-ctas caps the NCCL blocks of the GPU-to-GPU channels (docs/performance.md entry 46): it is
+    checked, recorded in the summary, passed to each channel's new_group as an NCCL config, and on the CPU
+    (gloo, no thread blocks) changes nothing. Its effect on CUDA: tests/test_runtime_gpu.py."""
+    import types
+
+    import harmony.runtime.p2p as p2p
+    from harmony.runtime import run_schedule
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    a = run_schedule(rec, g, iters=2, device="cpu")
+    b = run_schedule(rec, g, iters=2, device="cpu", p2p_max_ctas=2)
+    assert a["status"] == b["status"] == "ok" and a["losses"] == b["losses"]
+    assert b["p2p_max_ctas"] == 2 and "p2p_max_ctas" not in a
+    with pytest.raises(ValueError, match="--p2p-max-ctas must be at least 1"):
+        run_schedule(rec, g, iters=2, device="cpu", p2p_max_ctas=0)
+    # the NCCL side, without NCCL: the option becomes the group's config
+    cfg = types.SimpleNamespace(max_ctas=None)
+    monkeypatch.setattr(p2p.dist, "ProcessGroupNCCL",
+                        types.SimpleNamespace(Options=lambda: types.SimpleNamespace(config=cfg)), raising=False)
+    assert p2p.group_options(None) == {}
+    assert p2p.group_options(4)["pg_options"].config.max_ctas == 4
+    made = []
+    monkeypatch.setattr(p2p.dist, "new_group", lambda ranks, **kw: made.append((ranks, kw)) or len(made))
+    monkeypatch.setattr(p2p.Channels, "_groups", {})
+    ch = p2p.Channels(g, 0, cpu=False, max_ctas=4)
+    assert [r for r, _ in made] == [sorted(c) for c in ch.channels] and ch.channels
+    assert all(kw["pg_options"].config.max_ctas == 4 for _, kw in made)
+    assert p2p.Channels(g, 0, cpu=True, max_ctas=4).max_ctas is None        # gloo: not passed on
+
+
 def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
     """run_schedule lets the host initialise the weights while the workers start and set up; they wait for
     it before their first iteration. With a slow fill they wait, and the run still trains from the seed's

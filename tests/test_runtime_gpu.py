@@ -211,3 +211,16 @@ def test_memcpy_trace_is_skipped_after_a_warm_up_slower_than_max_iter_s():
     assert "timed untraced" in s["memcpy_trace"]["source"] and s["memcpy_trace_skipped"], s["memcpy_trace"]
     assert s["iterations"] == 2 and "stopped after iteration 1" in s["cut_short"], (s["iterations"], s.get("cut_short"))
     assert s["warmup_iterations"] == 1 and s["iter_time_s"] > 0
+
+
+def test_capping_the_send_recv_thread_blocks_changes_no_number():
+    """--p2p-max-ctas (docs/performance.md entry 46's A/B): the channels' NCCL config caps the blocks of
+    their send/recv kernels; the same plan trains to the same losses, bit for bit, with one block."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    _, rec, g = schedule("gpt2-tiny", "vPP", 2, 3, 3, "P1")
+    free = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+    capped = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32", p2p_max_ctas=1)
+    assert free["status"] == capped["status"] == "ok", (free.get("message"), capped.get("message"))
+    assert capped["p2p_max_ctas"] == 1 and "p2p_max_ctas" not in free
+    assert capped["losses"] == free["losses"] and capped["bytes_p2p"] == free["bytes_p2p"] > 0

@@ -69,6 +69,10 @@ def add_arguments(p) -> None:
                         "with --device cuda (it cut the set-up of figure 10's two largest arenas on the H100 by "
                         "20-40 s, iterations unchanged; docs/performance.md entry 45), off on the CPU, where "
                         "nothing is pinned")
+    p.add_argument("--p2p-max-ctas", type=int, default=None, metavar="BLOCKS",
+                   help="cap the thread blocks of each NCCL send/recv kernel between GPUs (vPP's activations "
+                        "and gradients; default: NCCL's choice). A send sits on the GPU beside the compute "
+                        "until its receive is posted (docs/performance.md entry 46)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -98,7 +102,8 @@ def main(args) -> int:
                                fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
-                               run_ahead=args.run_ahead, arena_prefault=args.arena_prefault)
+                               run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
+                               p2p_max_ctas=args.p2p_max_ctas)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

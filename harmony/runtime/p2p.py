@@ -84,26 +84,41 @@ def chunks(t: Task) -> list[Range]:
     return mbs
 
 
+def group_options(max_ctas: int | None) -> dict:
+    """new_group's keyword arguments for a channel: with max_ctas, an NCCL config that caps the thread blocks
+    (CTAs, one per channel) of its send/recv kernels. NCCL keeps a send on the GPU until the peer posts its
+    receive, and its blocks hold SMs the compute kernels beside it then lack (docs/performance.md entry 46)."""
+    if max_ctas is None:
+        return {}
+    opts = dist.ProcessGroupNCCL.Options()
+    opts.config.max_ctas = int(max_ctas)
+    return {"pg_options": opts}
+
+
 class Channels:
     """The directional process groups of a graph (created collectively: every rank calls in the same
     order; cached across the jobs of one worker process) and the send/receive ops on them."""
 
-    _groups: dict[tuple[int, int], object] = {}
+    _groups: dict[tuple[tuple[int, int], int | None], object] = {}
 
-    def __init__(self, graph: TaskGraph, rank: int, cpu: bool):
+    def __init__(self, graph: TaskGraph, rank: int, cpu: bool, max_ctas: int | None = None):
         self.rank, self.cpu = rank, cpu
         self.channels = check_channel_order(graph)
+        self.max_ctas = None if cpu else max_ctas       # an NCCL setting: gloo has no thread blocks
+        self.groups: dict[tuple[int, int], object] = {}
         if graph.config.gpus > 1:
             for ch in self.channels:
-                if ch not in Channels._groups:
-                    Channels._groups[ch] = dist.new_group(ranks=sorted(ch))
+                key = (ch, self.max_ctas)
+                if key not in Channels._groups:
+                    Channels._groups[key] = dist.new_group(ranks=sorted(ch), **group_options(self.max_ctas))
+                self.groups[ch] = Channels._groups[key]
 
     def isend(self, x: torch.Tensor, dst: int, tag: int):
-        g = Channels._groups[(self.rank, dst)]
+        g = self.groups[(self.rank, dst)]
         return dist.isend(x, dst=dst, group=g, tag=tag) if self.cpu else dist.isend(x, dst=dst, group=g)
 
     def recv_into(self, x: torch.Tensor, src: int, tag: int) -> None:
-        g = Channels._groups[(src, self.rank)]
+        g = self.groups[(src, self.rank)]
         w = dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
         w.wait()          # CUDA: the current stream waits for the receive; the host goes on
 

@@ -151,7 +151,8 @@ class Worker:
             if t.kind == "BWD" and t.grad_in is not None:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
-        self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu")
+        self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu",
+                                 max_ctas=job.get("p2p_max_ctas"))
         self._precompute()
         clock.lap("precompute")
         host_ready = getattr(self, "host_ready", None)

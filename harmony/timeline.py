@@ -12,6 +12,12 @@ stream, `ts`/`dur` in microseconds) and returns, for that process and its GPU:
   copy_busy_s            union of H2D and D2H; overlap_copy_compute_s: time a copy and a compute kernel run at once
   nccl_busy_s            union of NCCL kernels (name starts with "nccl" or contains "ncclDevKernel")
   memset_busy_s          union of memsets
+  beside_nccl            the same kernels with and without an NCCL kernel resident on the GPU (a kernel is
+                         "beside" when NCCL spans at least half of it; the same kernel = name, grid and block):
+                         kernels (how many beside), compute_s (their time), compared (launch configurations
+                         seen both ways, at least MIN_EACH times each), slowdown (their median time beside over
+                         alone, weighted by the time beside; None when nothing compares). An NCCL kernel holds
+                         SMs while it waits for its peer (docs/performance.md entry 46)
   kernels, nccl_kernels, memcpys, streams, devices
   top_kernels            the 8 kernel names (compute and NCCL) with the most total time: name (80 chars), total_s, count
   cpu_ops_top            the 8 CPU-side events with the most self time: name, cat, self_s, count. The trace has CUDA
@@ -33,6 +39,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_CATS = ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver")
 TOP = 8
 NAME_CHARS = 80
+MIN_EACH = 3        # beside_nccl compares a launch configuration seen at least this often each way
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,9 +106,44 @@ def _complete_events(trace: dict | list) -> list[dict]:
             ts, dur = float(ev["ts"]), float(ev.get("dur") or 0.0)
         except (KeyError, TypeError, ValueError):
             continue
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         out.append({"cat": str(ev.get("cat", "")), "name": str(ev.get("name", "")), "pid": ev.get("pid"),
-                    "tid": ev.get("tid"), "s": ts * 1e-6, "e": (ts + max(dur, 0.0)) * 1e-6})
+                    "tid": ev.get("tid"), "s": ts * 1e-6, "e": (ts + max(dur, 0.0)) * 1e-6,
+                    "launch": (str(args.get("grid")), str(args.get("block")))})
     return out
+
+
+def beside_nccl(gpu: list[dict]) -> dict:
+    """How the compute kernels ran while an NCCL kernel was resident, against the same kernels without
+    (see the module docstring, `beside_nccl`)."""
+    import bisect
+    import statistics
+    nccl = merge_intervals((ev["s"], ev["e"]) for ev in gpu if ev["kind"] == "nccl")
+    starts = [s for s, _ in nccl]
+    groups: dict = defaultdict(lambda: ([], []))
+    n_beside, t_beside = 0, 0.0
+    for ev in gpu:
+        if ev["kind"] != "compute" or ev["e"] <= ev["s"]:
+            continue
+        covered, i = 0.0, max(bisect.bisect_right(starts, ev["s"]) - 1, 0)
+        while i < len(nccl) and nccl[i][0] < ev["e"]:
+            covered += max(0.0, min(ev["e"], nccl[i][1]) - max(ev["s"], nccl[i][0]))
+            i += 1
+        dur = ev["e"] - ev["s"]
+        side = covered >= 0.5 * dur
+        n_beside += side
+        t_beside += dur if side else 0.0
+        groups[(ev["name"], ev.get("launch"))][0 if side else 1].append(dur)
+    num = den = 0.0
+    compared = 0
+    for with_, without in groups.values():
+        if len(with_) >= MIN_EACH and len(without) >= MIN_EACH:
+            mb, ma = statistics.median(with_), statistics.median(without)
+            num += len(with_) * mb
+            den += len(with_) * ma
+            compared += 1
+    return {"kernels": n_beside, "compute_s": _r(t_beside), "compared": compared,
+            "slowdown": round(num / den, 4) if den > 0 else None}
 
 
 def _r(x: float) -> float:
@@ -181,6 +223,7 @@ def timeline_from_trace(trace: dict | list, wall_s: float | None = None) -> dict
         "streams": len({(ev["pid"], ev["tid"]) for ev in gpu}),
         "devices": devices,
         "top_kernels": [{"name": n[:NAME_CHARS], "total_s": _r(t), "count": c} for n, (t, c) in top],
+        "beside_nccl": beside_nccl(gpu),
         "cpu_ops_top": cpu_self_times(events),
     }
     if len(devices) > 1:
@@ -261,6 +304,12 @@ def format_timeline(label: str, tl: dict) -> list[str]:
              + f"; H2D|D2H {_s(tl.get('copy_busy_s'))}, overlapping compute {_s(tl.get('overlap_copy_compute_s'))}",
              f"  NCCL busy {_s(tl.get('nccl_busy_s'))} ({tl.get('nccl_kernels', 0)} kernels); "
              f"memset {_s(tl.get('memset_busy_s'))}"]
+    b = tl.get("beside_nccl")
+    if b and b.get("kernels"):
+        lines.append(f"  beside a resident NCCL kernel: {b['kernels']:,} compute kernels, {_s(b['compute_s'])}; "
+                     + (f"the same kernels (name, grid, block; {b['compared']} compared) took "
+                        f"{b['slowdown']:.3f}x their time alone" if b.get("slowdown") else
+                        "no kernel ran often enough both ways to compare"))
     for d, b in (tl.get("per_device") or {}).items():
         lines.append(f"  GPU {d}: compute busy {_s(b['compute_busy_s'])}, H2D {_s(b['h2d_busy_s'])}, "
                      f"D2H {_s(b['d2h_busy_s'])}, NCCL {_s(b['nccl_busy_s'])}")

@@ -268,3 +268,23 @@ def test_measure_memcpy_bytes_cpu_fallback_has_no_timeline():
     ran = []
     r = measure_memcpy_bytes(lambda: ran.append(1))
     assert ran == [1] and "timeline" not in r and timelines_of(r) == []
+
+
+def test_beside_nccl_compares_the_same_launch_with_and_without_a_resident_nccl_kernel():
+    """docs/performance.md entry 46: a kernel is beside NCCL when an NCCL kernel spans at least half of it;
+    the slowdown compares the median times of the same name, grid and block both ways (3 or more each)."""
+    g, b = [132, 1, 1], [256, 1, 1]
+    evs = [X("kernel", "ncclDevKernel_SendRecv", 1000, 2000, tid=20)]           # resident 1000-3000 µs
+    evs += [X("kernel", "gemm", t, 100, grid=g, block=b) for t in (0, 200, 400, 600)]          # alone: 100 µs
+    evs += [X("kernel", "gemm", t, 120, grid=g, block=b) for t in (1100, 1300, 1500)]          # beside: 120
+    evs += [X("kernel", "gemm", 2000, 500, grid=[8, 1, 1], block=b)]       # another launch, only beside
+    evs += [X("kernel", "softmax", 2950, 100)]                             # 50 µs covered: exactly half
+    evs += [X("kernel", "relu", 2960, 100)]                                # 40 µs covered: alone
+    tl = timeline_from_trace({"traceEvents": evs})
+    bn = tl["beside_nccl"]
+    assert bn["kernels"] == 5 and bn["compute_s"] == pytest.approx((3 * 120 + 500 + 100) * 1e-6)
+    assert bn["compared"] == 1 and bn["slowdown"] == pytest.approx(1.2)
+    quiet = timeline_from_trace({"traceEvents": evs[1:]})["beside_nccl"]           # no NCCL at all
+    assert quiet == {"kernels": 0, "compute_s": 0.0, "compared": 0, "slowdown": None}
+    from harmony.timeline import format_timeline
+    assert any("took 1.200x their time alone" in line for line in format_timeline("rank 0", tl))

@@ -27,6 +27,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,6 +353,27 @@ def _has_summary(out: Path) -> bool:
     return any('"record": "summary"' in line or '"record":"summary"' in line for line in out.read_text().splitlines())
 
 
+STOP_DRAIN_S = 8.0     # at SIGTERM, how long the guard forwards its command's last words (timeout -k 10)
+
+
+def _undo_interrupted(out: Path) -> None:
+    """A run that the call's end interrupted (SIGTERM) writes its record with status `interrupted`. That is
+    not a result: its iteration lines go back to the record's .partial and the record is removed, so the
+    guard decides as for a run that wrote nothing (over-time, or no record and the next call runs it)."""
+    if out.suffix != ".jsonl" or not out.exists():
+        return
+    lines = out.read_text().splitlines()
+    try:
+        last = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return
+    if last.get("record") == "summary" and last.get("status") == "interrupted":
+        tmp = partial_path(out).with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines[:-1]))
+        os.replace(tmp, partial_path(out))
+        out.unlink()
+
+
 def guard(args) -> int:
     out = Path(args.out)
     stub = failure_stub(out, args.schedule)
@@ -366,29 +388,42 @@ def guard(args) -> int:
             stale.unlink()   # never append to a stale record
     tail: list[str] = []
     began = time.time()
+    echo: list = []           # the thread that forwards the command's stderr, once started
 
     def stopped(signum, frame):
         """The device call's end stops the job list (SIGTERM to its process group, this process and the
         command's included). A run record whose job had the whole call is then a result, over-time: no call
         of that length finishes it (zero-offload resnet1026 D=1024 took over 454 s for its first iteration
         after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call."""
+        last = list(tail)         # the run's own last lines, before what it prints on its way out
+        if echo:
+            # the command got the same SIGTERM: let it say where it was (harmony run prints every worker
+            # thread's stack) and end, before this process, which holds the pipe to the log, exits
+            echo[0].join(STOP_DRAIN_S)
+        _undo_interrupted(out)
         why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
         if why is not None and not _has_summary(out):
             partial = partial_path(out)
             if partial.exists() and not out.exists():
                 os.replace(partial, out)
             _write_failure(out, args, "over-time", f"stopped at the device call's end: {why}. Last output: "
-                           + " | ".join(x for x in tail[-5:] if x.strip())[:1500], call_window_s=call_window_s())
+                           + " | ".join(x for x in last[-5:] if x.strip())[:1500], call_window_s=call_window_s())
             print(f"guard: {out} stopped at the call's end; recorded over-time", file=sys.stderr, flush=True)
             os._exit(0)
         os._exit(128 + signum)
     signal.signal(signal.SIGTERM, stopped)
     proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:
-        # kept before it is echoed: a stop that follows the echoed line finds it in the record's message
-        tail = (tail + [line.rstrip()])[-15:]
-        sys.stderr.write(line)
+
+    def forward() -> None:
+        for line in proc.stderr:
+            # kept before it is echoed: a stop that follows the echoed line finds it in the record's message
+            tail[:] = (tail + [line.rstrip()])[-15:]
+            sys.stderr.write(line)
+            sys.stderr.flush()
+    echo.append(threading.Thread(target=forward, daemon=True, name="guard-stderr"))
+    echo[0].start()
     rc = proc.wait()
+    echo[0].join()
     if rc == 0 and _has_summary(out):
         return 0
     if rc == DEFERRED_EXIT:      # a baseline search left the rest for the next call: no record, by design

@@ -231,6 +231,33 @@ def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig, group):
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_grid_job_the_calls_end_stops_leaves_the_workers_stacks_in_its_log(tmp_path):
+    """The device grid's case end to end: `python -m harmony.workflow guard ... -- harmony run ...` stopped by
+    SIGTERM to its process group (timeout(1) at the call's end). The guard forwards what the run prints on
+    its way out, so every worker thread's stack reaches the log, and no record is left (the next call
+    runs the job again)."""
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    sched = tmp_path / "schedule.json"
+    save_schedule(sched, rec)
+    out = tmp_path / "run.jsonl"
+    env = dict(os.environ, HARMONY_FAULT=json.dumps({"kind": "slow", "seconds": 0.05}))
+    cmd = [sys.executable, "-m", "harmony.workflow", "guard", "--out", str(out), "--system", "harmony-vPP",
+           "--model", "mlp-tiny", "--gpus", "2", "--", sys.executable, "-m", "harmony.cli", "run", str(sched),
+           "--iters", "200", "--device", "cpu", "-o", str(out)]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (partial_path(out).exists()
+                                               and partial_path(out).read_text().count("\n") >= 1):
+        time.sleep(0.1)
+    assert p.poll() is None, "the run ended before its first record could be seen"
+    os.killpg(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "most recent call first" in err and not out.exists()
+    assert _no_children_left()
+
+
 @pytest.mark.parametrize("disarm", [False, True], ids=["stuck", "ended-in-time"])
 def test_interrupt_watchdog_bounds_a_stuck_shutdown(disarm):
     """Once armed by Ctrl-C/SIGTERM, the watchdog kills what the launcher started and exits 130 if the

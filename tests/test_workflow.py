@@ -524,10 +524,14 @@ def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(
 
     def stopped_guard(name: str, call_began_s_ago: float) -> tuple[subprocess.CompletedProcess, Path]:
         out = tmp_path / f"{name}.jsonl"
-        # the command writes one iteration line to the record's .partial, then waits for the stop
+        # the command writes one iteration line to the record's .partial, then waits for the stop; at SIGTERM
+        # it says where it was (as harmony run's workers print their stacks) and ends
         body = (f"open({str(out) + '.partial'!r}, 'w').write('{{\"record\": \"iteration\"}}\\n'); "
-                "print('iteration 0 running', file=__import__('sys').stderr, flush=True); "
-                "__import__('time').sleep(60)")
+                "import signal, sys, time; "
+                "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), print('stack: in sleep', "
+                "file=sys.stderr, flush=True), sys.exit(143))); "
+                "print('iteration 0 running', file=sys.stderr, flush=True); "
+                "time.sleep(60)")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HARMONY_CALL_S": "300",
                "HARMONY_DEADLINE": str(time.time() + 300 - call_began_s_ago)}
         proc = subprocess.Popen([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(out),
@@ -547,9 +551,11 @@ def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(
     summary = recs[-1]
     assert [r["record"] for r in recs] == ["iteration", "summary"] and summary["status"] == "over-time"
     assert summary["call_window_s"] == 300.0 and "began 5 s into its call's 300 s" in summary["message"]
-    assert "iteration 0 running" in summary["message"]
+    assert "iteration 0 running" in summary["message"] and "stack:" not in summary["message"]
+    assert "stack: in sleep" in res.stderr      # what the command printed after the stop reached the log
     res, out = stopped_guard("late", call_began_s_ago=200)
     assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
+    assert "stack: in sleep" in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------

@@ -152,6 +152,8 @@ def run_one(s: Settings) -> dict:
 
 
 def main(args) -> int:
+    from harmony.runtime.launch import print_stacks_on_sigterm
+    print_stacks_on_sigterm()      # a search the call's end stops says where it sat (as harmony run does)
     ubatches = parse_ubatch(args.ubatch)
     settings = [settings_from_args(args, u) for u in ubatches]   # validates every candidate first
     if len(settings) == 1:

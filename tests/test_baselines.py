@@ -2,6 +2,7 @@
 to the same parameters as plain PyTorch; unavailable / infeasible / OOM are records, not crashes; the CLI
 rejects bad input with one line."""
 import json
+import os
 import sys
 
 import pytest
@@ -850,3 +851,21 @@ def test_resident_draws_its_initial_weights_on_the_cpu_whatever_its_device(monke
     layers, _ = resident.make_step(s, spec, torch.device("meta"))
     assert built_on == ["cpu"]
     assert all(p.device.type == "meta" for p in layers.parameters())
+
+
+def test_a_baseline_the_calls_end_stops_prints_where_it_sat(tmp_path):
+    """A device call's end sends SIGTERM to the job list's process group; a baseline (here resident on the
+    CPU, one process) then prints every thread's stack to its log before it dies, as harmony run does."""
+    import signal
+    import subprocess
+    import time
+    cmd = [sys.executable, "-m", "harmony.cli", "baseline", "resident", "mlp-tiny", "--minibatch", "8",
+           "--iters", "100000", "--device", "cpu", "-o", str(tmp_path / "r.jsonl")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in p.stderr:                  # its iterations have begun
+        if "iteration 1:" in line:
+            break
+    time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM and "most recent call first" in err, err[-2000:]

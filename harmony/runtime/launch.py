@@ -299,6 +299,17 @@ class _InterruptWatchdog:
 WATCHDOG = _InterruptWatchdog()
 
 
+def print_stacks_on_sigterm() -> None:
+    """In a process that does not catch SIGTERM (a worker, a baseline and its ranks): on SIGTERM, print every
+    thread's Python stack to stderr, then die of it as before. A time limit (`timeout`, a device call's
+    end) signals the whole process group, so the log then says where a run that overstayed sat."""
+    import faulthandler
+    try:      # the process's own stderr (fd 2), also where sys.stderr is replaced (pytest's capture)
+        faulthandler.register(signal.SIGTERM, file=sys.__stderr__, all_threads=True, chain=True)
+    except (AttributeError, ValueError, OSError):     # no stderr with a file descriptor: nothing to print to
+        pass
+
+
 def dump_stacks(procs, wait_s: float = 2.0) -> bool:
     """Ask each live worker to write every thread's Python stack to stderr (faulthandler, registered in
     worker_main), so that a stalled run's log says where it waits. Whether any worker was asked."""

@@ -37,6 +37,7 @@ from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
+from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies, wait_marks
@@ -789,7 +790,7 @@ def worker_main(rank: int, jobs: list[dict], results, host_ready=None) -> None:
     # A time limit (`timeout`, a scheduler) sends SIGTERM to the whole process group, us included: dump the
     # same, then die as SIGTERM would. (The launcher itself ends us with SIGKILL, which prints nothing.)
     faulthandler.register(STALL_DUMP_SIGNAL, all_threads=True)
-    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
+    print_stacks_on_sigterm()
     code = 0
     w = None
     t0 = time.perf_counter()

@@ -43,7 +43,6 @@ from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_m
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import make_optimizer, set_lr
-from harmony.runtime.launch import print_stacks_on_sigterm
 
 
 class Checkpointed(nn.Module):
@@ -215,7 +214,6 @@ def _silent(s: Settings) -> Settings:
 
 
 def _spawn_entry(rank: int, s: Settings, port: int, path: str | None):
-    print_stacks_on_sigterm()
     use_rank_share_of_cores(s.gpus)
     out: dict = {}
     try:

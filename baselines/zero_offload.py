@@ -36,7 +36,6 @@ from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import set_lr
-from harmony.runtime.launch import print_stacks_on_sigterm
 
 INSTALL = "pip install -e .[deepspeed]"
 
@@ -165,7 +164,6 @@ def _train(rank: int, s: Settings, port: int):
 
 
 def _spawn_entry(rank: int, s: Settings, port: int):
-    print_stacks_on_sigterm()
     use_rank_share_of_cores(s.gpus)
     try:
         _train(rank, s, port)

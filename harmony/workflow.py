@@ -388,7 +388,7 @@ def guard(args) -> int:
             stale.unlink()   # never append to a stale record
     tail: list[str] = []
     began = time.time()
-    echo: list = []           # the thread that forwards the command's stderr, once started
+    forwarder: threading.Thread | None = None     # forwards the command's stderr, once it runs
 
     def stopped(signum, frame):
         """The device call's end stops the job list (SIGTERM to its process group, this process and the
@@ -396,10 +396,10 @@ def guard(args) -> int:
         of that length finishes it (zero-offload resnet1026 D=1024 took over 454 s for its first iteration
         after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call."""
         last = list(tail)         # the run's own last lines, before what it prints on its way out
-        if echo:
+        if forwarder is not None:
             # the command got the same SIGTERM: let it say where it was (harmony run prints every worker
             # thread's stack) and end, before this process, which holds the pipe to the log, exits
-            echo[0].join(STOP_DRAIN_S)
+            forwarder.join(STOP_DRAIN_S)
         _undo_interrupted(out)
         why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
         if why is not None and not _has_summary(out):
@@ -420,10 +420,10 @@ def guard(args) -> int:
             tail[:] = (tail + [line.rstrip()])[-15:]
             sys.stderr.write(line)
             sys.stderr.flush()
-    echo.append(threading.Thread(target=forward, daemon=True, name="guard-stderr"))
-    echo[0].start()
+    forwarder = threading.Thread(target=forward, daemon=True, name="guard-stderr")
+    forwarder.start()
     rc = proc.wait()
-    echo[0].join()
+    forwarder.join()
     if rc == 0 and _has_summary(out):
         return 0
     if rc == DEFERRED_EXIT:      # a baseline search left the rest for the next call: no record, by design

@@ -333,5 +333,11 @@ _INTERRUPTED_BY: dict = {}     # the signal that interrupted the current launch,
 
 def _raise_interrupt(signum, frame):
     _INTERRUPTED_BY["signal"] = signum
+    if signum == signal.SIGTERM:     # a time limit: where this process was too (filling the arena, waiting)
+        import faulthandler
+        try:
+            faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+        except (AttributeError, ValueError, OSError):
+            pass
     WATCHDOG.arm()
     raise KeyboardInterrupt

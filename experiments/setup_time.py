@@ -57,7 +57,8 @@ def search_trace_cost(root: Path) -> tuple[float, float, int, float]:
     from harmony.jsonio import read_jsonl
     total, lost, n, not_leading = 0.0, 0.0, 0, 0.0
     for final in sorted(root.glob("runs/*/*/*-best.jsonl")):
-        search = (read_jsonl(final)[-1].get("ubatch_search") or [])
+        summary_of_search = read_jsonl(final)[-1]
+        search = summary_of_search.get("ubatch_search") or []
         us = [x["ubatch"] for x in search]
         cands = {}
         for u in us:
@@ -79,7 +80,7 @@ def search_trace_cost(root: Path) -> tuple[float, float, int, float]:
         def trial(i: int) -> float:
             order.append(i)
             return cands.get(us[i], (0.0, 0.0, 0.0))[0]
-        start = read_jsonl(final)[-1].get("ubatch_climb_start")
+        start = summary_of_search.get("ubatch_climb_start")
         climb(trial, len(us), start=us.index(start) if start in us else None)
         ran = list(dict.fromkeys(us[i] for i in order)) + [u for u in cands if u not in {us[i] for i in order}]
         best = max(c[0] for c in cands.values())

@@ -299,15 +299,23 @@ class _InterruptWatchdog:
 WATCHDOG = _InterruptWatchdog()
 
 
+def _stack_file():
+    """Where faulthandler writes stacks: this process's own stderr (fd 2), also where sys.stderr is replaced
+    (pytest's capture); None when there is no stderr with a file descriptor."""
+    try:
+        sys.__stderr__.fileno()
+        return sys.__stderr__
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def print_stacks_on_sigterm() -> None:
-    """In a process that does not catch SIGTERM (a worker, a baseline and its ranks): on SIGTERM, print every
+    """In a process that does not catch SIGTERM (a worker, `harmony baseline`): on SIGTERM, print every
     thread's Python stack to stderr, then die of it as before. A time limit (`timeout`, a device call's
     end) signals the whole process group, so the log then says where a run that overstayed sat."""
     import faulthandler
-    try:      # the process's own stderr (fd 2), also where sys.stderr is replaced (pytest's capture)
-        faulthandler.register(signal.SIGTERM, file=sys.__stderr__, all_threads=True, chain=True)
-    except (AttributeError, ValueError, OSError):     # no stderr with a file descriptor: nothing to print to
-        pass
+    if (f := _stack_file()) is not None:
+        faulthandler.register(signal.SIGTERM, file=f, all_threads=True, chain=True)
 
 
 def dump_stacks(procs, wait_s: float = 2.0) -> bool:
@@ -333,11 +341,8 @@ _INTERRUPTED_BY: dict = {}     # the signal that interrupted the current launch,
 
 def _raise_interrupt(signum, frame):
     _INTERRUPTED_BY["signal"] = signum
-    if signum == signal.SIGTERM:     # a time limit: where this process was too (filling the arena, waiting)
-        import faulthandler
-        try:
-            faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
-        except (AttributeError, ValueError, OSError):
-            pass
+    if signum == signal.SIGTERM and (f := _stack_file()) is not None:
+        import faulthandler      # a time limit: where this process was too (filling the arena, waiting)
+        faulthandler.dump_traceback(file=f, all_threads=True)
     WATCHDOG.arm()
     raise KeyboardInterrupt

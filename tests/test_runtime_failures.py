@@ -225,7 +225,8 @@ def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig, group):
     if not group:       # (sent to the group, the workers may be gone before the launcher asks them)
         assert (sig == signal.SIGTERM) == ("stack at SIGTERM" in summary["message"])
     assert (sig == signal.SIGTERM) == ("most recent call first" in err)
-    assert (sig == signal.SIGTERM) == ("in launch_many" in err)        # the launcher's own stack too
+    if not group:       # (sent to the group, every process writes its stack at once and lines interleave)
+        assert (sig == signal.SIGTERM) == ("in launch_many" in err)    # the launcher's own stack too
     assert summary["iterations"] >= 1
     time.sleep(0.5)
     assert not [pid for pid in workers if psutil.pid_exists(pid)

@@ -26,7 +26,7 @@ import time
 import torch
 
 from harmony.models import get_model
-from harmony.runtime.optim import COALESCE_BELOW, _PackOptimizer
+from harmony.runtime.optim import _PackOptimizer
 
 
 def pack_of(model: str, max_values: int, seed: int = 0):
@@ -52,7 +52,7 @@ def time_steps(po: _PackOptimizer, first_iteration: int, iters: int) -> list[flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["resnet1026", "bert96"])
-    ap.add_argument("--threshold", type=int, default=COALESCE_BELOW, help="B's --coalesce-below (default %(default)s)")
+    ap.add_argument("--threshold", type=int, default=4096, help="B's --coalesce-below (default %(default)s)")
     ap.add_argument("--max-values", type=int, default=65536,
                     help="step only the parameters with fewer values (0: all; default %(default)s)")
     ap.add_argument("--iters", type=int, default=9)

@@ -260,3 +260,22 @@ def hardware_tag(env: dict) -> str:
         return "cpu"
     name = env["gpu"].replace("NVIDIA ", "").replace(" ", "-")
     return f"{env.get('gpu_count', 1)}x{name}"
+
+
+def hardware_mismatch(env: dict, results_dir) -> str | None:
+    """Why these GPUs (an environment record) must not write into `results_dir`, or None when they may.
+
+    A results folder named for hardware (`results/paper/2xH200`: `NxNAME`, hardware_tag's form) takes
+    records only from that hardware: the device tool may lend H100s for a call that asked for H200s, and
+    such a call's runs filed with the H200s' would mix two machines in one figure (x2-ncclab1, twenty-eighth
+    session). A folder not named that way (`cpu`, a scratch folder) is not checked."""
+    import os, re
+    folder = os.path.basename(os.path.normpath(str(results_dir)))
+    if not re.fullmatch(r"\d+x[A-Za-z]\S*", folder):
+        return None
+    here = hardware_tag(env)
+    if here == folder:
+        return None
+    return (f"this machine is {here} ({env.get('gpu_count', 0)} x {env.get('gpu') or 'no GPU'}), but the "
+            f"results folder {results_dir} is for {folder}: its records would mix two machines. Run when the "
+            f"device tool lends {folder}, or write into results/paper/{here} (ALLOW_OTHER_HW=1 skips this check)")

@@ -12,7 +12,7 @@ mkdir -p "$D"
 for check in 82:164@8 82:117@8 82:117@32; do
     rng=${check%@*}; u=${check#*@}
     out=$D/vgg416-${rng/:/-}-u$u.profile.json
-    [ -s "$out" ] && continue
+    [ -s "$out" ] || [ -s "$out.gz" ] && continue   # committed gzipped (h100x2-checks2 ran them again: it looked for .json only)
     echo "[$SECONDS s] pack $rng at u=$u"
     harmony profile "$R/models/vgg416.json" --device cuda --precision tf32 --gpu-memory 11GiB --ubatch 8,32 \
       --check-pack "$rng" --check-ubatch "$u" -o "$out" > "${out%.profile.json}.log" 2>&1 || echo "FAILED: $out"
@@ -65,7 +65,8 @@ for mdl in resnet1026:64 vgg416:16; do
   for round in 1 2; do
     for plan in old new; do
       sched=$R/schedules/$m/vPP-N1-D$d-auto.json
-      [ "$plan" = old ] && sched=$R/superseded/stale-profile/schedules/$m/vPP-N1-D$d-auto.json
+      # the old plans, copied out of superseded/ (which slim_tree.sh leaves out of the device's tree)
+      [ "$plan" = old ] && sched=$P/old-plans/$m-vPP-N1-D$d-auto.json.gz
       one_run "$P/$m-D$d.$plan.$round.jsonl" 150 "$m vPP N=1 D=$d, $plan plan, round $round" "$sched" \
         --iters 6 --memcpy-trace
     done

@@ -41,6 +41,15 @@ mkdir -p "$RESULTS/calls"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1
 python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG.env.json" 2>/dev/null
+# The device tool may lend other cards than the kind asked for (x2-ncclab1 asked for 2x H200 and got 2x H100):
+# a job list runs only on the hardware its results folder is named for (harmony.metrics.hardware_mismatch).
+why=$(python3 -c 'import json, sys; from harmony.metrics import hardware_mismatch
+print(hardware_mismatch(json.load(open(sys.argv[1])), sys.argv[2]) or "")' "$RESULTS/calls/$TAG.env.json" "$RESULTS" 2>/dev/null)
+if [ -n "$why" ] && [ "${ALLOW_OTHER_HW:-0}" != 1 ]; then
+  echo "[$TAG] refused, no job ran: $why" | tee "$RESULTS/calls/$TAG.console.log"
+  [ -n "${OUT:-}" ] && tar czf "$OUT/$TAG.tgz" "$RESULTS/calls/$TAG".* && ls -la "$OUT"   # which cards came
+  exit 3
+fi
 # This host's links and CPU optimizer rate (about 10 s): the lent machines of one kind differ (the same
 # bert96 schedule ran 0.82 and 1.05 s per iteration on two H100 hosts, docs/performance.md entry 18), so
 # every call records what its host measured, next to the calibration the schedules were made with.

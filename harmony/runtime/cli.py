@@ -56,7 +56,8 @@ def add_arguments(p) -> None:
                         "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")
     p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",
                    help="step the parameters with fewer values than this as one flat tensor per pack "
-                        "(default 4096; 0: every parameter on its own; docs/runtime.md, Optimizer)")
+                        "(default 0: every parameter on its own; 4096 coalesces biases and norm weights; "
+                        "docs/runtime.md, Optimizer)")
     p.add_argument("--run-ahead", type=run_ahead_arg, default=RUN_AHEAD, metavar="TASKS",
                    help="how many compute tasks the host may issue past the last one whose kernels and "
                         f"device-to-host copies have completed (default {RUN_AHEAD}: the next task stays queued "

@@ -7,8 +7,8 @@ pre-placed in the arena (so K is shared memory too, and counted in the host-memo
 update of one optimizer over all parameters equals the per-pack updates, so this is the reference's
 optimizer exactly.
 
-Small parameters are stepped as one (`coalesce_below`): a fused CPU step still handles one tensor at a time,
-and each costs a parallel region's fork and join (~15 us with passive OpenMP waits on 2 cores, for a
+Small parameters can be stepped as one (`coalesce_below`; off by default, see COALESCE_BELOW): a fused CPU
+step still handles one tensor at a time, and each costs a parallel region's fork and join (~15 us with passive OpenMP waits on 2 cores, for a
 BatchNorm weight of 64 values), which dominated the updates of models made of thousands of small tensors
 (resnet1026: 2,057 of its 3,086 tensors hold under 4,096 values; docs/performance.md entry 29). Their
 weights and gradients are gathered into one flat parameter, stepped with its own flat optimizer state,
@@ -54,7 +54,9 @@ def _prefill_state(opt: torch.optim.Optimizer, params: list[nn.Parameter], state
             opt.state[p] = {"momentum_buffer": ks[0]}
 
 
-COALESCE_BELOW = 4096     # parameters with fewer values are stepped as one flat tensor (0: never)
+# Parameters with fewer values are stepped as one flat tensor (0: never). Off by default: on the H100 it
+# halved resnet1026's stepping time but made the iterations 2-3% longer (docs/performance.md entry 29).
+COALESCE_BELOW = 0
 
 
 class _PackOptimizer:

@@ -120,6 +120,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--host-overhead", nargs=2, type=float, metavar=("TASK_MS", "VLAYER_MS"), default=None,
                     help="charge this much host work per compute task and per vLayer and microbatch on the "
                          "host lane (milliseconds), besides the profile's issue times")
+    ap.add_argument("--beside-nccl", type=float, metavar="FACTOR", default=None,
+                    help="charge GPU compute FACTOR times its profiled time while an NCCL send/recv of its "
+                         "rank is resident (SimParams.beside_nccl_slowdown; vPP at N > 1)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -162,6 +165,8 @@ def main(argv: list[str]) -> int:
         if args.host_overhead:
             params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                          host_vlayer_s=args.host_overhead[1] / 1e3)
+        if args.beside_nccl is not None:
+            params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -179,6 +184,7 @@ def main(argv: list[str]) -> int:
         print(f"# {len(ratios)} runs against the current model"
               + (f" with {args.host_overhead[0]:g} ms per task and {args.host_overhead[1]:g} ms per vLayer and "
                  f"microbatch of host work" if args.host_overhead else "")
+              + (f" with compute {args.beside_nccl:g}x beside NCCL" if args.beside_nccl is not None else "")
               + f": median |measured/current - 1| {statistics.median(err):.3f}, "
               f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")
     return 0

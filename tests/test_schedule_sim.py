@@ -90,6 +90,38 @@ def test_an_output_sent_to_another_gpu_stays_allocated_through_the_next_task():
     assert not simulate(graph("vPP", 2, 4, 4, 4), costs, PARAMS, cap=cap).feasible
 
 
+def test_compute_beside_a_resident_send_is_charged_the_nccl_slowdown():
+    # vPP on 2 GPUs, 2 microbatches of 2. As profiled: FWD(0,2) on GPU 0 [31, 33] posts its first send at
+    # 32, which stays until BWD(2,3) on GPU 1 [33, 35] takes its last microbatch at 34; BWD(2,3) posts at 34,
+    # held until BWD(0,2) [35, 39] takes its last at 37. So half of FWD(0,2) and half of BWD(2,3) run beside
+    # a resident send: at 1.5x, each takes 2 x (1 + 0.5 x 0.5) = 2.5 s; BWD(0,2), with GPU 0's send gone,
+    # takes its 4 s. One microbatch (u = 4), one GPU, or vDP (no sends): nothing is beside, nothing changes.
+    costs = LayerCosts(make_profile(x=5))
+    slow = dataclasses.replace(PARAMS, beside_nccl_slowdown=1.5)
+
+    def device_s(sim):
+        last = [e for e in sim.events if e[1] == "compute" and e[3] >= sim.iteration_ends[-2] - 1e-9]
+        return {(e[0], e[2]): e[5]["device_s"] for e in last}
+
+    g = graph("vPP", 2, 4, 2, 2)
+    plain, charged = simulate(g, costs, PARAMS, record=True), simulate(g, costs, slow, record=True)
+    assert device_s(plain) == pytest.approx({(0, "FWD (0, 2)"): 2.0, (1, "BWD (2, 3)"): 2.0, (0, "BWD (0, 2)"): 4.0})
+    assert device_s(charged) == pytest.approx({(0, "FWD (0, 2)"): 2.5, (1, "BWD (2, 3)"): 2.5,
+                                               (0, "BWD (0, 2)"): 4.0})
+    assert charged.iter_time_s > plain.iter_time_s
+    for g in (graph("vPP", 2, 4, 4, 4), graph("vPP", 1, 4, 2, 2), graph("vDP", 2, 4, 1, 1)):
+        assert simulate(g, costs, slow).iter_time_s == pytest.approx(simulate(g, costs, PARAMS).iter_time_s)
+
+
+def test_the_nccl_slowdown_is_charged_on_cuda_unless_the_calibration_says_otherwise():
+    from harmony.schedule.simulate import CUDA_BESIDE_NCCL_SLOWDOWN
+    cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}).beside_nccl_slowdown == CUDA_BESIDE_NCCL_SLOWDOWN
+    assert SimParams.from_calibration({**cal, "device": "cpu"}).beside_nccl_slowdown == 1.0
+    assert SimParams.from_calibration({**cal, "device": "cuda:0", "beside_nccl_slowdown": 1.0}).beside_nccl_slowdown == 1.0
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}, beside_nccl_slowdown=1.3).beside_nccl_slowdown == 1.3
+
+
 def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds():
     # Each task alone fits 140 B, but on two GPUs a rank holds its previous task's 20 B send beside the next
     # task (test above), so every packing of the first pass is over the cap. The search packs again with

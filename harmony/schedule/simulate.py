@@ -31,7 +31,10 @@ What overlaps, as the runtime does it:
     where the task peaks alone said 9.65; held, 10.04; docs/performance.md entry 33);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
-  - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration).
+  - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration);
+  - compute beside a resident NCCL send (vPP, N > 1) runs `beside_nccl_slowdown` times slower: a send
+    stays on the GPU, holding SMs, from its producer's first microbatch until the consumer receives its
+    last (docs/performance.md entry 47; `_beside_nccl_scale`).
 Bytes are taken from tasks.task_transfers, so they equal count_bytes for the same graph by construction.
 Iteration time is the steady-state mean over iterations 2..K (K = `iterations`, default 3).
 """
@@ -44,6 +47,11 @@ from harmony.schedule.memory import LayerCosts
 from harmony.schedule.tasks import TRANSFER_KINDS, TaskGraph, task_transfers
 
 DEFAULT_TASK_OVERHEAD_S = 0.0
+# GPU compute beside a resident NCCL send/recv kernel, against alone, on CUDA: traced 1.10-1.18x on 2x H100
+# (`harmony timeline` beside_nccl) and +12-16% over the profile on 2x H200; charged, 13 of 14 2x H200 vPP
+# runs outside those two plans come within 10% of the model, against 7 (docs/performance.md entry 47).
+# A calibration's own `beside_nccl_slowdown` overrides it; gloo (the CPU) runs no such kernels.
+CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,10 @@ class SimParams:
     # --host-overhead asks what charging it would do, docs/performance.md entry 46)
     host_task_s: float = 0.0
     host_vlayer_s: float = 0.0
+    # GPU compute runs this many times slower while an NCCL send/recv kernel of the rank's p2p is resident
+    # beside it (vPP, N > 1): a send waits on the GPU, holding its thread blocks' SMs, until the consumer
+    # posts the receive. 1: not charged (docs/performance.md entries 46 and 47)
+    beside_nccl_slowdown: float = 1.0
     mb_pipeline: bool = True
     iterations: int = 3
 
@@ -97,6 +109,10 @@ class SimParams:
             raise ValueError(f"host link must be 'shared' or 'per-gpu', got {host_link!r}")
         rate = raw.get("cpu_sgd_params_per_s" if optimizer == "sgd" else "cpu_adam_params_per_s") or 1e9
         p2p = tuple(tuple(row) for row in (raw.get("p2p_Bps") or ()))
+        nccl = raw.get("beside_nccl_slowdown")
+        if nccl is None:
+            nccl = CUDA_BESIDE_NCCL_SLOWDOWN if str(raw.get("device") or "").startswith("cuda") else 1.0
+        kw.setdefault("beside_nccl_slowdown", float(nccl))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)
@@ -242,12 +258,70 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
     return infos
 
 
+# passes that re-time the compute beside resident NCCL kernels from the previous pass's timeline
+BESIDE_NCCL_PASSES = 2
+
+
 def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None = None,
              record: bool = False) -> SimResult:
-    """Simulate `params.iterations` iterations of graph g. costs: LayerCosts of the model's profile."""
+    """Simulate `params.iterations` iterations of graph g. costs: LayerCosts of the model's profile.
+
+    With `params.beside_nccl_slowdown` > 1 and sends between GPUs, each compute task is slowed by that
+    factor over the share of it that ran beside a resident NCCL kernel on its GPU, as the previous pass
+    timed it (`_beside_nccl_scale`); the timeline is re-simulated BESIDE_NCCL_PASSES times."""
     sizes = costs.layer_sizes()
     infos = _prepare(g, costs, sizes, params)
     order = _sim_order(g)
+    scale = None
+    if params.beside_nccl_slowdown != 1.0 and any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD"):
+        for _ in range(BESIDE_NCCL_PASSES):
+            _, times = _run(g, infos, order, sizes, params, cap, False, scale)
+            scale = _beside_nccl_scale(infos, *times, params.beside_nccl_slowdown, g.config.gpus)
+    return _run(g, infos, order, sizes, params, cap, record, scale)[0]
+
+
+def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[float], c_end: list[float],
+                       f: float, gpus: int) -> list[float]:
+    """Per task, how much longer its GPU compute takes beside resident NCCL kernels: 1 + (f - 1) x the
+    share of [start, end] during which one of its rank's sends is resident. A send is posted as the
+    producer's first microbatch is computed and stays on the GPU until the consumer posts the receive for
+    its last, just before computing it (harmony/runtime/p2p.py), so the producer's rank holds one from the
+    producer's first microbatch to the consumer's last."""
+    resident: list[list[tuple[float, float]]] = [[] for _ in range(gpus)]
+    for q, x in enumerate(infos):
+        if x.kind == "UPD":
+            continue
+        t = x.t
+        for p, tr in ((t.act_in[1] if t.act_in[0] == "task" else None, x.p2p_act), (t.grad_in, x.p2p_grad)):
+            if p is None or tr is None:
+                continue
+            a, b = c_first[p], c_end[q] - x.dev_last
+            if b > a:
+                resident[infos[p].rank].append((a, b))
+    merged = []
+    for spans in resident:
+        out: list[list[float]] = []
+        for a, b in sorted(spans):
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        merged.append(out)
+    scale = [1.0] * len(infos)
+    for tid, x in enumerate(infos):
+        s, e = c_start[tid], c_end[tid]
+        if x.kind == "UPD" or e <= s:
+            continue
+        beside = sum(max(0.0, min(e, b) - max(s, a)) for a, b in merged[x.rank])
+        scale[tid] = 1.0 + (f - 1.0) * beside / (e - s)
+    return scale
+
+
+def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimParams, cap: float | None,
+         record: bool, scale: list[float] | None) -> tuple[SimResult, tuple[list[float], ...]]:
+    """One simulation of the graph; `scale` stretches each task's GPU compute (None: as profiled).
+    Returns the result and each compute task's start, first microbatch's end and end in the last
+    iteration."""
     cfg = g.config
     N = cfg.gpus
     pack_index = {p: i for i, p in enumerate(cfg.bwd_packs)}
@@ -378,11 +452,13 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             # --- compute
             h0 = host_free[r]                   # the host issues this task after the rank's previous one
             host_free[r] = h0 + x.iss
+            k = scale[tid] if scale else 1.0
+            dev = x.dev * k
             s0 = max(comp_free[r], first_in, h0)
             # the last microbatch runs once its input is here, issued already unless the host is behind
-            s1 = max(s0 + x.dev, h0 + x.iss, last_in + x.dev_last)
+            s1 = max(s0 + dev, h0 + x.iss, last_in + x.dev_last * k)
             comp_free[r] = s1
-            c_start[tid], c_first[tid], c_end[tid] = s0, max(s0 + x.dev_first, h0 + x.iss_first), s1
+            c_start[tid], c_first[tid], c_end[tid] = s0, max(s0 + x.dev_first * k, h0 + x.iss_first), s1
             x_peak = x.peak + held[r]
             task_held[tid] = held[r]
             held[r] = x.sent_bytes
@@ -393,7 +469,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             it_end = max(it_end, s1)
             if record:
                 ev.append((r, "compute", f"{x.kind} {t.pack}", s0, s1,
-                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x_peak, "device_s": x.dev}))
+                           {"u": t.ubatch, "samples": t.num_samples, "peak_bytes": x_peak, "device_s": dev}))
                 mem.append((r, s0, x_peak))
             # --- swap-out
             if x.d2h_act:
@@ -429,8 +505,8 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     totals["d2h"] = totals["d2h_grads"] + totals["d2h_act"]
     feasible = cap is None or max(task_peaks) <= cap
     cpu = sum(x.upd_dur for x in infos if x.kind == "UPD")
-    return SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),
-                     ev or [], mem or [], iss_s, task_held)
+    return (SimResult(iter_time, ends, totals, peak, task_peaks, feasible, cap, compute_s, cpu, sorted(waits),
+                      ev or [], mem or [], iss_s, task_held), (c_start, c_first, c_end))
 
 
 def _p2p(tr, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe, ev, pack, label):

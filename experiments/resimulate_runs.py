@@ -123,6 +123,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--beside-nccl", type=float, metavar="FACTOR", default=None,
                     help="charge GPU compute FACTOR times its profiled time while an NCCL send/recv of its "
                          "rank is resident (SimParams.beside_nccl_slowdown; vPP at N > 1)")
+    ap.add_argument("--p2p-receive", choices=("lazy", "eager"), default=None,
+                    help="model the runtime's receives between GPUs as posted lazily (each before its "
+                         "microbatch, the runtime's default) or eagerly (all at the task's start)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -167,6 +170,8 @@ def main(argv: list[str]) -> int:
                                          host_vlayer_s=args.host_overhead[1] / 1e3)
         if args.beside_nccl is not None:
             params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
+        if args.p2p_receive is not None:
+            params = dataclasses.replace(params, p2p_receive=args.p2p_receive)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -185,6 +190,7 @@ def main(argv: list[str]) -> int:
               + (f" with {args.host_overhead[0]:g} ms per task and {args.host_overhead[1]:g} ms per vLayer and "
                  f"microbatch of host work" if args.host_overhead else "")
               + (f" with compute {args.beside_nccl:g}x beside NCCL" if args.beside_nccl is not None else "")
+              + (f" with {args.p2p_receive} receives" if args.p2p_receive else "")
               + f": median |measured/current - 1| {statistics.median(err):.3f}, "
               f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")
     return 0

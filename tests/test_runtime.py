@@ -189,6 +189,12 @@ def _run_batch(N: int):
         rec["prediction"] = {"prefetch_waits": [t.id for t in g.tasks if t.kind != "UPD"][1::2]}
         runs.append((rec, g, {"iters": ITERS}))
         meta.append(((case[0] + "+compute-stream", *case[1:]), spec, rec, g, False))
+    # receives posted when the task starts (--p2p-receive eager; the other cases post each just before its
+    # microbatch): the same messages in the same order on every channel, so the same numbers
+    for case in EAGER_RECEIVE_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
+        runs.append((rec, g, {"iters": ITERS, "p2p_receive": "eager"}))
+        meta.append(((case[0] + "+eager-receive", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -197,7 +203,9 @@ def _run_batch(N: int):
 PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
 ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
-N_EXTRA = 1 + len(PER_TENSOR_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)     # the cases of _run_batch beyond cases(N)
+EAGER_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
+N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
+           + len(EAGER_RECEIVE_CASES))     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +230,9 @@ def batch4():
         spec, rec, g = schedule(case[0], case[1], 4, case[2], case[3], case[4])
         runs.append((rec, g, {"iters": ITERS}))
         meta.append((case, spec, rec, g, False))
+    spec, rec, g = schedule(*CASES4[1][:2], 4, *CASES4[1][2:])          # --p2p-receive eager over four GPUs
+    runs.append((rec, g, {"iters": ITERS, "p2p_receive": "eager"}))
+    meta.append(((CASES4[1][0] + "+eager-receive", *CASES4[1][1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -266,7 +277,7 @@ def test_n2_matches_pytorch(batch2, i):
     _check(batch2[i], 2)
 
 
-@pytest.mark.parametrize("i", range(len(CASES4)))
+@pytest.mark.parametrize("i", range(len(CASES4) + 1))
 def test_n4_matches_pytorch(batch4, i):
     _check(batch4[i], 4)
 
@@ -403,6 +414,41 @@ def test_p2p_max_ctas_is_checked_recorded_and_an_nccl_setting_only(monkeypatch):
     assert [r for r, _ in made] == [sorted(c) for c in ch.channels] and ch.channels
     assert all(kw["pg_options"].config.max_ctas == 4 for _, kw in made)
     assert p2p.Channels(g, 0, cpu=True, max_ctas=4).max_ctas is None        # gloo: not passed on
+
+
+def test_eager_receives_are_all_posted_when_the_task_starts_and_waited_for_one_by_one():
+    """--p2p-receive (docs/performance.md entry 48): lazy posts a microbatch's receive only when a
+    microbatch needs it; eager posts every chunk's receive when the consumer's StreamedInput is made (the
+    task's start), in chunk order, and waits for each only before its microbatch. Both are recorded."""
+    import types
+
+    from harmony.runtime.p2p import Channels, StreamedInput
+    from harmony.runtime import run_schedule
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    producer = next(t for t in g.tasks if t.kind == "FWD")       # D = 8 samples, 4 microbatches of 2
+    log = []
+
+    class Work:
+        def __init__(self, i):
+            self.i = i
+
+        def wait(self):
+            log.append(("wait", self.i))
+
+    for receive, posted_at_start in (("lazy", []), ("eager", [0, 1, 2, 3])):
+        log.clear()
+        ch = types.SimpleNamespace(receive=receive,
+                                   irecv=lambda x, src, tag: log.append(("post", tag // 8 % 4096)) or Work(tag // 8 % 4096))
+        inp = StreamedInput(ch, producer, "act", [((3,), torch.float32)], "cpu")
+        assert [i for k, i in log if k == "post"] == posted_at_start
+        inp.microbatch(producer.samples[0], producer.samples[0] + 3)    # needs chunks 0 and 1
+        assert [i for k, i in log if k == "wait"] == [0, 1]
+        assert [i for k, i in log if k == "post"] == [0, 1, 2, 3][:4 if receive == "eager" else 2]
+    with pytest.raises(ValueError, match="p2p receive must be one of lazy, eager"):
+        Channels(g, 0, cpu=True, receive="early")
+    with pytest.raises(ValueError, match="--p2p-receive must be one of lazy, eager"):
+        run_schedule(rec, g, iters=2, device="cpu", p2p_receive="early")
+    assert run_schedule(rec, g, iters=2, device="cpu", p2p_receive="eager")["p2p_receive"] == "eager"
 
 
 def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):

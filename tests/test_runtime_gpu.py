@@ -224,3 +224,18 @@ def test_capping_the_send_recv_thread_blocks_changes_no_number():
     assert free["status"] == capped["status"] == "ok", (free.get("message"), capped.get("message"))
     assert capped["p2p_max_ctas"] == 1 and "p2p_max_ctas" not in free
     assert capped["losses"] == free["losses"] and capped["bytes_p2p"] == free["bytes_p2p"] > 0
+
+
+def test_eager_receives_change_no_number():
+    """--p2p-receive eager (docs/performance.md entry 48's A/B): every receive of a task is posted on NCCL's
+    stream when the task starts, each still waited for before its microbatch; the same plan, over two
+    GPUs, with remainder microbatches and u_fwd != u_bwd, trains to the same losses bit for bit."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    for uf, ub, packing in ((3, 3, "P1"), (4, 3, "P2")):
+        _, rec, g = schedule("gpt2-tiny", "vPP", 2, uf, ub, packing)
+        lazy = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+        eager = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32", p2p_receive="eager")
+        assert lazy["status"] == eager["status"] == "ok", (lazy.get("message"), eager.get("message"))
+        assert lazy["p2p_receive"] == "lazy" and eager["p2p_receive"] == "eager"
+        assert eager["losses"] == lazy["losses"] and eager["bytes_p2p"] == lazy["bytes_p2p"] > 0

@@ -113,6 +113,28 @@ def test_compute_beside_a_resident_send_is_charged_the_nccl_slowdown():
         assert simulate(g, costs, slow).iter_time_s == pytest.approx(simulate(g, costs, PARAMS).iter_time_s)
 
 
+def test_eager_receives_move_the_resident_nccl_kernels_from_the_producer_to_the_consumer(monkeypatch):
+    # One pass from the timeline as profiled (u = 1, 4 microbatches of 0.5 s forward, 0.5 s and 1 s
+    # backward): FWD(0,2) on GPU 0 [25.5, 27.5] (first microbatch done at 26), BWD(2,3) on GPU 1 [26.5, 28.5]
+    # (first at 27, last starts at 28), BWD(0,2) on GPU 0 [27.5, 31.5] (last starts at 30.5).
+    # Lazy: GPU 0 holds a send over [26, 28], GPU 1 over [27, 30.5]: FWD(0,2) 1.5 of 2 s beside (x 1.375),
+    # BWD(2,3) 1.5 of 2 (x 1.375), BWD(0,2) 0.5 of 4 (x 1.0625).
+    # Eager: the sends wait only until the consumer starts (GPU 0 [26, 26.5], GPU 1 [27, 27.5]) and the
+    # consumer holds its receives until the producer's end (GPU 1 [26.5, 27.5], GPU 0 [27.5, 28.5]):
+    # FWD(0,2) 0.5 of 2 (x 1.125), BWD(2,3) 1 of 2 (x 1.25), BWD(0,2) 1 of 4 (x 1.125).
+    import harmony.schedule.simulate as sim_mod
+    monkeypatch.setattr(sim_mod, "BESIDE_NCCL_PASSES", 1)
+    costs, g = LayerCosts(make_profile(x=5)), graph("vPP", 2, 4, 1, 1)
+    for receive, want in (("lazy", (2.75, 2.75, 4.25)), ("eager", (2.25, 2.5, 4.5))):
+        sim = simulate(g, costs, dataclasses.replace(PARAMS, beside_nccl_slowdown=1.5, p2p_receive=receive),
+                       record=True)
+        last = {e[2]: e[5]["device_s"] for e in sim.events
+                if e[1] == "compute" and e[3] >= sim.iteration_ends[-2] - 1e-9}
+        assert [last["FWD (0, 2)"], last["BWD (2, 3)"], last["BWD (0, 2)"]] == pytest.approx(want), receive
+    with pytest.raises(ValueError, match="p2p_receive must be 'lazy' or 'eager'"):
+        dataclasses.replace(PARAMS, p2p_receive="early")
+
+
 def test_the_nccl_slowdown_is_charged_on_cuda_unless_the_calibration_says_otherwise():
     from harmony.schedule.simulate import CUDA_BESIDE_NCCL_SLOWDOWN
     cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}

@@ -3,7 +3,7 @@
 # budget, single-GPU jobs (profiles) one per GPU side by side, and everything it wrote under RESULTS comes
 # back as one tarball (the device returns at most 8 files). Re-run it in the next call after unpacking
 # the tarball into the working tree here: jobs whose outputs exist are skipped.
-#   usage: experiments/device/grid_gpu.sh JOBLIST RESULTS TAG   (repository root, on the GPU machine)
+#   usage: experiments/device/grid_gpu.sh JOBLIST RESULTS|auto TAG   (repository root, on the GPU machine)
 #   env:   BUDGET_S (540: the whole call), TAIL_S (60: no new job starts in the last TAIL_S seconds. Runs and
 #          baseline searches leave themselves for the next call when their own estimate does not fit
 #          (HARMONY_DEADLINE); the tail is for the jobs without one, profiles and searches of seconds. It was
@@ -37,6 +37,14 @@ fi
 # zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
 export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}
 mkdir -p "$TORCH_EXTENSIONS_DIR" && find "$TORCH_EXTENSIONS_DIR" -name lock -delete   # a killed build's lock hangs the next
+# RESULTS `auto`: the folder of the hardware the call got (results/paper/<harmony.metrics.hardware_tag>), for
+# an A/B whose comparison holds on whichever cards the tool lends; the job list reads it as $RESULTS_DIR
+if [ "$RESULTS" = auto ]; then
+  RESULTS=results/paper/$(python3 -m harmony.cli env --device cuda --precision tf32 2>/dev/null | python3 -c \
+    'import json, sys; from harmony.metrics import hardware_tag; print(hardware_tag(json.load(sys.stdin)))') \
+    || { echo "[$TAG] RESULTS auto: no environment record to name the hardware by" >&2; exit 2; }
+fi
+export RESULTS_DIR=$RESULTS
 mkdir -p "$RESULTS/calls"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1

@@ -9,8 +9,11 @@ import sys
 
 
 def line(path: str) -> str:
-    s = json.loads(open(path).read().splitlines()[-1])
+    lines = open(path).read().splitlines()
     name = path.split("/")[-1]
+    if not lines:                  # a run that failed before its first line (its log says why)
+        return f"{name:<44} no record"
+    s = json.loads(lines[-1])
     if s.get("status") != "ok":
         return f"{name:<44} {s.get('status')}: {(s.get('message') or '')[:160]}"
     gib = 2 ** 30

@@ -97,7 +97,7 @@ class Prepared:
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
-                 arena_prefault: bool = False, p2p_max_ctas: int | None = None):
+                 arena_prefault: bool = False, p2p_max_ctas: int | None = None, p2p_receive: str = "lazy"):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -127,7 +127,7 @@ class Prepared:
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None,
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
-                    "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas}
+                    "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive}
         self.records = []
 
     def fill_weights(self) -> None:
@@ -265,7 +265,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
-                 p2p_max_ctas: int | None = None) -> dict:
+                 p2p_max_ctas: int | None = None, p2p_receive: str = "lazy") -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -282,7 +282,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     workers start (None: on for cuda, where the workers pin it; docs/performance.md entry 45).
     p2p_max_ctas: on cuda, at most this many thread blocks for each NCCL send/recv kernel of the GPU-to-GPU
     channels (their process groups' NCCL config; None: NCCL's choice). A send stays resident on the GPU
-    until its receive is posted, beside the compute; docs/performance.md entry 46 (an A/B, not a default)."""
+    until its receive is posted, beside the compute; docs/performance.md entry 46 (an A/B, not a default).
+    p2p_receive: `lazy` posts each microbatch's receive from another GPU just before that microbatch,
+    `eager` all of a task's when it starts (harmony/runtime/p2p.py; docs/performance.md entry 48)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -301,6 +303,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
     if run_ahead is not None and run_ahead < 0:
         raise ValueError(f"--run-ahead must be at least 0 tasks (or none: no bound), got {run_ahead}")
+    from harmony.runtime.p2p import RECEIVE_MODES
+    if p2p_receive not in RECEIVE_MODES:
+        raise ValueError(f"--p2p-receive must be one of {', '.join(RECEIVE_MODES)}, got {p2p_receive!r}")
     if p2p_max_ctas is not None and p2p_max_ctas < 1:
         raise ValueError(f"--p2p-max-ctas must be at least 1 thread block (or left out: NCCL's choice), "
                          f"got {p2p_max_ctas}")
@@ -323,7 +328,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            worker_threads=worker_threads, update_threads=update_threads,
                            load_buffers=load_buffers, weight_copies=weight_copies,
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
-                           run_ahead=run_ahead, arena_prefault=arena_prefault, p2p_max_ctas=p2p_max_ctas)
+                           run_ahead=run_ahead, arena_prefault=arena_prefault, p2p_max_ctas=p2p_max_ctas,
+                           p2p_receive=p2p_receive)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -347,7 +353,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             worker_threads=worker_threads or default_worker_threads(cfg.gpus), update_threads=update_threads,
             load_buffers=load_buffers, weight_copies=weight_copies,
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
-            **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}),
+            **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,

@@ -74,6 +74,10 @@ def add_arguments(p) -> None:
                    help="cap the thread blocks of each NCCL send/recv kernel between GPUs (vPP's activations "
                         "and gradients; default: NCCL's choice). A send sits on the GPU beside the compute "
                         "until its receive is posted (docs/performance.md entry 46)")
+    p.add_argument("--p2p-receive", choices=("lazy", "eager"), default="lazy",
+                   help="when a task posts its receives from another GPU: lazy (default), each just before "
+                        "its microbatch; eager, all when the task starts, so the sender's NCCL kernels leave "
+                        "its GPU sooner (docs/performance.md entry 48)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
@@ -104,7 +108,7 @@ def main(args) -> int:
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
-                               p2p_max_ctas=args.p2p_max_ctas)
+                               p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

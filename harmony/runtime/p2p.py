@@ -12,6 +12,13 @@ serialises unbatched P2P with every other op of that group). With both direction
 send of its 2nd chunk can queue behind its receive of a chunk that B sends only after receiving A's 2nd
 chunk: a deadlock. One group per direction makes each channel a FIFO with one sender and one receiver.
 
+Receives (`RECEIVE_MODES`): `lazy` posts each microbatch's receive just before the microbatch that needs it;
+`eager` posts all of a task's receives when the task starts (its input buffer is allocated then either way)
+and still waits for each only before its microbatch. A send stays on the GPU until its receive is posted,
+and compute beside a resident NCCL kernel runs 10-18% slower (docs/performance.md entries 46-48), so eager
+shortens how long the producer's sends sit beside its next tasks: from the producer's first microbatch to
+the consumer's start, not to the consumer's last microbatch.
+
 Order: NCCL matches messages by order, not by tag, so both ends of a channel must post in the same order.
 Senders post in (producer task, microbatch) order, receivers in (consumer task, microbatch) order; these
 agree when producer order and consumer order agree on every channel, which `check_channel_order`
@@ -26,6 +33,7 @@ import torch.distributed as dist
 
 from harmony.schedule.tasks import Range, ScheduleError, Task, TaskGraph
 
+RECEIVE_MODES = ("lazy", "eager")
 MAX_CHUNKS = 1 << 12          # microbatches per task } gloo tags: one per message,
 MAX_TENSORS = 1 << 3          # tensors per message  } ((2 * producer + kind) * MAX_CHUNKS + i) * MAX_TENSORS + j
 
@@ -101,8 +109,11 @@ class Channels:
 
     _groups: dict[tuple[tuple[int, int], int | None], object] = {}
 
-    def __init__(self, graph: TaskGraph, rank: int, cpu: bool, max_ctas: int | None = None):
-        self.rank, self.cpu = rank, cpu
+    def __init__(self, graph: TaskGraph, rank: int, cpu: bool, max_ctas: int | None = None,
+                 receive: str = "lazy"):
+        if receive not in RECEIVE_MODES:
+            raise ValueError(f"p2p receive must be one of {', '.join(RECEIVE_MODES)}, got {receive!r}")
+        self.rank, self.cpu, self.receive = rank, cpu, receive
         self.channels = check_channel_order(graph)
         self.max_ctas = None if cpu else max_ctas       # an NCCL setting: gloo has no thread blocks
         self.groups: dict[tuple[int, int], object] = {}
@@ -117,10 +128,11 @@ class Channels:
         g = self.groups[(self.rank, dst)]
         return dist.isend(x, dst=dst, group=g, tag=tag) if self.cpu else dist.isend(x, dst=dst, group=g)
 
-    def recv_into(self, x: torch.Tensor, src: int, tag: int) -> None:
+    def irecv(self, x: torch.Tensor, src: int, tag: int):
+        """Post a receive into x. On CUDA, NCCL's stream first waits for the work already on the current
+        stream, so the receive cannot write x before the kernels issued ahead of it are done with the memory."""
         g = self.groups[(src, self.rank)]
-        w = dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
-        w.wait()          # CUDA: the current stream waits for the receive; the host goes on
+        return dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
 
 
 def tag(producer_id: int, kind: str, i: int, j: int) -> int:
@@ -139,19 +151,27 @@ class StreamedInput:
         self.tensors = [torch.empty((n, *shape), dtype=dt, device=device) for shape, dt in specs]
         self.chunks = chunks(producer)
         self.next = 0                  # index of the first chunk not yet received
+        self.posted: list[list] = []   # per chunk from `next` on, its receives' works (eager: all posted now)
+        if channels.receive == "eager":
+            for i in range(len(self.chunks)):
+                self.posted.append(self._post(i))
 
     def microbatch(self, lo: int, hi: int) -> list[torch.Tensor]:
         """Global samples [lo, hi), received."""
         self.upto(hi)
         return [x[lo - self.s0:hi - self.s0] for x in self.tensors]
 
+    def _post(self, i: int) -> list:
+        lo_c, hi_c = self.chunks[i]
+        return [self.channels.irecv(x[lo_c - self.s0:hi_c - self.s0], self.producer.rank,
+                                    tag(self.producer.id, self.kind, i, j)) for j, x in enumerate(self.tensors)]
+
     def upto(self, hi: int) -> None:
         while self.next < len(self.chunks) and self.chunks[self.next][0] < hi:
-            i, (lo_c, hi_c) = self.next, self.chunks[self.next]
+            works = self.posted.pop(0) if self.posted else self._post(self.next)
             self.next += 1
-            for j, x in enumerate(self.tensors):
-                self.channels.recv_into(x[lo_c - self.s0:hi_c - self.s0], self.producer.rank,
-                                        tag(self.producer.id, self.kind, i, j))
+            for w in works:
+                w.wait()      # CUDA: the current stream waits for the receive; the host goes on
 
 
 class LocalInput:

@@ -153,7 +153,7 @@ class Worker:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu",
-                                 max_ctas=job.get("p2p_max_ctas"))
+                                 max_ctas=job.get("p2p_max_ctas"), receive=job.get("p2p_receive", "lazy"))
         self._precompute()
         clock.lap("precompute")
         host_ready = getattr(self, "host_ready", None)

@@ -75,8 +75,16 @@ class SimParams:
     # beside it (vPP, N > 1): a send waits on the GPU, holding its thread blocks' SMs, until the consumer
     # posts the receive. 1: not charged (docs/performance.md entries 46 and 47)
     beside_nccl_slowdown: float = 1.0
+    # when the runtime posts a task's receives from another GPU (`harmony run --p2p-receive`): "lazy", each
+    # just before its microbatch; "eager", all at the task's start (then the consumer's GPU holds the
+    # receives of microbatches not yet produced)
+    p2p_receive: str = "lazy"
     mb_pipeline: bool = True
     iterations: int = 3
+
+    def __post_init__(self):
+        if self.p2p_receive not in ("lazy", "eager"):
+            raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
 
     def worker_opt_rate(self, gpus: int) -> float:
         """CPU optimizer parameters/s of one worker: the calibrated all-core rate times the worker's share
@@ -276,17 +284,20 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     if params.beside_nccl_slowdown != 1.0 and any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD"):
         for _ in range(BESIDE_NCCL_PASSES):
             _, times = _run(g, infos, order, sizes, params, cap, False, scale)
-            scale = _beside_nccl_scale(infos, *times, params.beside_nccl_slowdown, g.config.gpus)
+            scale = _beside_nccl_scale(infos, *times, params.beside_nccl_slowdown, g.config.gpus,
+                                       params.p2p_receive)
     return _run(g, infos, order, sizes, params, cap, record, scale)[0]
 
 
 def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[float], c_end: list[float],
-                       f: float, gpus: int) -> list[float]:
+                       f: float, gpus: int, receive: str = "lazy") -> list[float]:
     """Per task, how much longer its GPU compute takes beside resident NCCL kernels: 1 + (f - 1) x the
-    share of [start, end] during which one of its rank's sends is resident. A send is posted as the
-    producer's first microbatch is computed and stays on the GPU until the consumer posts the receive for
-    its last, just before computing it (harmony/runtime/p2p.py), so the producer's rank holds one from the
-    producer's first microbatch to the consumer's last."""
+    share of [start, end] during which an NCCL kernel of its rank is resident. A send is posted as the
+    producer's first microbatch is computed and stays on the GPU until its receive is posted
+    (harmony/runtime/p2p.py). Lazy receives are posted just before each microbatch, so the producer's rank
+    holds a send from the producer's first microbatch to the consumer's last. Eager receives are all posted
+    at the consumer's start: the producer's rank holds a send until then, and the consumer's rank holds
+    receives from its start until the producer's last microbatch is computed."""
     resident: list[list[tuple[float, float]]] = [[] for _ in range(gpus)]
     for q, x in enumerate(infos):
         if x.kind == "UPD":
@@ -295,9 +306,11 @@ def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[f
         for p, tr in ((t.act_in[1] if t.act_in[0] == "task" else None, x.p2p_act), (t.grad_in, x.p2p_grad)):
             if p is None or tr is None:
                 continue
-            a, b = c_first[p], c_end[q] - x.dev_last
-            if b > a:
-                resident[infos[p].rank].append((a, b))
+            spans = ([(infos[p].rank, c_first[p], c_end[q] - x.dev_last)] if receive == "lazy" else
+                     [(infos[p].rank, c_first[p], c_start[q]), (x.rank, c_start[q], c_end[p])])
+            for rank, a, b in spans:
+                if b > a:
+                    resident[rank].append((a, b))
     merged = []
     for spans in resident:
         out: list[list[float]] = []

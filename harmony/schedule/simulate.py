@@ -32,9 +32,10 @@ What overlaps, as the runtime does it:
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
   - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration);
-  - compute beside a resident NCCL send (vPP, N > 1) runs `beside_nccl_slowdown` times slower: a send
-    stays on the GPU, holding SMs, from its producer's first microbatch until the consumer receives its
-    last (docs/performance.md entry 47; `_beside_nccl_scale`).
+  - compute beside a resident NCCL send or receive (vPP, N > 1) runs `beside_nccl_slowdown` times slower:
+    a send stays on the GPU, holding SMs, from its producer's first microbatch until its receive is posted,
+    before the consumer's last microbatch (`p2p_receive` lazy) or at its start (eager; the consumer's
+    receives then wait on its GPU for the producer); docs/performance.md entries 47-48, `_beside_nccl_scale`.
 Bytes are taken from tasks.task_transfers, so they equal count_bytes for the same graph by construction.
 Iteration time is the steady-state mean over iterations 2..K (K = `iterations`, default 3).
 """
@@ -49,7 +50,7 @@ from harmony.schedule.tasks import TRANSFER_KINDS, TaskGraph, task_transfers
 DEFAULT_TASK_OVERHEAD_S = 0.0
 # GPU compute beside a resident NCCL send/recv kernel, against alone, on CUDA: traced 1.10-1.18x on 2x H100
 # (`harmony timeline` beside_nccl) and +12-16% over the profile on 2x H200; charged, 13 of 14 2x H200 vPP
-# runs outside those two plans come within 10% of the model, against 7 (docs/performance.md entry 47).
+# runs outside those two plans come within 10% of the model, against 6 (docs/performance.md entry 47).
 # A calibration's own `beside_nccl_slowdown` overrides it; gloo (the CPU) runs no such kernels.
 CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
 

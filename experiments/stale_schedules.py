@@ -5,7 +5,8 @@ A run record is checked against its own schedule's prediction (`harmony check`),
 from an older profile or by an older search keeps "passing" while a better plan exists: gpt2-xl at
 D = 256 on the H100 ran a u = 4 plan searched from the profile before docs/performance.md entry 35 for two
 sessions, 6% slower by prediction than what the search picks from today's profile (entry 37). This finds
-such schedules. Only `*-auto.json` schedules are searched (fixed plans such as figure 8's are not), with
+such schedules. Only `*-auto.json` schedules are searched (fixed plans such as figure 8's are not; with
+`--fixed` they are made again too, their plan the same, their prediction today's model's), with
 the cap, headroom and mode each one records, the folder's `profiles/<model>.json`, `models/<model>.json`
 and `calibration.json`. A plan whose microbatches or packs differ and whose prediction is at least
 `--threshold` faster (default 2%) is marked STALE: re-search it and re-run its records.
@@ -34,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from harmony.cli import main as harmony_main
+from harmony.workflow import cfg_args
 
 
 def plan(rec: dict) -> tuple:
@@ -83,6 +85,7 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None) 
         headroom = c["headroom"]
     if headroom is not None:
         cmd += ["--headroom", str(headroom)]
+    cmd += cfg_args(sched.stem.split(f"-D{c['minibatch']}-", 1)[1]).split()    # a fixed plan's u and pack size
     err = io.StringIO()        # in this process: one torch import for every search, not one each
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         rc = harmony_main(cmd)
@@ -103,7 +106,9 @@ def run_record(root: Path, sched: Path, old: dict) -> Path:
 def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str) -> str:
     """The search just written to `searched` (schedule, CSV, trace) moved over `sched`, and its log where
     the workflow's schedule rule keeps it, unless a run record used `sched`."""
-    if run_record(root, sched, old).exists():
+    c = setting(old, sched)
+    convergence = root.glob(f"convergence/*/{sched.parent.name}/harmony-{c['mode']}-N{c['gpus']}.jsonl")
+    if run_record(root, sched, old).exists() or (not sched.stem.endswith("-auto") and any(convergence)):
         return "  (has a run: left)"
     for suffix in (".json", ".csv", ".trace.json.gz"):
         shutil.move(str(searched)[:-len(".json")] + suffix, str(sched)[:-len(".json")] + suffix)
@@ -120,14 +125,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="only this model")
     ap.add_argument("--rewrite", action="store_true",
                     help="write today's plan over each changed schedule that no run record used (predictions)")
+    ap.add_argument("--fixed", action="store_true",
+                    help="also the fixed plans (MODE-N<g>-D<d>-u<f>-<b>-p<pack>.json): the same plan, today's prediction")
     ap.add_argument("--threshold", type=float, default=0.02, help="predicted gain that makes a plan STALE")
     ap.add_argument("--headroom", type=float, default=None,
                     help="search with this memory headroom instead of each record's: what a change of the "
                          "workflow's headroom would cost by prediction (a plan the search then picks is "
                          "slower or the same, so none is STALE)")
     a = ap.parse_args(argv)
-    scheds = sorted(p for p in (a.root / "schedules").glob("*/*-auto.json")
-                    if (a.only is None or p.parent.name == a.only)
+    named = re.compile(r"(vPP|vDP)-N\d+-D\d+-(auto|u\d+-\d+-p\d+)" if a.fixed else r"(vPP|vDP)-N\d+-D\d+-auto")
+    scheds = sorted(p for p in (a.root / "schedules").glob("*/*.json")
+                    if named.fullmatch(p.stem) and (a.only is None or p.parent.name == a.only)
                     and (a.root / "profiles" / f"{p.parent.name}.json").exists())
     if not scheds:
         print(f"no searched schedules with a profile under {a.root}/schedules", file=sys.stderr)

@@ -1100,6 +1100,35 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     assert "no plan either" in lines["vDP-N1-D16-auto"]       # nothing to write where none fits
 
 
+def test_stale_schedules_fixed_remakes_a_fixed_plans_prediction_unless_a_run_or_curve_used_it(tmp_path):
+    """--fixed: a fixed plan (MODE-N-D-u<f>-<b>-p<pack>) is made again with its own u and pack size, so a
+    figure's predicted point follows today's model; one that a run or a convergence curve used is left."""
+    from harmony.jsonio import write_json
+    R, model, prof = tiny_results_folder(tmp_path / "res")
+    scheds = R / "schedules" / "gpt2-tiny"
+    scheds.mkdir(parents=True)
+    paths = {}
+    for n in (1, 2):
+        out = paths[n] = scheds / f"vPP-N{n}-D8-u2-2-p2.json"
+        sh([sys.executable, "-m", "harmony.cli", "schedule", str(prof), "--model", str(model), "--minibatch", "8",
+            "--gpus", str(n), "--mode", "vPP", "--calibration", str(R / "calibration.json"),
+            "--ubatch-fwd", "2", "--ubatch-bwd", "2", "--pack-size", "2", "-o", str(out)])
+        rec = json.loads(out.read_text())
+        rec["prediction"]["iter_time_s"] *= 2                    # an older model's prediction on record
+        write_json(out, rec)
+    curve = R / "convergence" / "figure13" / "gpt2-tiny" / "harmony-vPP-N2.jsonl"
+    curve.parent.mkdir(parents=True)
+    curve.write_text("{}\n")
+    plain = sh([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R)], check=False)
+    assert "u2-2-p2" not in plain.stdout                          # without --fixed: searched plans only
+    out = sh([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R), "--fixed", "--rewrite"]).stdout
+    lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("gpt2-tiny")}
+    assert lines["vPP-N1-D8-u2-2-p2"].endswith("rewritten") and "(-50.0%)" in lines["vPP-N1-D8-u2-2-p2"]
+    assert lines["vPP-N2-D8-u2-2-p2"].endswith("(has a run: left)")
+    new = json.loads(paths[1].read_text())["graph"]["config"]
+    assert (new["ubatch_fwd"], new["ubatch_bwd"]) == (2, 2)      # the same fixed plan
+
+
 def test_setup_time_splits_the_runs_wall_time_and_ranks_them_by_pinning(tmp_path):
     """experiments/setup_time.py (docs/performance.md entry 45): per run, pinned GB, the slowest worker's
     `arena` phase and its rate, wall, host phases, workers ready, iterations; the largest pinning first;

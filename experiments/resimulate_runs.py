@@ -125,7 +125,8 @@ def main(argv: list[str]) -> int:
                          "rank is resident (SimParams.beside_nccl_slowdown; vPP at N > 1)")
     ap.add_argument("--p2p-receive", choices=("lazy", "eager"), default=None,
                     help="model the runtime's receives between GPUs as posted lazily (each before its "
-                         "microbatch, the runtime's default) or eagerly (all at the task's start)")
+                         "microbatch, the runtime's default) or eagerly (all at the task's start); default: "
+                         "as each run's record says it ran")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -170,8 +171,8 @@ def main(argv: list[str]) -> int:
                                          host_vlayer_s=args.host_overhead[1] / 1e3)
         if args.beside_nccl is not None:
             params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
-        if args.p2p_receive is not None:
-            params = dataclasses.replace(params, p2p_receive=args.p2p_receive)
+        # each run as it received (its summary's p2p_receive, lazy before the option existed), unless asked
+        params = dataclasses.replace(params, p2p_receive=args.p2p_receive or s.get("p2p_receive") or "lazy")
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)

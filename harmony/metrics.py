@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -269,7 +270,6 @@ def hardware_mismatch(env: dict, results_dir) -> str | None:
     records only from that hardware: the device tool may lend H100s for a call that asked for H200s, and
     such a call's runs filed with the H200s' would mix two machines in one figure (x2-ncclab1, twenty-eighth
     session). A folder not named that way (`cpu`, a scratch folder) is not checked."""
-    import os, re
     folder = os.path.basename(os.path.normpath(str(results_dir)))
     if not re.fullmatch(r"\d+x[A-Za-z]\S*", folder):
         return None

@@ -37,18 +37,21 @@ fi
 # zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
 export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}
 mkdir -p "$TORCH_EXTENSIONS_DIR" && find "$TORCH_EXTENSIONS_DIR" -name lock -delete   # a killed build's lock hangs the next
+# The environment record, once: it names the hardware for RESULTS `auto` and for the check below.
+env_json=$(mktemp)
+python3 -m harmony.cli env --device cuda --precision tf32 > "$env_json" 2>/dev/null
 # RESULTS `auto`: the folder of the hardware the call got (results/paper/<harmony.metrics.hardware_tag>), for
 # an A/B whose comparison holds on whichever cards the tool lends; the job list reads it as $RESULTS_DIR
 if [ "$RESULTS" = auto ]; then
-  RESULTS=results/paper/$(python3 -m harmony.cli env --device cuda --precision tf32 2>/dev/null | python3 -c \
-    'import json, sys; from harmony.metrics import hardware_tag; print(hardware_tag(json.load(sys.stdin)))') \
+  RESULTS=results/paper/$(python3 -c 'import json, sys; from harmony.metrics import hardware_tag
+print(hardware_tag(json.load(open(sys.argv[1]))))' "$env_json" 2>/dev/null) \
     || { echo "[$TAG] RESULTS auto: no environment record to name the hardware by" >&2; exit 2; }
 fi
 export RESULTS_DIR=$RESULTS
 mkdir -p "$RESULTS/calls"
+mv "$env_json" "$RESULTS/calls/$TAG.env.json"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1
 nvidia-smi topo -m > "$RESULTS/calls/$TAG.topo.txt" 2>&1
-python3 -m harmony.cli env --device cuda --precision tf32 > "$RESULTS/calls/$TAG.env.json" 2>/dev/null
 # The device tool may lend other cards than the kind asked for (x2-ncclab1 asked for 2x H200 and got 2x H100):
 # a job list runs only on the hardware its results folder is named for (harmony.metrics.hardware_mismatch).
 why=$(python3 -c 'import json, sys; from harmony.metrics import hardware_mismatch

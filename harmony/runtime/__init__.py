@@ -303,7 +303,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
     if run_ahead is not None and run_ahead < 0:
         raise ValueError(f"--run-ahead must be at least 0 tasks (or none: no bound), got {run_ahead}")
-    from harmony.runtime.p2p import RECEIVE_MODES
+    from harmony.schedule.tasks import RECEIVE_MODES
     if p2p_receive not in RECEIVE_MODES:
         raise ValueError(f"--p2p-receive must be one of {', '.join(RECEIVE_MODES)}, got {p2p_receive!r}")
     if p2p_max_ctas is not None and p2p_max_ctas < 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harmony.schedule.tasks import RECEIVE_MODES
+
 
 def run_ahead_arg(text: str) -> int | None:
     """--run-ahead: a number of tasks (0 or more), or `none` for no bound."""
@@ -74,7 +76,7 @@ def add_arguments(p) -> None:
                    help="cap the thread blocks of each NCCL send/recv kernel between GPUs (vPP's activations "
                         "and gradients; default: NCCL's choice). A send sits on the GPU beside the compute "
                         "until its receive is posted (docs/performance.md entry 46)")
-    p.add_argument("--p2p-receive", choices=("lazy", "eager"), default="lazy",
+    p.add_argument("--p2p-receive", choices=RECEIVE_MODES, default="lazy",
                    help="when a task posts its receives from another GPU: lazy (default), each just before "
                         "its microbatch; eager, all when the task starts, so the sender's NCCL kernels leave "
                         "its GPU sooner (docs/performance.md entry 48)")

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from harmony.schedule.tasks import Range, ScheduleError, Task, TaskGraph
+from harmony.schedule.tasks import RECEIVE_MODES, Range, ScheduleError, Task, TaskGraph
 
-RECEIVE_MODES = ("lazy", "eager")
 MAX_CHUNKS = 1 << 12          # microbatches per task } gloo tags: one per message,
 MAX_TENSORS = 1 << 3          # tensors per message  } ((2 * producer + kind) * MAX_CHUNKS + i) * MAX_TENSORS + j
 

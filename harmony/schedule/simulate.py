@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import TRANSFER_KINDS, TaskGraph, task_transfers
+from harmony.schedule.tasks import RECEIVE_MODES, TRANSFER_KINDS, TaskGraph, task_transfers
+from harmony.timeline import intersection_length, merge_intervals
 
 DEFAULT_TASK_OVERHEAD_S = 0.0
 # GPU compute beside a resident NCCL send/recv kernel, against alone, on CUDA: traced 1.10-1.18x on 2x H100
@@ -84,7 +85,7 @@ class SimParams:
     iterations: int = 3
 
     def __post_init__(self):
-        if self.p2p_receive not in ("lazy", "eager"):
+        if self.p2p_receive not in RECEIVE_MODES:
             raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
 
     def worker_opt_rate(self, gpus: int) -> float:
@@ -310,24 +311,14 @@ def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[f
             spans = ([(infos[p].rank, c_first[p], c_end[q] - x.dev_last)] if receive == "lazy" else
                      [(infos[p].rank, c_first[p], c_start[q]), (x.rank, c_start[q], c_end[p])])
             for rank, a, b in spans:
-                if b > a:
-                    resident[rank].append((a, b))
-    merged = []
-    for spans in resident:
-        out: list[list[float]] = []
-        for a, b in sorted(spans):
-            if out and a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], b)
-            else:
-                out.append([a, b])
-        merged.append(out)
+                resident[rank].append((a, b))
+    merged = [merge_intervals(spans) for spans in resident]      # empty and reversed spans dropped
     scale = [1.0] * len(infos)
     for tid, x in enumerate(infos):
         s, e = c_start[tid], c_end[tid]
         if x.kind == "UPD" or e <= s:
             continue
-        beside = sum(max(0.0, min(e, b) - max(s, a)) for a, b in merged[x.rank])
-        scale[tid] = 1.0 + (f - 1.0) * beside / (e - s)
+        scale[tid] = 1.0 + (f - 1.0) * intersection_length([(s, e)], merged[x.rank]) / (e - s)
     return scale
 
 

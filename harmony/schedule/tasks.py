@@ -32,6 +32,9 @@ from typing import Iterable, Sequence
 MODES = ("vPP", "vDP")
 PLACEMENTS = ("round-robin", "every-gpu", "stages")
 TRANSFER_KINDS = ("h2d_weights", "h2d_act", "d2h_grads", "d2h_act", "p2p", "allreduce")
+# when a task posts its receives from another GPU: each just before its microbatch, or all at its start
+# (harmony/runtime/p2p.py; the simulator models both, SimParams.p2p_receive)
+RECEIVE_MODES = ("lazy", "eager")
 
 Range = tuple[int, int]   # half-open vLayer range [start, end)
 

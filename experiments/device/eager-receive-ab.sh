@@ -19,13 +19,15 @@ export RUN_TIMEOUT_S=240
 [ -s "$A/pytest-eager.log" ] || { timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py \
     -k "eager_receives" > "$A/pytest-eager.log" 2>&1; tail -1 "$A/pytest-eager.log"; }
 # predicted eager/lazy (2x H200 profiles): gpt2-xl D = 64 -7.4%, gpt2-4096x12 D = 32 -9.3%, gpt2-xl D = 256 -5.9%,
-# resnet1026 D = 1024 -3.8%. The short plans first, A B B A; then the long ones, A B.
+# resnet1026 D = 1024 -3.8%. The short plans first, A B B A; then the long ones, A B (round 2, untraced: B A).
 for run in "gpt2-xl vPP-N2-D64-auto 1 lazy" "gpt2-xl vPP-N2-D64-auto 1 eager" \
            "gpt2-4096x12 vPP-N2-D32-u1-1-p2 1 lazy" "gpt2-4096x12 vPP-N2-D32-u1-1-p2 1 eager" \
            "gpt2-xl vPP-N2-D64-auto 2 eager" "gpt2-xl vPP-N2-D64-auto 2 lazy" \
            "gpt2-4096x12 vPP-N2-D32-u1-1-p2 2 eager" "gpt2-4096x12 vPP-N2-D32-u1-1-p2 2 lazy" \
            "gpt2-xl vPP-N2-D256-auto 1 lazy" "gpt2-xl vPP-N2-D256-auto 1 eager" \
-           "resnet1026 vPP-N2-D1024-auto 1 lazy" "resnet1026 vPP-N2-D1024-auto 1 eager"; do
+           "resnet1026 vPP-N2-D1024-auto 1 lazy" "resnet1026 vPP-N2-D1024-auto 1 eager" \
+           "gpt2-xl vPP-N2-D256-auto 2 eager" "gpt2-xl vPP-N2-D256-auto 2 lazy" \
+           "resnet1026 vPP-N2-D1024-auto 2 eager" "resnet1026 vPP-N2-D1024-auto 2 lazy"; do
     set -- $run; m=$1 plan=$2 round=$3 arm=$4
     out=$A/$m-$plan-$arm.$round.jsonl
     trace=""; [ "$round" = 1 ] && trace="--memcpy-trace"

@@ -189,12 +189,12 @@ def _run_batch(N: int):
         rec["prediction"] = {"prefetch_waits": [t.id for t in g.tasks if t.kind != "UPD"][1::2]}
         runs.append((rec, g, {"iters": ITERS}))
         meta.append(((case[0] + "+compute-stream", *case[1:]), spec, rec, g, False))
-    # receives posted when the task starts (--p2p-receive eager; the other cases post each just before its
-    # microbatch): the same messages in the same order on every channel, so the same numbers
-    for case in EAGER_RECEIVE_CASES:
+    # receives posted each just before its microbatch (--p2p-receive lazy; the other cases post all of a
+    # task's when it starts, the default): the same messages in the same order on every channel, so the same numbers
+    for case in LAZY_RECEIVE_CASES:
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
-        runs.append((rec, g, {"iters": ITERS, "p2p_receive": "eager"}))
-        meta.append(((case[0] + "+eager-receive", *case[1:]), spec, rec, g, False))
+        runs.append((rec, g, {"iters": ITERS, "p2p_receive": "lazy"}))
+        meta.append(((case[0] + "+lazy-receive", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -203,9 +203,9 @@ def _run_batch(N: int):
 PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
 ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
-EAGER_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
+LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
 N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
-           + len(EAGER_RECEIVE_CASES))     # the cases of _run_batch beyond cases(N)
+           + len(LAZY_RECEIVE_CASES))     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")
@@ -230,9 +230,9 @@ def batch4():
         spec, rec, g = schedule(case[0], case[1], 4, case[2], case[3], case[4])
         runs.append((rec, g, {"iters": ITERS}))
         meta.append((case, spec, rec, g, False))
-    spec, rec, g = schedule(*CASES4[1][:2], 4, *CASES4[1][2:])          # --p2p-receive eager over four GPUs
-    runs.append((rec, g, {"iters": ITERS, "p2p_receive": "eager"}))
-    meta.append(((CASES4[1][0] + "+eager-receive", *CASES4[1][1:]), spec, rec, g, False))
+    spec, rec, g = schedule(*CASES4[1][:2], 4, *CASES4[1][2:])          # --p2p-receive lazy over four GPUs
+    runs.append((rec, g, {"iters": ITERS, "p2p_receive": "lazy"}))
+    meta.append(((CASES4[1][0] + "+lazy-receive", *CASES4[1][1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -448,7 +448,17 @@ def test_eager_receives_are_all_posted_when_the_task_starts_and_waited_for_one_b
         Channels(g, 0, cpu=True, receive="early")
     with pytest.raises(ValueError, match="--p2p-receive must be one of lazy, eager"):
         run_schedule(rec, g, iters=2, device="cpu", p2p_receive="early")
-    assert run_schedule(rec, g, iters=2, device="cpu", p2p_receive="eager")["p2p_receive"] == "eager"
+    # eager is the default since entry 48's A/B (the runtime, `harmony run` and the simulator share it)
+    import argparse
+    from harmony.runtime.cli import add_arguments
+    from harmony.schedule.simulate import SimParams
+    from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
+    assert SimParams.__dataclass_fields__["p2p_receive"].default == DEFAULT_RECEIVE_MODE
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["x.json", "--iters", "2", "-o", "r.jsonl"]).p2p_receive == "eager" == DEFAULT_RECEIVE_MODE
+    assert run_schedule(rec, g, iters=2, device="cpu")["p2p_receive"] == "eager"
+    assert run_schedule(rec, g, iters=2, device="cpu", p2p_receive="lazy")["p2p_receive"] == "lazy"
 
 
 def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):

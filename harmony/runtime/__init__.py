@@ -14,7 +14,7 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
-from harmony.schedule.tasks import ScheduleError, TaskGraph
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, ScheduleError, TaskGraph
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
 
@@ -97,7 +97,7 @@ class Prepared:
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
-                 arena_prefault: bool = False, p2p_max_ctas: int | None = None, p2p_receive: str = "lazy"):
+                 arena_prefault: bool = False, p2p_max_ctas: int | None = None, p2p_receive: str = DEFAULT_RECEIVE_MODE):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -265,7 +265,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
-                 p2p_max_ctas: int | None = None, p2p_receive: str = "lazy") -> dict:
+                 p2p_max_ctas: int | None = None, p2p_receive: str = DEFAULT_RECEIVE_MODE) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -283,8 +283,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     p2p_max_ctas: on cuda, at most this many thread blocks for each NCCL send/recv kernel of the GPU-to-GPU
     channels (their process groups' NCCL config; None: NCCL's choice). A send stays resident on the GPU
     until its receive is posted, beside the compute; docs/performance.md entry 46 (an A/B, not a default).
-    p2p_receive: `lazy` posts each microbatch's receive from another GPU just before that microbatch,
-    `eager` all of a task's when it starts (harmony/runtime/p2p.py; docs/performance.md entry 48)."""
+    p2p_receive: `eager` (the default) posts all of a task's receives from another GPU when it starts,
+    `lazy` each just before its microbatch (harmony/runtime/p2p.py; docs/performance.md entry 48)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError

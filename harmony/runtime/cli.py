@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harmony.schedule.tasks import RECEIVE_MODES
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES
 
 
 def run_ahead_arg(text: str) -> int | None:
@@ -76,10 +76,10 @@ def add_arguments(p) -> None:
                    help="cap the thread blocks of each NCCL send/recv kernel between GPUs (vPP's activations "
                         "and gradients; default: NCCL's choice). A send sits on the GPU beside the compute "
                         "until its receive is posted (docs/performance.md entry 46)")
-    p.add_argument("--p2p-receive", choices=RECEIVE_MODES, default="lazy",
-                   help="when a task posts its receives from another GPU: lazy (default), each just before "
-                        "its microbatch; eager, all when the task starts, so the sender's NCCL kernels leave "
-                        "its GPU sooner (docs/performance.md entry 48)")
+    p.add_argument("--p2p-receive", choices=RECEIVE_MODES, default=DEFAULT_RECEIVE_MODE,
+                   help="when a task posts its receives from another GPU: eager (default), all when the task "
+                        "starts, so the sender's NCCL kernels leave its GPU sooner; lazy, each just before its "
+                        "microbatch (docs/performance.md entry 48)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 

@@ -41,6 +41,7 @@ from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies, wait_marks
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
@@ -153,7 +154,7 @@ class Worker:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu",
-                                 max_ctas=job.get("p2p_max_ctas"), receive=job.get("p2p_receive", "lazy"))
+                                 max_ctas=job.get("p2p_max_ctas"), receive=job.get("p2p_receive", DEFAULT_RECEIVE_MODE))
         self._precompute()
         clock.lap("precompute")
         host_ready = getattr(self, "host_ready", None)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import RECEIVE_MODES, TRANSFER_KINDS, TaskGraph, task_transfers
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph, task_transfers
 from harmony.timeline import intersection_length, merge_intervals
 
 DEFAULT_TASK_OVERHEAD_S = 0.0
@@ -80,7 +80,7 @@ class SimParams:
     # when the runtime posts a task's receives from another GPU (`harmony run --p2p-receive`): "lazy", each
     # just before its microbatch; "eager", all at the task's start (then the consumer's GPU holds the
     # receives of microbatches not yet produced)
-    p2p_receive: str = "lazy"
+    p2p_receive: str = DEFAULT_RECEIVE_MODE
     mb_pipeline: bool = True
     iterations: int = 3
 
@@ -292,7 +292,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
 
 
 def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[float], c_end: list[float],
-                       f: float, gpus: int, receive: str = "lazy") -> list[float]:
+                       f: float, gpus: int, receive: str) -> list[float]:
     """Per task, how much longer its GPU compute takes beside resident NCCL kernels: 1 + (f - 1) x the
     share of [start, end] during which an NCCL kernel of its rank is resident. A send is posted as the
     producer's first microbatch is computed and stays on the GPU until its receive is posted

@@ -35,6 +35,9 @@ TRANSFER_KINDS = ("h2d_weights", "h2d_act", "d2h_grads", "d2h_act", "p2p", "allr
 # when a task posts its receives from another GPU: each just before its microbatch, or all at its start
 # (harmony/runtime/p2p.py; the simulator models both, SimParams.p2p_receive)
 RECEIVE_MODES = ("lazy", "eager")
+# eager since its A/B on two H100s (docs/performance.md entry 48): every vPP plan ran 2.6-15% faster and
+# without the allocator retries the lazy runs had; the runtime, its CLI and the simulator all default to this
+DEFAULT_RECEIVE_MODE = "eager"
 
 Range = tuple[int, int]   # half-open vLayer range [start, end)
 

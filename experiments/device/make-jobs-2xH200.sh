@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes experiments/device/jobs-2xH200.sh: issue 8's runs on nvidia-h200-x2 (N = 2), one job list in
+# Writes experiments/device/jobs-2xH200.sh (or, with HW=2xH100-80GB-HBM3, jobs-2xH100.sh): issue 8's runs on nvidia-h200-x2 (N = 2), one job list in
 # priority order, for device budgets that cannot hold the whole grids. Run here, where snakemake is.
 #   priority: 0 figure 21 at N = 2 (vPP, vDP; N = 1 and the reference are on record)
 #             1 the figure-10 profiles, one at a time      2 Harmony vPP/vDP at figure 10's middle D
@@ -13,10 +13,13 @@
 #               whole call; resident gpt2-xl D = 256's search alone took 293 s)
 #             7 the rest of figure 10 (what 5 and 6 do not name; nothing, unless the grid grows)
 # Every throughput run takes 4 iterations (1 warm-up): `--config iters=4`; figure 21 keeps its 20.
-HW=2xH200; CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20
+# HW=2xH100-80GB-HBM3 (the cards the tool lends `nvidia-h200-x2` calls when H200s do not come) writes
+# jobs-2xH100.sh instead: figure 10 only (priorities 1, 2, 3, 5's Harmony runs, 6 and 7), into that folder.
+HW=${HW:-2xH200}; FIGURE10_ONLY=0; [ "$HW" = 2xH200 ] || FIGURE10_ONLY=1
+CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20
       baseline_ubatch_start_from=results/paper/1xH100-80GB-HBM3)   # each search climbs from the H100's best u
 source "$(dirname "$0")/joblist_lib.sh"
-listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
+[ $FIGURE10_ONLY = 1 ] || listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
            "$R/convergence/figure21/gpt2-medium-ft/harmony-vDP-N2.jsonl"
 FIG10=("bert96 64 16" "vgg416 64 16" "resnet1026 256 32" "gpt2-xl 64 8")
 t=(); for mdu in "${FIG10[@]}"; do set -- $mdu; t+=("$R/profiles/$1.json"); done
@@ -26,15 +29,17 @@ listing -- "${t[@]}"
 for mdu in "${FIG10[@]}"; do set -- $mdu; listing baseline_ubatch=$3 -- "$R/runs/swap-dp/$1/N2-D$2-best.jsonl"; done
 t=(); for m in gpt2-4096x6 gpt2-4096x12; do for n in 1 2; do for s in vDP vPP; do
   [ "$n$s" = 1vPP ] || t+=("$R/runs/harmony-$s/$m/N$n-D32-u1-1-p2.jsonl"); done; done; done
-listing -- "${t[@]}"
+[ $FIGURE10_ONLY = 1 ] || listing -- "${t[@]}"
 t=(); for mds in "bert96 16 256" "vgg416 16 256" "resnet1026 64 1024" "gpt2-xl 16 256"; do set -- $mds
   for d in $2 $3; do for s in vPP vDP; do t+=("$R/runs/harmony-$s/$1/N2-D$d-auto.jsonl"); done; done; done
 listing -- "${t[@]}"
 t=(); for m in gpt2-4096x18 gpt2-4096x24; do for n in 1 2; do for s in vDP vPP; do
   [ "$n$s" = 1vPP ] || t+=("$R/runs/harmony-$s/$m/N$n-D32-u1-1-p2.jsonl"); done; done; done
-listing -- "${t[@]}"
-listing -- figure17 figure18
-listing -- figure8          # BERT-Large D = 600: its profile, the searched and four hand-set plans at N = 2
+if [ $FIGURE10_ONLY = 0 ]; then
+  listing -- "${t[@]}"
+  listing -- figure17 figure18
+  listing -- figure8          # BERT-Large D = 600: its profile, the searched and four hand-set plans at N = 2
+fi
 # D per model: middle, smallest, largest (figure 10's grid, Snakefile)
 GRID=("bert96 64 16 256" "vgg416 64 16 256" "resnet1026 256 64 1024" "gpt2-xl 64 16 256")
 for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; d=${!k}
@@ -44,4 +49,4 @@ for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; d=${!k}
 for k in 2 3 4; do t=(); for g in "${GRID[@]}"; do set -- $g; t+=("$R/runs/zero-offload/$1/N2-D${!k}-best.jsonl"); done
   listing -- "${t[@]}"; done
 listing -- figure10
-write_joblist experiments/device/jobs-2xH200.sh
+write_joblist "experiments/device/jobs-${HW%%-*}.sh"

@@ -214,6 +214,8 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
         # how idle OpenMP threads wait: spinning teams of several processes starve each other (entry 19)
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        # NCCL's settings change how vPP's GPU-to-GPU sends run (thread blocks, copy engines; entries 46, 49)
+        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         "gpu": None, "gpu_count": 0, "driver": None,
         # host-bound runs depend on the CPU and on what else the host is doing: which CPU, how loaded, how
         # much memory is free when the run starts (resnet1026 re-runs on another lease took 45% longer per

@@ -99,3 +99,15 @@ def test_every_environment_record_carries_the_code_trees():
     trees = env_record("cpu")["source_trees"]
     assert set(trees) == {"harmony", "baselines"}
     assert all(isinstance(t, str) and len(t) == 40 for t in trees.values())
+
+
+def test_every_environment_record_carries_the_nccl_settings(monkeypatch):
+    """NCCL's environment changes how vPP's sends run (docs/performance.md entries 46 and 49), so an A/B
+    over it must be readable from its records: every NCCL_ variable, and nothing else."""
+    from harmony.metrics import env_record
+    monkeypatch.setenv("NCCL_P2P_USE_CUDA_MEMCPY", "1")
+    monkeypatch.setenv("NCCLX_NOT_NCCL", "x")
+    assert env_record("cpu")["nccl_env"].get("NCCL_P2P_USE_CUDA_MEMCPY") == "1"
+    assert "NCCLX_NOT_NCCL" not in env_record("cpu")["nccl_env"]
+    monkeypatch.delenv("NCCL_P2P_USE_CUDA_MEMCPY")
+    assert "NCCL_P2P_USE_CUDA_MEMCPY" not in env_record("cpu")["nccl_env"]

@@ -239,3 +239,19 @@ def test_eager_receives_change_no_number():
         assert lazy["status"] == eager["status"] == "ok", (lazy.get("message"), eager.get("message"))
         assert lazy["p2p_receive"] == "lazy" and eager["p2p_receive"] == "eager"
         assert eager["losses"] == lazy["losses"] and eager["bytes_p2p"] == lazy["bytes_p2p"] > 0
+
+
+def test_nccl_copy_engine_sends_change_no_number(monkeypatch):
+    """NCCL_P2P_USE_CUDA_MEMCPY=1 (docs/performance.md entry 49's A/B): NCCL moves the channels' data with
+    the copy engines instead of its kernels' loads and stores; the same plan trains to the same losses, bit
+    for bit, and the run's environment record names the setting (the workers inherit it)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    _, rec, g = schedule("gpt2-tiny", "vPP", 2, 4, 3, "P2")
+    plain = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+    monkeypatch.setenv("NCCL_P2P_USE_CUDA_MEMCPY", "1")
+    ce = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+    assert plain["status"] == ce["status"] == "ok", (plain.get("message"), ce.get("message"))
+    assert ce["env"]["nccl_env"].get("NCCL_P2P_USE_CUDA_MEMCPY") == "1"
+    assert "NCCL_P2P_USE_CUDA_MEMCPY" not in plain["env"]["nccl_env"]
+    assert ce["losses"] == plain["losses"] and ce["bytes_p2p"] == plain["bytes_p2p"] > 0

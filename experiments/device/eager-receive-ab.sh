@@ -28,11 +28,7 @@ for run in "gpt2-xl vPP-N2-D64-auto 1 lazy" "gpt2-xl vPP-N2-D64-auto 1 eager" \
            "resnet1026 vPP-N2-D1024-auto 1 lazy" "resnet1026 vPP-N2-D1024-auto 1 eager" \
            "gpt2-xl vPP-N2-D256-auto 2 eager" "gpt2-xl vPP-N2-D256-auto 2 lazy" \
            "resnet1026 vPP-N2-D1024-auto 2 eager" "resnet1026 vPP-N2-D1024-auto 2 lazy"; do
-    set -- $run; m=$1 plan=$2 round=$3 arm=$4
-    out=$A/$m-$plan-$arm.$round.jsonl
-    trace=""; [ "$round" = 1 ] && trace="--memcpy-trace"
-    one_run "$out" "$m $plan, --p2p-receive $arm, round $round" "$S/$m/$plan.json" --iters 6 $trace --p2p-receive "$arm"
-    [ -n "$trace" ] && [ -s "$out" ] && python3 -m harmony.cli timeline "$out" > "${out%.jsonl}.timeline.txt" 2>&1 \
-        && grep -h "beside a resident" "${out%.jsonl}.timeline.txt"
+    set -- $run
+    ab_one "$A" "$S" "$1" "$2" "$3" "$4" --p2p-receive "$4"
 done
 summarize_runs "$A"

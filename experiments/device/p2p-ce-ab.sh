@@ -25,12 +25,8 @@ for run in "gpt2-xl vPP-N2-D64-auto 1 kernel" "gpt2-xl vPP-N2-D64-auto 1 ce" \
            "resnet1026 vPP-N2-D256-auto 2 ce" "resnet1026 vPP-N2-D256-auto 2 kernel" \
            "gpt2-xl vPP-N2-D256-auto 1 kernel" "gpt2-xl vPP-N2-D256-auto 1 ce" \
            "resnet1026 vPP-N2-D1024-auto 1 kernel" "resnet1026 vPP-N2-D1024-auto 1 ce"; do
-    set -- $run; m=$1 plan=$2 round=$3 arm=$4
-    out=$A/$m-$plan-$arm.$round.jsonl
-    trace=""; [ "$round" = 1 ] && trace="--memcpy-trace"
-    RUN_ENV=""; [ "$arm" = ce ] && RUN_ENV="NCCL_P2P_USE_CUDA_MEMCPY=1"
-    RUN_ENV=$RUN_ENV one_run "$out" "$m $plan, NCCL $arm copies, round $round" "$S/$m/$plan.json" --iters 6 $trace
-    [ -n "$trace" ] && [ -s "$out" ] && python3 -m harmony.cli timeline "$out" > "${out%.jsonl}.timeline.txt" 2>&1 \
-        && grep -h "beside a resident\|NCCL busy" "${out%.jsonl}.timeline.txt"
+    set -- $run
+    env_arm=""; [ "$4" = ce ] && env_arm="NCCL_P2P_USE_CUDA_MEMCPY=1"
+    RUN_ENV=$env_arm ab_one "$A" "$S" "$1" "$2" "$3" "$4"
 done
 summarize_runs "$A"

@@ -2,6 +2,7 @@
 # one `harmony run` of a schedule at figure 10's paper settings on the H100 (11 GiB cap, TF32), skipped when
 # its record exists, never fatal, its log next to the record.
 #   [RUN_ENV="VAR=value ..."] [RUN_TIMEOUT_S=150] one_run OUT LABEL SCHEDULE [harmony run options...]
+#   [RUN_ENV=...] ab_one DIR SCHEDULES MODEL PLAN ROUND ARM [options...]   one run of an A/B (below)
 #   summarize_runs DIR     one line per record under DIR (python3 experiments/device/summarize_runs.py)
 one_run() {
   local out=$1 label=$2 sched=$3; shift 3
@@ -10,5 +11,20 @@ one_run() {
   env ${RUN_ENV:-} timeout "${RUN_TIMEOUT_S:-150}" harmony run "$sched" --data synthetic --gpu-memory 11GiB \
     --precision tf32 --device cuda --iters 5 "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED: $out"
   tail -2 "${out%.jsonl}.log"
+}
+# ab_one DIR SCHEDULES MODEL PLAN ROUND ARM [harmony run option...]: one run of an A/B on one host, into
+# DIR/MODEL-PLAN-ARM.ROUND.jsonl, 6 iterations; round 1 memcpy-traced, with its `harmony timeline` text and
+# the lines on NCCL (compute beside a resident NCCL kernel, entries 46-49). An arm set by the environment
+# passes RUN_ENV (e.g. RUN_ENV=NCCL_P2P_USE_CUDA_MEMCPY=1 ab_one ...).
+ab_one() {
+  local dir=$1 sched=$2 m=$3 plan=$4 round=$5 arm=$6; shift 6
+  local out=$dir/$m-$plan-$arm.$round.jsonl trace=()
+  [ "$round" = 1 ] && trace=(--memcpy-trace)
+  one_run "$out" "$m $plan, $arm, round $round" "$sched/$m/$plan.json" --iters 6 "${trace[@]}" "$@"
+  if [ ${#trace[@]} -gt 0 ] && [ -s "$out" ]; then
+    python3 -m harmony.cli timeline "$out" > "${out%.jsonl}.timeline.txt" 2>&1 \
+      && grep -h "beside a resident\|NCCL busy" "${out%.jsonl}.timeline.txt"
+  fi
+  return 0
 }
 summarize_runs() { python3 "$(dirname "${BASH_SOURCE[0]}")/summarize_runs.py" "$@"; }

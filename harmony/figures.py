@@ -37,7 +37,7 @@ COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", 
            "bytes_d2h", "bytes_p2p", "bytes_allreduce", "swap_bytes", "ubatch", "precision", "gpu_memory_cap", "data",
            "message", "source"]
 CURVE_COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "status",
-                 "iteration", "loss", "data", "source"]
+                 "iteration", "loss", "data", "source", "message"]
 SYSTEM_ORDER = [*HARMONY, *BASELINES, "pytorch"]
 
 
@@ -93,8 +93,7 @@ def main(args) -> int:
             # --all draws the figures with records, and those drawn before (a figure named on its own is
             # drawn with its grid points missing, so that C8 counts what is left to run on this machine)
             if (args.all and not (root / f"{fig}.csv").exists()
-                    and not any(r.get("kind") in ("measured", "predicted", "curve", "table")
-                                and r.get("status") != "missing" for r in rows)):
+                    and not any(r.get("source") or r.get("kind") == "table" for r in rows)):
                 print(f"{fig}: skipped (no records under {root})")
                 continue
             out = root / f"{fig}.csv"
@@ -244,7 +243,7 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
                     rows += [{**base, "kind": "table", "status": "ok", **r} for r in csv.DictReader(fh)]
         return rows
     if exp["kind"] == "convergence":
-        return _collect_curves(grid, base, files)
+        return _collect_curves(grid, base, files, gpus_present)
     models = grid["models"]
     cfgs = [cfg_name(s) for s in (grid.get("schedules") or ["auto"])]
     measured: dict[tuple, dict] = {}
@@ -339,7 +338,10 @@ def _ident(ident: dict) -> dict:
     return {k: ident.get(k) for k in ("model", "minibatch", "system", "gpus", "cfg")}
 
 
-def _collect_curves(grid: dict, base: dict, files: list[str]) -> list[dict]:
+def _collect_curves(grid: dict, base: dict, files: list[str], gpus_present: int | None = None) -> list[dict]:
+    """Every curve of the grid: its record's losses, or one row saying why there are none. A curve on more
+    GPUs than the machine has is `unavailable` there (a loss curve cannot be predicted, unlike a throughput
+    point at a larger N); one that could run here and has no record is `missing`."""
     rows = []
     wanted = {(c["system"], c["gpus"]) for c in grid["curves"]}
     found = set()
@@ -363,9 +365,12 @@ def _collect_curves(grid: dict, base: dict, files: list[str]) -> list[dict]:
         for it in iters:
             rows.append({**common, "kind": "curve", "iteration": it.get("iteration"), "loss": it.get("loss")})
     for system, n in sorted(wanted - found):
+        beyond = bool(gpus_present) and n > gpus_present
         rows.append({**base, "model": next(iter(grid["models"])), "minibatch": None, "system": system,
-                     "gpus": n, "status": "missing", "kind": "curve", "iteration": None, "loss": None,
-                     "message": "not run (needs more GPUs than present, or no record)"})
+                     "gpus": n, "status": "unavailable" if beyond else "missing", "kind": "curve",
+                     "iteration": None, "loss": None,
+                     "message": (f"needs {n} GPUs, this machine has {gpus_present}" if beyond
+                                 else "not run: no record")})
     for r in rows:
         r["data"] = data_name or "unknown"
     return rows

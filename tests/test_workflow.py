@@ -1055,6 +1055,29 @@ def test_a_baseline_point_whose_search_is_unfinished_says_how_far_it_got(tmp_pat
     assert other["status"] == "missing" and other["message"] == "not run: no record"
 
 
+def test_a_curve_on_more_gpus_than_present_is_unavailable_and_one_that_could_run_is_missing(tmp_path):
+    """Figures 13/21 list curves at N = 4; a two-GPU machine cannot make them, and a loss curve cannot be
+    predicted as a throughput point can. Such a curve is `unavailable` with the reason (C8 does not count it
+    as left to run); a curve the machine could make without a record stays `missing` (C8 counts it)."""
+    from harmony.checks import Results, nothing_dropped
+    from harmony.figures import _load_experiment, collect, render
+    exp = _load_experiment("figure13", None, str(ROOT / "experiments"))
+    d = tmp_path / "convergence" / "figure13" / "bert-tiny"
+    d.mkdir(parents=True)
+    (d / "pytorch-N1.jsonl").write_text(json.dumps({"record": "iteration", "iteration": 0, "loss": 0.7}) + "\n"
+                                        + json.dumps({"record": "summary", "status": "ok"}) + "\n")
+    rows = collect("figure13", exp, "smoke", "1xTEST", [str(p) for p in d.iterdir()], complete=True,
+                   gpus_present=1)
+    by = {(r["system"], r["gpus"]): r for r in rows if r.get("iteration") is None}
+    assert by["harmony-vPP", 2]["status"] == by["harmony-vDP", 2]["status"] == "unavailable"
+    assert by["harmony-vPP", 2]["message"] == "needs 2 GPUs, this machine has 1"
+    assert by["harmony-vDP", 1]["status"] == "missing" and by["harmony-vDP", 1]["message"] == "not run: no record"
+    out = tmp_path / "figure13.csv"
+    render("figure13", exp, "smoke", "1xTEST", rows, out, 1)
+    missing, detail, _ = nothing_dropped(Results(tmp_path), "smoke")
+    assert missing == 1 and "harmony-vDP" in detail, detail
+
+
 def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_path):
     """experiments/stale_schedules.py reads a failed search's record (no plan: MODE-N-D-auto.json named,
     its cap from the command it ran) and says whether today's search finds a plan there."""
@@ -1196,6 +1219,9 @@ def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsy
     assert main(["figure", "--all", "--from", str(R)]) == 0
     out = capsys.readouterr().out
     assert "figure8: " in out and "figure8: skipped" not in out and "figure10: skipped" in out
+    # nor is a convergence figure without a curve on record: its curves at N = 4 are `unavailable` here,
+    # rows the figure makes up, not records
+    assert "figure13: skipped" in out and "figure21: skipped" in out and not (R / "figure13.csv").exists()
 
 
 def test_pending_jobs_lists_what_a_job_list_has_left_with_its_device_time(tmp_path):

@@ -461,6 +461,23 @@ def test_eager_receives_are_all_posted_when_the_task_starts_and_waited_for_one_b
     assert run_schedule(rec, g, iters=2, device="cpu", p2p_receive="lazy")["p2p_receive"] == "lazy"
 
 
+def test_harmony_run_notes_a_receive_mode_other_than_the_predictions():
+    """A schedule searched while lazy was the default records `prediction.p2p_receive: lazy`; run with the
+    eager default, `harmony run` says so (its measured/predicted ratio then compares two receive orders).
+    Nothing is said where no receive crosses GPUs or the prediction names no mode."""
+    from harmony.runtime.cli import receive_mode_note
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    rec["prediction"] = {"p2p_receive": "lazy"}
+    note = receive_mode_note(rec, g, "eager")
+    assert note and "assumed lazy receives" in note and "--p2p-receive lazy" in note
+    assert receive_mode_note(rec, g, "lazy") is None
+    _, rec1, g1 = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    rec1["prediction"] = {"p2p_receive": "lazy"}
+    assert receive_mode_note(rec1, g1, "eager") is None                  # one GPU: nothing is received
+    rec["prediction"] = {}
+    assert receive_mode_note(rec, g, "eager") is None
+
+
 def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
     """run_schedule lets the host initialise the weights while the workers start and set up; they wait for
     it before their first iteration. With a slow fill they wait, and the run still trains from the seed's

@@ -83,6 +83,19 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
+def receive_mode_note(record: dict, graph, receive: str) -> str | None:
+    """A note when the run posts its receives from another GPU otherwise than the schedule's prediction
+    assumed (schedules searched before eager became the default say lazy): the run is still correct, but
+    its measured/predicted ratio then compares two receive orders (docs/performance.md entry 48)."""
+    assumed = (record.get("prediction") or {}).get("p2p_receive")
+    crosses = graph.config.mode == "vPP" and graph.config.gpus > 1
+    if assumed is None or assumed == receive or not crosses:
+        return None
+    return (f"harmony run: note: the schedule's prediction assumed {assumed} receives from the other GPUs, this "
+            f"run makes {receive} ones (--p2p-receive {assumed} runs what was predicted; docs/performance.md "
+            f"entry 48)")
+
+
 def main(args) -> int:
     import torch
     from harmony.gpumem import parse_cap
@@ -90,6 +103,9 @@ def main(args) -> int:
     from harmony.schedule.io import load_schedule
 
     record, graph = load_schedule(args.schedule)
+    note = receive_mode_note(record, graph, args.p2p_receive)
+    if note:
+        print(note, file=sys.stderr)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
     precision = args.precision or record.get("precision") or "fp32"

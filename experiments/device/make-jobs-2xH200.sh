@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes experiments/device/jobs-2xH200.sh (or, with HW=2xH100-80GB-HBM3, jobs-2xH100.sh): issue 8's runs on nvidia-h200-x2 (N = 2), one job list in
-# priority order, for device budgets that cannot hold the whole grids. Run here, where snakemake is.
+# Writes experiments/device/jobs-2xH200.sh (with HW=2xH100-80GB-HBM3: jobs-2xH100.sh, below): issue 8's
+# runs on nvidia-h200-x2 (N = 2), one job list in priority order, for device budgets that cannot hold the
+# whole grids. Run here, where snakemake is.
 #   priority: 0 figure 21 at N = 2 (vPP, vDP; N = 1 and the reference are on record)
 #             1 the figure-10 profiles, one at a time      2 Harmony vPP/vDP at figure 10's middle D
 #             3 swap-dp there (u = the best of its N = 1 search on the H100)

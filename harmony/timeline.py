@@ -334,6 +334,11 @@ def main(args) -> int:
         head = " ".join(str(rec[k]) for k in ("system", "model", "mode") if rec.get(k))
         print(f"{args.run}: {head} N={rec.get('gpus')} D={rec.get('minibatch')}, status {rec.get('status')}; "
               f"traced iteration {tr.get('iteration', '-')} (profiler on, not timed)")
+        # what an A/B over GPU-to-GPU transfers varies: the receive order and NCCL's own settings
+        nccl = ((rec.get("env") or {}).get("nccl_env")) or {}
+        if (rec.get("gpus") or 1) > 1 and (rec.get("p2p_receive") or nccl):
+            print(f"  receives {rec.get('p2p_receive') or 'lazy (before the option)'}"
+                  + (f"; NCCL {' '.join(f'{k}={v}' for k, v in nccl.items())}" if nccl else ""))
         t, p = rec.get("iter_time_s"), rec.get("predicted_iter_time_s")
         if t:
             print(f"  steady-state iteration {t:.4f} s (median, untraced)"

@@ -248,6 +248,12 @@ def test_cli_without_timeline(tmp_path, capsys):
     assert main(["timeline", str(bare)]) == 1
     assert "CUDA run with the memcpy trace on" in capsys.readouterr().out
     assert main(["timeline", str(tmp_path / "missing.jsonl")]) == 2
+    # an A/B over GPU-to-GPU transfers is read from the header: the receive order and NCCL's settings
+    two = tmp_path / "two.jsonl"
+    two.write_text(json.dumps({**_summary(None), "gpus": 2, "p2p_receive": "eager",
+                               "env": {"nccl_env": {"NCCL_P2P_USE_CUDA_MEMCPY": "1"}}}) + "\n")
+    main(["timeline", str(two)])
+    assert "receives eager; NCCL NCCL_P2P_USE_CUDA_MEMCPY=1" in capsys.readouterr().out
 
 
 def test_cli_reads_a_kineto_trace(tmp_path, capsys):

@@ -1224,6 +1224,26 @@ def test_a_figure_named_on_its_own_is_drawn_before_any_point_ran(tmp_path, capsy
     assert "figure13: skipped" in out and "figure21: skipped" in out and not (R / "figure13.csv").exists()
 
 
+def test_an_ab_table_pairs_each_plans_arms_over_their_rounds(tmp_path):
+    """experiments/device/summarize_runs.py --arms A B: records named PLAN-ARM.ROUND.jsonl (run_lib.sh ab_one),
+    grouped per plan; each arm's ok rounds in round order, B/A of their means, the allocator retries; a
+    failed round and other files are left out."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("summarize_runs", ROOT / "experiments/device/summarize_runs.py")
+    sr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sr)
+    for name, t, status in (("p-N2-lazy.1", 4.0, "ok"), ("p-N2-lazy.2", 2.0, "ok"), ("p-N2-eager.2", 2.5, "ok"),
+                            ("p-N2-eager.1", 2.0, "ok"), ("p-N2-eager.3", 1.0, "oom"), ("q-eager.1", 1.0, "ok"),
+                            ("p-N2-other.1", 9.0, "ok")):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"status": status, "iter_time_s": t,
+                                                            "alloc_retries": [int(t), 0]}) + "\n")
+    (tmp_path / "pytest-eager.log").write_text("1 passed\n")
+    head, p, q = sr.ab_table(str(tmp_path), "lazy", "eager")
+    assert p.split()[:6] == ["p-N2", "4.000,", "2.000", "2.000,", "2.500", "0.750"]      # 2.25 / 3.0
+    assert p.endswith("[4, 2] / [2, 2]")
+    assert q.split()[:4] == ["q", "-", "1.000", "-"]
+
+
 def test_pending_jobs_lists_what_a_job_list_has_left_with_its_device_time(tmp_path):
     """experiments/device/pending_jobs.py: the jobs of a generated list whose outputs are missing, each with
     an estimate: a Harmony run from its schedule's prediction (10% over, per iteration) plus the prefaulted

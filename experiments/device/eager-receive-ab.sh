@@ -31,4 +31,4 @@ for run in "gpt2-xl vPP-N2-D64-auto 1 lazy" "gpt2-xl vPP-N2-D64-auto 1 eager" \
     set -- $run
     ab_one "$A" "$S" "$1" "$2" "$3" "$4" --p2p-receive "$4"
 done
-summarize_runs "$A"
+summarize_runs "$A" --arms lazy eager

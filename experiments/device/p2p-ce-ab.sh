@@ -29,4 +29,4 @@ for run in "gpt2-xl vPP-N2-D64-auto 1 kernel" "gpt2-xl vPP-N2-D64-auto 1 ce" \
     env_arm=""; [ "$4" = ce ] && env_arm="NCCL_P2P_USE_CUDA_MEMCPY=1"
     RUN_ENV=$env_arm ab_one "$A" "$S" "$1" "$2" "$3" "$4"
 done
-summarize_runs "$A"
+summarize_runs "$A" --arms kernel ce

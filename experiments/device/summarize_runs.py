@@ -1,10 +1,15 @@
 """One line per run record (*.jsonl) in a folder: pool, time, prediction, allocator retries and memory.
 What the A/B device scripts print at their end (experiments/device/run_lib.sh, summarize_runs).
+With `--arms A B`, then one line per plan of an A/B whose records are named PLAN-ARM.ROUND.jsonl
+(`ab_one` in run_lib.sh): each arm's iteration times over its rounds, their means, B/A and the
+allocator retries (docs/performance.md entries 48 and 49 read their A/Bs so).
 
-    python3 experiments/device/summarize_runs.py DIR
+    python3 experiments/device/summarize_runs.py DIR [--arms A B]
 """
 import glob
 import json
+import os
+import statistics
 import sys
 
 
@@ -34,6 +39,32 @@ def setup(s: dict) -> str:
             f"{(su.get('worker_slowest_rank') or {}).get('arena', 0):.1f}" + (f", prefault {pre:.1f}" if pre is not None else ""))
 
 
+def ab_table(folder: str, a: str, b: str) -> list[str]:
+    """Per plan: arm A's and arm B's iteration times (every round that ran ok), the means and B/A."""
+    runs: dict[str, dict[str, list[tuple[int, dict]]]] = {}
+    for f in glob.glob(os.path.join(folder, "*.jsonl")):
+        stem, _, rnd = os.path.basename(f)[:-len(".jsonl")].rpartition(".")
+        plan, _, arm = stem.rpartition("-")
+        lines = open(f).read().splitlines()
+        if arm not in (a, b) or not rnd.isdigit() or not lines:
+            continue
+        s = json.loads(lines[-1])
+        if s.get("status") == "ok":
+            runs.setdefault(plan, {}).setdefault(arm, []).append((int(rnd), s))
+    out = [f"{'plan':<36} {a + ' s':>18} {b + ' s':>18} {b + '/' + a:>12}  retries {a} / {b}"]
+    for plan, arms in sorted(runs.items()):
+        ta, tb = ([s["iter_time_s"] for _, s in sorted(arms.get(x, []), key=lambda r: r[0])] for x in (a, b))
+        ra, rb = ([max(s.get("alloc_retries") or [0]) for _, s in sorted(arms.get(x, []), key=lambda r: r[0])]
+                  for x in (a, b))
+        ratio = f"{statistics.mean(tb) / statistics.mean(ta):12.3f}" if ta and tb else f"{'-':>12}"
+        out.append(f"{plan:<36} {', '.join(f'{t:.3f}' for t in ta) or '-':>18} "
+                   f"{', '.join(f'{t:.3f}' for t in tb) or '-':>18} {ratio}  {ra} / {rb}")
+    return out
+
+
 if __name__ == "__main__":
-    for f in sorted(glob.glob(sys.argv[1] + "/*.jsonl")):
+    args = sys.argv[1:]
+    for f in sorted(glob.glob(args[0] + "/*.jsonl")):
         print(line(f))
+    if len(args) == 4 and args[1] == "--arms":
+        print("\n".join(ab_table(args[0], args[2], args[3])))

@@ -91,11 +91,12 @@ def test_an_output_sent_to_another_gpu_stays_allocated_through_the_next_task():
 
 
 def test_compute_beside_a_resident_send_is_charged_the_nccl_slowdown():
-    # vPP on 2 GPUs, 2 microbatches of 2, lazy receives (eager's spans: the test after this one). As profiled: FWD(0,2) on GPU 0 [31, 33] posts its first send at
-    # 32, which stays until BWD(2,3) on GPU 1 [33, 35] takes its last microbatch at 34; BWD(2,3) posts at 34,
-    # held until BWD(0,2) [35, 39] takes its last at 37. So half of FWD(0,2) and half of BWD(2,3) run beside
-    # a resident send: at 1.5x, each takes 2 x (1 + 0.5 x 0.5) = 2.5 s; BWD(0,2), with GPU 0's send gone,
-    # takes its 4 s. One microbatch (u = 4), one GPU, or vDP (no sends): nothing is beside, nothing changes.
+    # vPP on 2 GPUs, 2 microbatches of 2, lazy receives (eager's spans: the test after this one). As
+    # profiled: FWD(0,2) on GPU 0 [31, 33] posts its first send at 32, which stays until BWD(2,3) on GPU 1
+    # [33, 35] takes its last microbatch at 34; BWD(2,3) posts at 34, held until BWD(0,2) [35, 39] takes
+    # its last at 37. So half of FWD(0,2) and half of BWD(2,3) run beside a resident send: at 1.5x, each
+    # takes 2 x (1 + 0.5 x 0.5) = 2.5 s; BWD(0,2), with GPU 0's send gone, takes its 4 s. One microbatch
+    # (u = 4), one GPU, or vDP (no sends): nothing is beside, nothing changes.
     costs = LayerCosts(make_profile(x=5))
     lazy = dataclasses.replace(PARAMS, p2p_receive="lazy")
     slow = dataclasses.replace(lazy, beside_nccl_slowdown=1.5)

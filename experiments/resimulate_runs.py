@@ -62,6 +62,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from harmony.schedule.tasks import RECEIVE_MODES
+
 
 def profile_path(folder: Path, model: str) -> Path | None:
     for name in (f"{model}.json", f"{model}.json.gz", f"{model}.profile.json"):
@@ -123,10 +125,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--beside-nccl", type=float, metavar="FACTOR", default=None,
                     help="charge GPU compute FACTOR times its profiled time while an NCCL send/recv of its "
                          "rank is resident (SimParams.beside_nccl_slowdown; vPP at N > 1)")
-    ap.add_argument("--p2p-receive", choices=("lazy", "eager"), default=None,
+    ap.add_argument("--p2p-receive", choices=RECEIVE_MODES, default=None,
                     help="model the runtime's receives between GPUs as posted lazily (each before its "
-                         "microbatch, the runtime's default) or eagerly (all at the task's start); default: "
-                         "as each run's record says it ran")
+                         "microbatch) or eagerly (all at the task's start, the runtime's default since "
+                         "docs/performance.md entry 48); default: as each run's record says it ran")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"

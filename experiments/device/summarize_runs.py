@@ -53,9 +53,9 @@ def ab_table(folder: str, a: str, b: str) -> list[str]:
             runs.setdefault(plan, {}).setdefault(arm, []).append((int(rnd), s))
     out = [f"{'plan':<36} {a + ' s':>18} {b + ' s':>18} {b + '/' + a:>12}  retries {a} / {b}"]
     for plan, arms in sorted(runs.items()):
-        ta, tb = ([s["iter_time_s"] for _, s in sorted(arms.get(x, []), key=lambda r: r[0])] for x in (a, b))
-        ra, rb = ([max(s.get("alloc_retries") or [0]) for _, s in sorted(arms.get(x, []), key=lambda r: r[0])]
-                  for x in (a, b))
+        sa, sb = ([s for _, s in sorted(arms.get(x, []), key=lambda r: r[0])] for x in (a, b))   # round order
+        ta, tb = ([s["iter_time_s"] for s in ss] for ss in (sa, sb))
+        ra, rb = ([max(s.get("alloc_retries") or [0]) for s in ss] for ss in (sa, sb))
         ratio = f"{statistics.mean(tb) / statistics.mean(ta):12.3f}" if ta and tb else f"{'-':>12}"
         out.append(f"{plan:<36} {', '.join(f'{t:.3f}' for t in ta) or '-':>18} "
                    f"{', '.join(f'{t:.3f}' for t in tb) or '-':>18} {ratio}  {ra} / {rb}")

@@ -14,7 +14,7 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
-from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, ScheduleError, TaskGraph
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
 
@@ -97,7 +97,8 @@ class Prepared:
                  weight_copies: str = "per-vlayer", defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
-                 arena_prefault: bool = False, p2p_max_ctas: int | None = None, p2p_receive: str = DEFAULT_RECEIVE_MODE):
+                 arena_prefault: bool = False, p2p_max_ctas: int | None = None,
+                 p2p_receive: str = DEFAULT_RECEIVE_MODE):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.runtime.transfer import resolve_load_buffers
 
@@ -303,7 +304,6 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
     if run_ahead is not None and run_ahead < 0:
         raise ValueError(f"--run-ahead must be at least 0 tasks (or none: no bound), got {run_ahead}")
-    from harmony.schedule.tasks import RECEIVE_MODES
     if p2p_receive not in RECEIVE_MODES:
         raise ValueError(f"--p2p-receive must be one of {', '.join(RECEIVE_MODES)}, got {p2p_receive!r}")
     if p2p_max_ctas is not None and p2p_max_ctas < 1:

@@ -8,9 +8,10 @@ update of one optimizer over all parameters equals the per-pack updates, so this
 optimizer exactly.
 
 Small parameters can be stepped as one (`coalesce_below`; off by default, see COALESCE_BELOW): a fused CPU
-step still handles one tensor at a time, and each costs a parallel region's fork and join (~15 us with passive OpenMP waits on 2 cores, for a
-BatchNorm weight of 64 values), which dominated the updates of models made of thousands of small tensors
-(resnet1026: 2,057 of its 3,086 tensors hold under 4,096 values; docs/performance.md entry 29). Their
+step still handles one tensor at a time, and each costs a parallel region's fork and join (~15 us with
+passive OpenMP waits on 2 cores, for a BatchNorm weight of 64 values), which dominated the updates of
+models made of thousands of small tensors (resnet1026: 2,057 of its 3,086 tensors hold under 4,096
+values; docs/performance.md entry 29). Their
 weights and gradients are gathered into one flat parameter, stepped with its own flat optimizer state,
 and the new weights scattered back into the arena. The update is element-wise, so this is the same
 arithmetic; the flat state is a few MB outside the arena (counted nowhere else). A pack in which a small

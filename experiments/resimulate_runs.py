@@ -133,6 +133,9 @@ def main(argv: list[str]) -> int:
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
     cal_path = Path(args.calibration) if args.calibration else root / "calibration.json"
+    if not cal_path.is_file():
+        ap.error(f"{cal_path}: no calibration; pass --calibration (the machine's calibration.json: a `large` folder "
+                 f"uses its box's paper-scale one, e.g. results/paper/1xH100-80GB-HBM3/calibration.json)")
     cal = json.loads(cal_path.read_text())
     schedules = Path(args.schedules) if args.schedules else root / "schedules"
     runs = (sorted(glob.glob(str(Path(args.runs) / "**" / "*.jsonl"), recursive=True)) if args.runs

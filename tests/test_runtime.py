@@ -508,3 +508,16 @@ def test_copy_rows_zeroes_the_rows_of_a_missing_gradient():
     _copy_rows(dsts, [torch.ones(2, 2), None], slice(2, 4))
     assert torch.equal(dsts[0][2:], torch.ones(2, 2)) and torch.equal(dsts[1][2:], torch.zeros(2, 2))
     assert dsts[0][:2].isnan().all() and dsts[1][:2].isnan().all()
+
+
+def test_harmony_run_warns_of_nccl_copy_engine_sends():
+    """NCCL_P2P_USE_CUDA_MEMCPY=1 stalled a vPP run at N = 2 on 2x H100 (docs/performance.md entry 49):
+    `harmony run` warns when it is set and the run has more than one GPU; unset, "0" or one GPU: nothing."""
+    from harmony.runtime.cli import copy_engine_sends_warning
+    _, _, g2 = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    _, _, g1 = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    warning = copy_engine_sends_warning(g2, {"NCCL_P2P_USE_CUDA_MEMCPY": "1"})
+    assert warning and "NCCL_P2P_USE_CUDA_MEMCPY=1" in warning and "entry 49" in warning
+    assert copy_engine_sends_warning(g2, {}) is None
+    assert copy_engine_sends_warning(g2, {"NCCL_P2P_USE_CUDA_MEMCPY": "0"}) is None
+    assert copy_engine_sends_warning(g1, {"NCCL_P2P_USE_CUDA_MEMCPY": "1"}) is None

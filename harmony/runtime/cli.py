@@ -96,6 +96,18 @@ def receive_mode_note(record: dict, graph, receive: str) -> str | None:
             f"entry 48)")
 
 
+def copy_engine_sends_warning(graph, environ) -> str | None:
+    """A warning when NCCL is told to move send/recv data with its proxy thread's cudaMemcpyAsync
+    (NCCL_P2P_USE_CUDA_MEMCPY=1) and the run sends between GPUs: on 2x H100 (NCCL 2.28.3) a vPP plan at
+    N = 2 made no iteration in 225 s with it, where it takes 3.3 s without (docs/performance.md entry 49;
+    NCCL's maintainers say it can hang, NVIDIA/nccl#907, #1509)."""
+    value = environ.get("NCCL_P2P_USE_CUDA_MEMCPY", "").strip()
+    if value in ("", "0") or graph.config.gpus < 2:
+        return None
+    return (f"harmony run: warning: NCCL_P2P_USE_CUDA_MEMCPY={value} is set; with it a vPP run at N = 2 made no "
+            f"iteration in 225 s on 2x H100 (docs/performance.md entry 49). Unset it unless you are measuring it")
+
+
 def main(args) -> int:
     import torch
     from harmony.gpumem import parse_cap
@@ -106,6 +118,10 @@ def main(args) -> int:
     note = receive_mode_note(record, graph, args.p2p_receive)
     if note:
         print(note, file=sys.stderr)
+    import os
+    warning = copy_engine_sends_warning(graph, os.environ)
+    if warning:
+        print(warning, file=sys.stderr)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     cap = parse_cap(args.gpu_memory) if args.gpu_memory else record.get("gpu_memory_cap")
     precision = args.precision or record.get("precision") or "fp32"
@@ -115,7 +131,6 @@ def main(args) -> int:
     if args.iters < 1:
         raise ValueError("--iters must be at least 1")
     import json
-    import os
     fault = json.loads(os.environ["HARMONY_FAULT"]) if os.environ.get("HARMONY_FAULT") else None  # tests only
     from harmony.jsonio import DEFERRED_EXIT, Deferred
     try:

@@ -66,10 +66,18 @@ from harmony.schedule.tasks import RECEIVE_MODES
 
 
 def profile_path(folder: Path, model: str) -> Path | None:
-    for name in (f"{model}.json", f"{model}.json.gz", f"{model}.profile.json"):
+    """MODEL's profile in FOLDER: profiles/<model>.json (paper scale) or profile.json (a `large` run's folder)."""
+    for name in (f"{model}.json", f"{model}.json.gz", f"{model}.profile.json", "profile.json"):
         if (folder / name).exists():
             return folder / name
     return None
+
+
+def require_profile(folder: Path, model: str) -> Path:
+    path = profile_path(folder, model)
+    if path is None:
+        sys.exit(f"resimulate_runs.py: no profile of {model} in {folder}; pass --profiles FOLDER")
+    return path
 
 
 PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a run record says it ran
@@ -145,13 +153,13 @@ def main(argv: list[str]) -> int:
     if args.task_peaks:
         sched = Path(args.task_peaks[0])
         model = json.loads(sched.read_text())["model"]["model"]
-        return print_task_peaks(sched, profile_path(profiles, model), cal, Path(args.task_peaks[1]))
+        return print_task_peaks(sched, require_profile(profiles, model), cal, Path(args.task_peaks[1]))
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
     if args.breakdown:
         sched = Path(args.breakdown)
         model = json.loads(sched.read_text())["model"]["model"]
-        rec, graph, costs, params = sim_inputs(sched, profile_path(profiles, model), cal)
+        rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, model), cal)
         for line in breakdown_lines(simulate(graph, costs, params, planned_cap(rec), record=True)):
             print(line)
         return 0

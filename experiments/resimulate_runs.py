@@ -83,6 +83,19 @@ def require_profile(folder: Path, model: str) -> Path:
 PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a run record says it ran
 
 
+def overridden(params, args, receive: str | None):
+    """The simulator's parameters with the command line's what-ifs (--host-overhead, --beside-nccl,
+    --p2p-receive) applied; `receive` is the mode used when --p2p-receive is not given (None: the default)."""
+    if args.host_overhead:
+        params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
+                                     host_vlayer_s=args.host_overhead[1] / 1e3)
+    if args.beside_nccl is not None:
+        params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
+    if args.p2p_receive or receive:
+        params = dataclasses.replace(params, p2p_receive=args.p2p_receive or receive)
+    return params
+
+
 def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
@@ -115,7 +128,7 @@ def main(argv: list[str]) -> int:
     from harmony.schedule.bound import schedule_bound
     from harmony.schedule.io import planned_cap
     from harmony.figures import read_run
-    from harmony.schedule.simulate import simulate
+    from harmony.schedule.simulate import simulate, task_spans
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
@@ -127,6 +140,9 @@ def main(argv: list[str]) -> int:
                     help="each task's measured peak (a run with HARMONY_TASK_PEAKS=PROBE_DIR) against the model's")
     ap.add_argument("--breakdown", metavar="SCHEDULE", default=None,
                     help="where one simulated steady iteration of SCHEDULE goes, per GPU and on the host")
+    ap.add_argument("--task-spans", metavar="RUN",
+                    help="each compute task's span on its GPU in RUN (a run record with `task_spans`) beside "
+                         "the simulator's for the same schedule: which tasks take longer than modelled")
     ap.add_argument("--host-overhead", nargs=2, type=float, metavar=("TASK_MS", "VLAYER_MS"), default=None,
                     help="charge this much host work per compute task and per vLayer and microbatch on the "
                          "host lane (milliseconds), besides the profile's issue times")
@@ -156,10 +172,25 @@ def main(argv: list[str]) -> int:
         return print_task_peaks(sched, require_profile(profiles, model), cal, Path(args.task_peaks[1]))
     if args.peaks:
         return print_peaks(runs, schedules, profiles, cal)
+    if args.task_spans:
+        run = args.task_spans
+        s, _ = read_run(run)
+        if not s or not s.get("task_spans"):
+            sys.exit(f"resimulate_runs.py: {run} has no task_spans (runs recorded them from the thirtieth "
+                     f"session on)")
+        sched = find_schedule(run, s, schedules)
+        if sched is None:
+            sys.exit(f"resimulate_runs.py: no schedule in {schedules} matches {run}; pass --schedules")
+        rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, s["model"]), cal)
+        params = overridden(params, args, s.get("p2p_receive") or "lazy")
+        for line in task_span_lines(s, graph, task_spans(graph, costs, params, planned_cap(rec))):
+            print(line)
+        return 0
     if args.breakdown:
         sched = Path(args.breakdown)
         model = json.loads(sched.read_text())["model"]["model"]
         rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, model), cal)
+        params = overridden(params, args, rec.get("prediction", {}).get("p2p_receive"))
         for line in breakdown_lines(simulate(graph, costs, params, planned_cap(rec), record=True)):
             print(line)
         return 0
@@ -179,13 +210,8 @@ def main(argv: list[str]) -> int:
             print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
-        if args.host_overhead:
-            params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
-                                         host_vlayer_s=args.host_overhead[1] / 1e3)
-        if args.beside_nccl is not None:
-            params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
         # each run as it received (its summary's p2p_receive, lazy before the option existed), unless asked
-        params = dataclasses.replace(params, p2p_receive=args.p2p_receive or s.get("p2p_receive") or "lazy")
+        params = overridden(params, args, s.get("p2p_receive") or "lazy")
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -249,6 +275,33 @@ def breakdown_lines(sim) -> list[str]:
                      f"tasks span {b.get('compute', 0):.3f} s; lanes in use (a streamed transfer spans its first to "
                      f"last microbatch): {lanes}")
     lines.append(f"  host: CPU updates busy {host:.3f} s ({host / wall:.0%} of the iteration)")
+    return lines
+
+
+def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[str]:
+    """Per rank, each compute task as the run timed it (median steady iteration) and as the simulator does:
+    the gap before it (the stream waiting for its weights, stash or the previous task), its span and their
+    ratio; then per rank the sums. A span holds the task's kernels and the stream's waits for data that
+    arrives while it runs (harmony/runtime/task_clock.py)."""
+    tasks = {t.id: t for t in graph.tasks}
+    lines = [f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: measured "
+             f"{summary['iter_time_s']:.3f} s per iteration, predicted {summary.get('predicted_iter_time_s') or 0:.3f}"]
+    for r, spans in enumerate(summary["task_spans"]):
+        lines.append(f"rank {r}:  task kind pack         gap meas  gap sim   span meas  span sim   ratio")
+        prev_m = prev_s = 0.0
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for tid, a, b in spans:
+            sa, sb = simulated[tid]
+            t = tasks[tid]
+            row = (a - prev_m, sa - prev_s, b - a, sb - sa)
+            sums = [x + y for x, y in zip(sums, row)]
+            ratio = f"{row[2] / row[3]:.2f}" if row[3] > 0 else "-"
+            lines.append(f"        {tid:>5} {t.kind:<4} {str(list(t.pack)):<10} {row[0]:>9.4f} {row[1]:>8.4f} "
+                         f"{row[2]:>11.4f} {row[3]:>9.4f} {ratio:>7}")
+            prev_m, prev_s = b, sb
+        ratio = f"{sums[2] / sums[3]:.2f}" if sums[3] > 0 else "-"
+        lines.append(f"        total                {sums[0]:>9.4f} {sums[1]:>8.4f} {sums[2]:>11.4f} {sums[3]:>9.4f} "
+                     f"{ratio:>7}")
     return lines
 
 

@@ -244,7 +244,8 @@ def test_eager_receives_change_no_number():
 def test_nccl_copy_engine_sends_change_no_number(monkeypatch):
     """NCCL_P2P_USE_CUDA_MEMCPY=1 (docs/performance.md entry 49's A/B): NCCL moves the channels' data with
     the copy engines instead of its kernels' loads and stores; the same plan trains to the same losses, bit
-    for bit, and the run's environment record names the setting (the workers inherit it)."""
+    for bit, and the run's environment record names the setting (the workers inherit it). It passed on 2x
+    H100 (x2-ce1), but a figure-10 plan then stalled with the setting: rejected, `harmony run` warns."""
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs")
     _, rec, g = schedule("gpt2-tiny", "vPP", 2, 4, 3, "P2")
@@ -255,3 +256,17 @@ def test_nccl_copy_engine_sends_change_no_number(monkeypatch):
     assert ce["env"]["nccl_env"].get("NCCL_P2P_USE_CUDA_MEMCPY") == "1"
     assert "NCCL_P2P_USE_CUDA_MEMCPY" not in plain["env"]["nccl_env"]
     assert ce["losses"] == plain["losses"] and ce["bytes_p2p"] == plain["bytes_p2p"] > 0
+
+
+def test_task_spans_on_cuda_follow_the_stream():
+    """task_spans on CUDA (harmony/runtime/task_clock.py): timing events on the compute stream give each
+    compute task of the rank, in order, a span that starts when the previous one has ended; the steady
+    spans fit inside the iteration."""
+    _, rec, g = schedule("gpt2-tiny", "vPP", 1, 3, 3, "P1")
+    s = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+    assert s["status"] == "ok", s.get("message")
+    (spans,) = s["task_spans"]
+    assert [x[0] for x in spans] == [t.id for t in g.tasks if t.kind != "UPD"]
+    ends = [0.0] + [x[2] for x in spans]
+    assert all(prev <= a <= b for prev, (_, a, b) in zip(ends, spans)), spans
+    assert spans[-1][2] <= s["iter_time_s"] * 1.05, (spans[-1], s["iter_time_s"])

@@ -911,6 +911,41 @@ def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:
     return R, model, prof
 
 
+def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):
+    """A run records when each compute task ran on its rank (harmony/runtime/task_clock.py): per iteration and
+    rank, every compute task of that rank in order, spans that start after the previous one ends; the
+    summary keeps the steady iterations' medians. `resimulate_runs.py --task-spans RUN` sets each span
+    beside the simulator's for the same schedule, and refuses a record without spans by name."""
+    from harmony.figures import read_run
+    from harmony.schedule.io import load_schedule
+    R, model, prof = tiny_results_folder(tmp_path / "res")
+    sched = R / "schedules" / "gpt2-tiny" / "vPP-N2-D8-auto.json"
+    sh(["harmony", "schedule", str(prof), "--model", str(model), "--minibatch", "8", "--gpus", "2",
+        "--mode", "vPP", "--gpu-memory", "6MiB", "--calibration", str(R / "calibration.json"), "-o", str(sched)])
+    run = R / "runs" / "harmony-vPP" / "gpt2-tiny" / "N2-D8-auto.jsonl"
+    run.parent.mkdir(parents=True)
+    sh(["harmony", "run", str(sched), "--iters", "3", "--device", "cpu", "-o", str(run)])
+    summary, iterations = read_run(str(run))
+    _, graph = load_schedule(sched)
+    for spans_by_rank in [summary["task_spans"]] + [it["task_spans"] for it in iterations]:
+        assert len(spans_by_rank) == 2
+        for r, spans in enumerate(spans_by_rank):
+            assert [s[0] for s in spans] == [t.id for t in graph.tasks if t.kind != "UPD" and t.rank == r]
+            ends = [0.0] + [s[2] for s in spans]
+            assert all(0 <= prev <= a <= b for prev, (_, a, b) in zip(ends, spans)), spans
+    script = str(ROOT / "experiments/resimulate_runs.py")
+    out = sh([sys.executable, script, str(R), "--task-spans", str(run)]).stdout
+    rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ (FWD|BWD) ", line)]
+    assert sorted(int(r[0]) for r in rows) == sorted(t.id for t in graph.tasks if t.kind != "UPD"), out
+    assert all(float(r[-2]) > 0 for r in rows), out               # every task computes in the model
+    assert out.count("total") == 2, out
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"record": "summary", "status": "ok", "model": "gpt2-tiny"}) + "\n")
+    res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(bare)], capture_output=True,
+                         text=True)
+    assert res.returncode != 0 and "has no task_spans" in res.stderr, res.stderr
+
+
 def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):
     """experiments/resimulate_runs.py: with the schedule's own profile and calibration, the current model's
     prediction is the one the search recorded (simulated under the cap the search planned with); a run

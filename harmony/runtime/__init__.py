@@ -161,7 +161,7 @@ class Prepared:
             self.records.append(rec)
             if writer is not None:
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
-                              **({k: m[k] for k in ("host_phases", "reserved_by_stream") if k in m})})
+                              **({k: m[k] for k in ("host_phases", "task_spans", "reserved_by_stream") if k in m})})
         return cb
 
     def parameters(self) -> list[torch.Tensor]:
@@ -355,6 +355,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
+            task_spans=_median_task_spans(merged, warmup),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
@@ -449,6 +450,25 @@ def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | Non
         return statistics.median_low(vals) if isinstance(vals[0], int) else round(statistics.median(vals), 6)
     return [{k: med([m["host_phases"][r][k] for m in steady]) for k in steady[0]["host_phases"][r]}
             for r in range(ranks)]
+
+
+def _median_task_spans(iterations: list[dict], warmup: int) -> list[list] | None:
+    """Per rank, each compute task's [task id, start s, end s] on its GPU (harmony/runtime/task_clock.py),
+    the median over the steady-state iterations of each; null when the workers reported none. The traced
+    iteration runs under the profiler, so it is left out where another steady iteration was timed."""
+    import statistics
+    from harmony.metrics import steady_state
+    steady = [m for m in steady_state(iterations, warmup) if m.get("task_spans")]
+    untraced = [m for m in steady if "memcpy_trace" not in m]
+    steady = untraced or steady
+    if not steady:
+        return None
+    out = []
+    for r, first in enumerate(steady[0]["task_spans"]):
+        spans = [m["task_spans"][r] for m in steady]
+        out.append([[tid, round(statistics.median(s[i][1] for s in spans), 6),
+                     round(statistics.median(s[i][2] for s in spans), 6)] for i, (tid, _, _) in enumerate(first)])
+    return out
 
 
 def train_with_schedule(record: dict, graph: TaskGraph, *, iters: int, **kw):

@@ -40,6 +40,7 @@ from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
+from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import BlockViews, Copier, Counters, StashInput, check_weight_copies, wait_marks
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
 
@@ -560,6 +561,7 @@ class Worker:
         self.current = None
         self.flag_wait_s = 0.0            # per iteration (reset in _iteration): host time in _wait_flag
         self.task_peaks, self.probe_peak = ([] if probe else None), 0
+        self.task_clock = TaskClock(self.device)
 
     def run(self) -> None:
         import psutil
@@ -596,6 +598,7 @@ class Worker:
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
             payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
+            payload["task_spans"] = self.task_clock.spans()
             if self.device.type == "cuda":   # after the iteration's end, outside its time
                 payload["reserved_by_stream"] = reserved_by_stream(self.device, self.stream_names())
             if traced is not None:
@@ -671,6 +674,7 @@ class Worker:
         clock = time.perf_counter
         t0, self.flag_wait_s, self.run_ahead_wait_s = clock(), 0.0, 0.0
         self.loss_acc = torch.zeros((), device=self.device)
+        self.task_clock.begin()
         first = self.compute_tasks[0] if self.compute_tasks else None
         fetched = self.prefetch(first, it, self.reserve_loads(first)) if first is not None else {}
         k = 0
@@ -695,7 +699,9 @@ class Worker:
             reserved = self.reserve_loads(nxt) if nxt is not None and not after_t else None  # before t is issued
             if self.task_peaks is not None:
                 probe_start = self._probe_start()
+            started = self.task_clock.now()
             (self.run_fwd if t.kind == "FWD" else self.run_bwd)(t, it, fetched)
+            self.task_clock.add(t.id, started, self.task_clock.now())
             if after_t:               # the plan's wait: t's memory is reused, so the copies wait for t
                 self.release(t)
                 reserved = self.reserve_loads(nxt)

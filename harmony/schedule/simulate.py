@@ -279,6 +279,20 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
     With `params.beside_nccl_slowdown` > 1 and sends between GPUs, each compute task is slowed by that
     factor over the share of it that ran beside a resident NCCL kernel on its GPU, as the previous pass
     timed it (`_beside_nccl_scale`); the timeline is re-simulated BESIDE_NCCL_PASSES times."""
+    return _simulate(g, costs, params, cap, record)[0]
+
+
+def task_spans(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None = None) -> dict[int, tuple]:
+    """Per compute task id, (start, end) of its GPU compute in the last simulated iteration, in seconds from
+    that iteration's start (the previous iteration's end): what a run's `task_spans` records
+    (harmony/runtime/task_clock.py), to set beside it (`experiments/resimulate_runs.py --task-spans`)."""
+    result, (c_start, _, c_end) = _simulate(g, costs, params, cap, False)
+    origin = result.iteration_ends[-2] if len(result.iteration_ends) > 1 else 0.0
+    return {t.id: (c_start[t.id] - origin, c_end[t.id] - origin) for t in g.tasks if t.kind != "UPD"}
+
+
+def _simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None,
+              record: bool) -> tuple[SimResult, tuple[list[float], ...]]:
     sizes = costs.layer_sizes()
     infos = _prepare(g, costs, sizes, params)
     order = _sim_order(g)
@@ -288,7 +302,7 @@ def simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | No
             _, times = _run(g, infos, order, sizes, params, cap, False, scale)
             scale = _beside_nccl_scale(infos, *times, params.beside_nccl_slowdown, g.config.gpus,
                                        params.p2p_receive)
-    return _run(g, infos, order, sizes, params, cap, record, scale)[0]
+    return _run(g, infos, order, sizes, params, cap, record, scale)
 
 
 def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[float], c_end: list[float],

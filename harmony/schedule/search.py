@@ -88,6 +88,11 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
     return sorted(u for u in set(sweep) | divs if 1 <= u <= top)
 
 
+# fractions of the cap that the packers also pack under (the candidates are simulated against the cap itself)
+TIGHTER_PACK_BUDGETS = (0.9, 0.8)
+SPLIT_LEADERS = 3      # the fastest candidates whose bottom pack is split (bottom_splits)
+
+
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
            cap: float | None = None, ubatch_fwd: int | None = None, ubatch_bwd: int | None = None,
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
@@ -148,10 +153,10 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
     held: dict[int, int] = {}                   # candidate index -> the largest send one of its tasks held
 
     def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], rooms: dict | None,
-                   errors_out: list[str] | None, tag: str = "") -> None:
-        """Every packing of one setup whose tasks fit the cap (less `rooms[kind][start]`), each simulated
-        against the cap."""
-        ctx_kw = dict(n=samples, cap=cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
+                   errors_out: list[str] | None, tag: str = "", pack_cap: float | None = None) -> None:
+        """Every packing of one setup whose tasks fit `pack_cap` (default: the cap; less
+        `rooms[kind][start]`), each simulated against the cap."""
+        ctx_kw = dict(n=samples, cap=cap if pack_cap is None else pack_cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
                       d2h_Bps=params.d2h_Bps * params.duplex_factor, shared_link=params.shared_link,
                       task_overhead_s=params.task_overhead_s)
         ub_list = [ubatch_bwd] if ubatch_bwd else us
@@ -196,6 +201,13 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
             room[k] = [0] * L
         first = len(cands)
         pack_setup(m, n_gpu, samples, us, None, errors)
+        # The packers fill each pack up to the cap, so a larger cap can lose a plan a smaller one finds:
+        # fuller packs leave no room to prefetch the next task's weights beside them (the large GPT-2 at
+        # 5% headroom predicted 5.52 s, at 10% 5.21 s). The same packers under tighter budgets, simulated
+        # against the real cap, keep those plans in the search (docs/performance.md entry 51).
+        if cap is not None and not pack_size:
+            for f in TIGHTER_PACK_BUDGETS:
+                pack_setup(m, n_gpu, samples, us, None, None, tag=f"+budget{f:g}", pack_cap=cap * f)
         # The packers fit each task alone under the cap, but a vPP rank still holds what its previous task
         # sent to another GPU (the simulator adds it: docs/performance.md entry 33), so at a large D every
         # packing can come out over the cap by one send (2x H200, gpt2-xl vPP D = 256 N = 2: tasks at 10.9-11.3
@@ -226,9 +238,16 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         if len(cands) > first and any("send-room" in c.bwd_packer for c in cands[first:]):
             space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = max(held[c.index] for c in cands[first:])
     if best is not None and not pack_size:
-        base = best      # evaluate() moves `best`: the splits are all of this one, and named after it
-        for cfg in bottom_splits(base.config):
-            evaluate(cfg, base.bwd_packer + "+split-bottom", base.fwd_packer + "+split-bottom", base.objective_s)
+        # the bottom split of the fastest few, not only of the fastest: a plan a little slower unsplit can
+        # split better (2x H100 gpt2-xl vPP D = 64 lost 0.8% splitting only the fastest; entry 51)
+        leaders = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)[:SPLIT_LEADERS]
+        for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
+            for cfg in bottom_splits(base.config):
+                if (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, cfg.bwd_packs, cfg.fwd_packs) in seen:
+                    continue
+                seen.add((cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, cfg.bwd_packs, cfg.fwd_packs))
+                evaluate(cfg, base.bwd_packer + "+split-bottom", base.fwd_packer + "+split-bottom",
+                         base.objective_s)
     if best is None:
         over_host = [c for c in cands if c.gpu_feasible]
         if over_host:

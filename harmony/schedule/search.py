@@ -156,8 +156,8 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                    errors_out: list[str] | None, tag: str = "", pack_cap: float | None = None) -> None:
         """Every packing of one setup whose tasks fit `pack_cap` (default: the cap; less
         `rooms[kind][start]`), each simulated against the cap."""
-        ctx_kw = dict(n=samples, cap=cap if pack_cap is None else pack_cap, mode=m, gpus=n_gpu, h2d_Bps=params.h2d_Bps * params.duplex_factor,
-                      d2h_Bps=params.d2h_Bps * params.duplex_factor, shared_link=params.shared_link,
+        ctx_kw = dict(n=samples, cap=cap if pack_cap is None else pack_cap, mode=m, gpus=n_gpu,
+                      h2d_Bps=params.h2d_Bps * params.duplex_factor, d2h_Bps=params.d2h_Bps * params.duplex_factor, shared_link=params.shared_link,
                       task_overhead_s=params.task_overhead_s)
         ub_list = [ubatch_bwd] if ubatch_bwd else us
         for ub in ub_list:
@@ -243,9 +243,10 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         leaders = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)[:SPLIT_LEADERS]
         for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
             for cfg in bottom_splits(base.config):
-                if (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, cfg.bwd_packs, cfg.fwd_packs) in seen:
+                key = (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, tuple(cfg.bwd_packs), tuple(cfg.fwd_packs))
+                if key in seen:
                     continue
-                seen.add((cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, cfg.bwd_packs, cfg.fwd_packs))
+                seen.add(key)
                 evaluate(cfg, base.bwd_packer + "+split-bottom", base.fwd_packer + "+split-bottom",
                          base.objective_s)
     if best is None:

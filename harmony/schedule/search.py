@@ -89,8 +89,8 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
 
 
 # fractions of the cap that the packers also pack under (the candidates are simulated against the cap itself)
-TIGHTER_PACK_BUDGETS = (0.9, 0.8)
-SPLIT_LEADERS = 3      # the fastest candidates whose bottom pack is split (bottom_splits)
+TIGHTER_PACK_BUDGETS = (0.9, 0.8, 0.7, 0.6, 0.5)
+SPLIT_LEADERS = 3      # the fastest candidates of each packing pass whose bottom pack is split (bottom_splits)
 
 
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
@@ -126,9 +126,11 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
     best: Candidate | None = None
     errors: list[str] = []
 
-    def evaluate(cfg: ScheduleConfig, bname: str, fname: str, objective_s: float) -> None:
-        """Simulate one candidate, record it, keep it as the best if it is feasible and faster."""
+    def evaluate(cfg: ScheduleConfig, bname: str, fname: str, objective_s: float, group: str = "") -> None:
+        """Simulate one candidate, record it, keep it as the best if it is feasible and faster. group: the
+        packing pass it came from (its leaders get their bottom pack split)."""
         nonlocal best
+        pass_of[len(cands)] = group
         g = build_task_graph(cfg, L)
         sim = simulate(g, costs, params, cap)
         hb = host_model.need(g) if host_model is not None else None
@@ -151,6 +153,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
     seen: set[tuple] = set()
     room = {"FWD": [0] * L, "BWD": [0] * L}     # per start layer: the send a task starting there held (entry 44)
     held: dict[int, int] = {}                   # candidate index -> the largest send one of its tasks held
+    pass_of: dict[int, str] = {}                # candidate index -> the packing pass that made it
 
     def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], rooms: dict | None,
                    errors_out: list[str] | None, tag: str = "", pack_cap: float | None = None) -> None:
@@ -191,7 +194,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                         seen.add(key)
                         cfg = ScheduleConfig(mode=m, gpus=n_gpu, minibatch=minibatch, ubatch_fwd=uf,
                                              ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
-                        evaluate(cfg, bname + tag, fname + tag, jb + objective(costs, fctx, fpacks))
+                        evaluate(cfg, bname + tag, fname + tag, jb + objective(costs, fctx, fpacks), tag)
 
     for m, n_gpu in setups:
         samples = minibatch if m == "vPP" else -(-minibatch // n_gpu)
@@ -238,9 +241,12 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         if len(cands) > first and any("send-room" in c.bwd_packer for c in cands[first:]):
             space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = max(held[c.index] for c in cands[first:])
     if best is not None and not pack_size:
-        # the bottom split of the fastest few, not only of the fastest: a plan a little slower unsplit can
-        # split better (2x H100 gpt2-xl vPP D = 64 lost 0.8% splitting only the fastest; entry 51)
-        leaders = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)[:SPLIT_LEADERS]
+        # the bottom split of the fastest few of every packing pass, not only of the fastest: a plan a little
+        # slower unsplit can split better, so a pass that adds candidates must not push the one that splits
+        # best out of the leaders (2x H100 gpt2-xl vPP D = 64 lost 0.8% splitting only the fastest; entry 51)
+        ranked = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)
+        leaders = [c for g in dict.fromkeys(pass_of[c.index] for c in ranked)
+                   for c in [c for c in ranked if pass_of[c.index] == g][:SPLIT_LEADERS]]
         for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
             for cfg in bottom_splits(base.config):
                 key = (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, tuple(cfg.bwd_packs), tuple(cfg.fwd_packs))

@@ -15,7 +15,7 @@
 # calls, each takes minutes), PROFILE (a profile.json made earlier; default: profile here, ~2 min),
 # CALIBRATION (results/paper/1xH100-80GB-HBM3/calibration.json: same machine kind; it gives the roofline),
 # HEADROOM (0.05 of the GPU's memory left out of the plan: GPT-2 5.25 B planned 67.97 GiB and peaked at 67.91
-# allocated, 67.96 reserved, no retry, on the 252 GiB host; with entry 51's search 5% is 1.1% faster than 10%),
+# allocated, 67.96 reserved, no retry, on the 252 GiB host; with entry 51's search 5% is 1.2% faster than 10%),
 # ITERS (4: warm-up, traced, 2 timed),
 # FSDP_UBATCH / ZERO_UBATCH (32,16: no cap, so the largest microbatches, fewest re-fetches, are tried),
 # HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run).

@@ -90,7 +90,10 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
 
 # fractions of the cap that the packers also pack under (the candidates are simulated against the cap itself)
 TIGHTER_PACK_BUDGETS = (0.9, 0.8, 0.7, 0.6, 0.5)
-SPLIT_LEADERS = 3      # the fastest candidates of each packing pass whose bottom pack is split (bottom_splits)
+# whose bottom pack is split (bottom_splits): the fastest SPLIT_LEADERS of all and of the first packing pass,
+# and each pass's fastest, if within SPLIT_WITHIN of the fastest (a split gained at most 5.5%, entry 36)
+SPLIT_LEADERS = 3
+SPLIT_WITHIN = 1.06
 
 
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
@@ -204,13 +207,16 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
             room[k] = [0] * L
         first = len(cands)
         pack_setup(m, n_gpu, samples, us, None, errors)
-        # The packers fill each pack up to the cap, so a larger cap can lose a plan a smaller one finds:
-        # fuller packs leave no room to prefetch the next task's weights beside them (the large GPT-2 at
-        # 5% headroom predicted 5.52 s, at 10% 5.21 s). The same packers under tighter budgets, simulated
-        # against the real cap, keep those plans in the search (docs/performance.md entry 51).
+        # The packers fill each pack up to the cap, so a larger cap can lose a plan a smaller one finds
+        # (the large GPT-2 at 5% headroom predicted 5.52 s, at 10% 5.21 s: fuller packs left no room to
+        # prefetch beside them). The same packers under tighter budgets, simulated against the real cap,
+        # keep those plans in the search (docs/performance.md entry 51). Only at the microbatch sizes of
+        # the setup's fastest plan so far: every u at every budget cost Table 1 its 2 s target.
         if cap is not None and not pack_size:
-            for f in TIGHTER_PACK_BUDGETS:
-                pack_setup(m, n_gpu, samples, us, None, None, tag=f"+budget{f:g}", pack_cap=cap * f)
+            lead = min((c for c in cands[first:] if c.feasible), key=lambda c: c.iter_time_s, default=None)
+            lead_us = sorted({lead.config.ubatch_fwd, lead.config.ubatch_bwd}) if lead else []
+            for f in TIGHTER_PACK_BUDGETS if lead_us else ():
+                pack_setup(m, n_gpu, samples, lead_us, None, None, tag=f"+budget{f:g}", pack_cap=cap * f)
         # The packers fit each task alone under the cap, but a vPP rank still holds what its previous task
         # sent to another GPU (the simulator adds it: docs/performance.md entry 33), so at a large D every
         # packing can come out over the cap by one send (2x H200, gpt2-xl vPP D = 256 N = 2: tasks at 10.9-11.3
@@ -241,12 +247,14 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         if len(cands) > first and any("send-room" in c.bwd_packer for c in cands[first:]):
             space.setdefault("held_send_room_bytes", {})[f"{m}-{n_gpu}"] = max(held[c.index] for c in cands[first:])
     if best is not None and not pack_size:
-        # the bottom split of the fastest few of every packing pass, not only of the fastest: a plan a little
-        # slower unsplit can split better, so a pass that adds candidates must not push the one that splits
-        # best out of the leaders (2x H100 gpt2-xl vPP D = 64 lost 0.8% splitting only the fastest; entry 51)
+        # the bottom split of the fastest few, of the first pass's and of every pass's fastest: a plan a
+        # little slower unsplit can split better, so a pass that adds candidates must not push the one that
+        # splits best out of the leaders (2x H100 gpt2-xl vPP D = 64 lost 0.8% splitting only the fastest)
         ranked = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)
-        leaders = [c for g in dict.fromkeys(pass_of[c.index] for c in ranked)
-                   for c in [c for c in ranked if pass_of[c.index] == g][:SPLIT_LEADERS]]
+        firsts = {pass_of[c.index]: c for c in reversed(ranked)}       # each pass's fastest
+        main = [c for c in ranked if pass_of[c.index] == ""][:SPLIT_LEADERS]
+        picked = {c.index: c for c in main + ranked[:SPLIT_LEADERS] + list(firsts.values())}
+        leaders = [c for c in picked.values() if c.iter_time_s <= ranked[0].iter_time_s * SPLIT_WITHIN]
         for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
             for cfg in bottom_splits(base.config):
                 key = (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, tuple(cfg.bwd_packs), tuple(cfg.fwd_packs))

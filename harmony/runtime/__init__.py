@@ -160,8 +160,9 @@ class Prepared:
                 host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"])
             self.records.append(rec)
             if writer is not None:
+                extra = ("host_phases", "task_spans", "task_spans_error", "reserved_by_stream")
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
-                              **({k: m[k] for k in ("host_phases", "task_spans", "reserved_by_stream") if k in m})})
+                              **{k: m[k] for k in extra if k in m}})
         return cb
 
     def parameters(self) -> list[torch.Tensor]:

@@ -63,6 +63,8 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
            if all("host_phases" in parts[r] for r in ranks) else {}),
         **({"task_spans": [parts[r]["task_spans"] for r in ranks]}
            if all("task_spans" in parts[r] for r in ranks) else {}),
+        **next(({"task_spans_error": parts[r]["task_spans_error"]} for r in ranks
+                if "task_spans_error" in parts[r]), {}),
         **({"reserved_by_stream": [parts[r]["reserved_by_stream"] for r in ranks]}
            if all("reserved_by_stream" in parts[r] for r in ranks) else {}),
         **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}

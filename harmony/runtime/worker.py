@@ -598,7 +598,10 @@ class Worker:
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
             payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
-            payload["task_spans"] = self.task_clock.spans()
+            try:      # a diagnostic: if reading the events fails, the run goes on without them
+                payload["task_spans"] = self.task_clock.spans()
+            except Exception as e:          # noqa: BLE001
+                payload["task_spans_error"] = f"{type(e).__name__}: {e}"[:300]
             if self.device.type == "cuda":   # after the iteration's end, outside its time
                 payload["reserved_by_stream"] = reserved_by_stream(self.device, self.stream_names())
             if traced is not None:

@@ -158,6 +158,14 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
     held: dict[int, int] = {}                   # candidate index -> the largest send one of its tasks held
     pass_of: dict[int, str] = {}                # candidate index -> the packing pass that made it
 
+    def first_time(cfg: ScheduleConfig) -> bool:
+        """Whether this plan has not been simulated yet in this search (and mark it as simulated)."""
+        key = (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, tuple(cfg.bwd_packs), tuple(cfg.fwd_packs))
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
     def pack_setup(m: str, n_gpu: int, samples: int, us: list[int], rooms: dict | None,
                    errors_out: list[str] | None, tag: str = "", pack_cap: float | None = None) -> None:
         """Every packing of one setup whose tasks fit `pack_cap` (default: the cap; less
@@ -192,12 +200,10 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                     else:
                         fwds = _dedupe(fwd_packings(costs, fctx, bpacks, fwd_packers))
                     for fname, fpacks in fwds.items():
-                        key = (m, n_gpu, uf, ub, tuple(bpacks), tuple(fpacks))
-                        if key in seen:
-                            continue
-                        seen.add(key)
                         cfg = ScheduleConfig(mode=m, gpus=n_gpu, minibatch=minibatch, ubatch_fwd=uf,
                                              ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
+                        if not first_time(cfg):
+                            continue
                         evaluate(cfg, bname + tag, fname + tag, jb + objective(costs, fctx, fpacks), tag)
 
     for m, n_gpu in setups:
@@ -258,10 +264,8 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         leaders = [c for c in picked.values() if c.iter_time_s <= ranked[0].iter_time_s * SPLIT_WITHIN]
         for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
             for cfg in bottom_splits(base.config):
-                key = (cfg.mode, cfg.gpus, cfg.ubatch_fwd, cfg.ubatch_bwd, tuple(cfg.bwd_packs), tuple(cfg.fwd_packs))
-                if key in seen:
+                if not first_time(cfg):
                     continue
-                seen.add(key)
                 evaluate(cfg, base.bwd_packer + "+split-bottom", base.fwd_packer + "+split-bottom",
                          base.objective_s)
     if best is None:

@@ -166,6 +166,29 @@ def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds(monkeypatch):
     assert one.best.feasible and "held_send_room_bytes" not in one.space
 
 
+# the tags the search's later passes add to their candidates' packer names (a packer name alone may hold '+':
+# packers that agree are joined, `greedy+greedy-reverse`)
+PASS_TAGS = ("+budget", "+send-room", "+split-bottom")
+
+
+def search_or_none(costs, **kw):
+    try:
+        return search(costs, PARAMS, **kw)
+    except ScheduleError:             # a layer alone is over this cap
+        return None
+
+
+def first_pass_fastest(r):
+    """The fastest feasible plan of the search's first packing pass (no pass tag), or None."""
+    first = [c for c in r.candidates if c.feasible and not any(t in c.bwd_packer for t in PASS_TAGS)]
+    return min(first, key=lambda c: c.iter_time_s).config if first else None
+
+
+def fastest_at_cap(cfgs, costs, cap, L) -> float:
+    sims = [simulate(build_task_graph(cfg, L), costs, PARAMS, cap) for cfg in cfgs]
+    return min((x.iter_time_s for x in sims if x.feasible), default=float("inf"))
+
+
 def test_search_keeps_the_plans_a_tighter_budget_packs(monkeypatch):
     """The packers fill packs up to the cap, so a larger cap could lose a plan that a smaller one finds. The
     search also packs under TIGHTER_PACK_BUDGETS of the cap, at the microbatch sizes of its fastest plan of
@@ -180,25 +203,17 @@ def test_search_keeps_the_plans_a_tighter_budget_packs(monkeypatch):
             costs = LayerCosts(make_profile(L=8, x=5, seed=seed))
             for mode, N in (("vPP", 2), ("vDP", 2)):
                 monkeypatch.setattr(search_mod, "TIGHTER_PACK_BUDGETS", budgets)
-                try:
-                    r = search(costs, PARAMS, minibatch=8, gpus=N, mode=mode, cap=cap)
-                except ScheduleError:             # a layer alone is over this cap
+                r = search_or_none(costs, minibatch=8, gpus=N, mode=mode, cap=cap)
+                lead = first_pass_fastest(r) if r else None
+                if lead is None:                  # the budget passes only follow a first-pass plan
                     continue
-                first = [c for c in r.candidates if c.feasible and not any(
-                    t in c.bwd_packer for t in ("+budget", "+send-room", "+split-bottom"))]   # the first pass
-                if not first:                     # the budget passes only follow a first-pass plan
-                    continue
-                lead = min(first, key=lambda c: c.iter_time_s).config
                 monkeypatch.setattr(search_mod, "TIGHTER_PACK_BUDGETS", ())
-                try:
-                    tight = search(costs, PARAMS, minibatch=8, gpus=N, mode=mode, cap=0.8 * cap,
-                                   ubatch_fwd=lead.ubatch_fwd, ubatch_bwd=lead.ubatch_bwd)
-                except ScheduleError:             # nothing fits 0.8 of the cap: nothing to keep
+                tight = search_or_none(costs, minibatch=8, gpus=N, mode=mode, cap=0.8 * cap,
+                                       ubatch_fwd=lead.ubatch_fwd, ubatch_bwd=lead.ubatch_bwd)
+                if tight is None:                 # nothing fits 0.8 of the cap: nothing to keep
                     continue
-                packed = [c for c in tight.candidates if not any(
-                    t in c.bwd_packer for t in ("+send-room", "+split-bottom"))]   # its packing pass
-                sims = [simulate(build_task_graph(c.config, 8), costs, PARAMS, cap) for c in packed]
-                t = min((x.iter_time_s for x in sims if x.feasible), default=float("inf"))
+                packed = [c.config for c in tight.candidates if not any(t in c.bwd_packer for t in PASS_TAGS)]
+                t = fastest_at_cap(packed, costs, cap, 8)
                 assert r.best.iter_time_s <= t + 1e-9, (cap, seed, mode, r.best.iter_time_s, t)
 
 
@@ -214,17 +229,11 @@ def test_search_never_loses_the_split_of_its_first_pass_fastest_plan():
         for seed in range(30):
             costs = LayerCosts(make_profile(L=L, x=5, seed=seed))
             for mode, N in (("vPP", 2), ("vDP", 2), ("vPP", 4), ("vDP", 4)):
-                try:
-                    r = search(costs, PARAMS, minibatch=8, gpus=N, mode=mode, cap=cap)
-                except ScheduleError:             # a layer alone is over this cap
+                r = search_or_none(costs, minibatch=8, gpus=N, mode=mode, cap=cap)
+                lead = first_pass_fastest(r) if r else None
+                if lead is None:
                     continue
-                first = [c for c in r.candidates if c.feasible and not any(
-                    t in c.bwd_packer for t in ("+budget", "+send-room", "+split-bottom"))]   # the first pass
-                if not first:
-                    continue
-                lead = min(first, key=lambda c: c.iter_time_s).config
-                sims = [simulate(build_task_graph(cfg, L), costs, PARAMS, cap) for cfg in bottom_splits(lead)]
-                t = min((x.iter_time_s for x in sims if x.feasible), default=float("inf"))
+                t = fastest_at_cap(bottom_splits(lead), costs, cap, L)
                 assert r.best.iter_time_s <= t + 1e-9, (cap, seed, mode, N, r.best.iter_time_s, t)
 
 

@@ -1321,3 +1321,30 @@ def test_pending_jobs_lists_what_a_job_list_has_left_with_its_device_time(tmp_pa
     assert "about 82 s of job time" in out and "3 jobs with an estimate, 1 without" in out, out
     skipped = sh([sys.executable, str(script), str(joblist), "--root", str(tmp_path), "--skip", "resident|fsdp"]).stdout
     assert skipped.startswith("2 of 5 jobs left") and "(leaving out resident|fsdp)" in skipped, skipped
+
+
+def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
+    """experiments/deepen_profile.py: the profile of GPT-2 with 2 blocks, mapped onto the same GPT-2 with 5,
+    gives every vLayer the costs the deeper model's own profile has (analytic profiles: shape-derived, so
+    equal), the deeper model's indices and signatures, and says where it came from; a vLayer the profile
+    does not cover is an error that names it."""
+    import importlib.util
+    from harmony.decompose import decompose_model, resolve_spec
+    from harmony.schedule.synthetic import synthetic_calibration, synthetic_profile
+    spec = importlib.util.spec_from_file_location("deepen_profile", ROOT / "experiments/deepen_profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cal = synthetic_calibration("paper")
+    shallow, deep = (decompose_model(resolve_spec("gpt2-tiny", {"n_layer": n})[0], with_flops=True) for n in (2, 5))
+    got = mod.deepen(synthetic_profile(shallow, cal), deep, "shallow.json")
+    want = synthetic_profile(deep, cal)
+    assert len(got["vlayers"]) == deep["num_vlayers"] == len(shallow["vlayers"]) + 3
+    assert got["derived_from"] == "shallow.json" and got["model"] == deep["model"]
+    costs = ("fwd_s", "bwd_s", "saved_bytes", "fwd_peak_bytes", "bwd_peak_bytes", "weight_bytes", "opt_step_s")
+    for g, w, m in zip(got["vlayers"], want["vlayers"], deep["vlayers"]):
+        assert (g["index"], g["kind"], g["signature"]) == (m["index"], m["kind"], m["signature"])
+        assert {k: g[k] for k in costs} == {k: w[k] for k in costs}, g["index"]
+    assert [v["profiled_as"] for v in got["vlayers"]][1:6] == [1] * 5     # every block as the first one
+    other = decompose_model(resolve_spec("bert-tiny", {})[0], with_flops=True)
+    with pytest.raises(ValueError, match="no vLayer of that kind and size"):
+        mod.deepen(synthetic_profile(shallow, cal), other)

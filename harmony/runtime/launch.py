@@ -44,6 +44,11 @@ def free_port() -> int:
 
 def merge_iteration(parts: dict[int, dict]) -> dict:
     ranks = sorted(parts)
+
+    def per_rank(key: str, merge=list) -> dict:
+        """{key: merge(each rank's value)} when every rank reported one, else nothing."""
+        return {key: merge([parts[r][key] for r in ranks])} if all(key in parts[r] for r in ranks) else {}
+
     by_kind: dict[str, int] = {}
     for r in ranks:
         for k, v in parts[r]["bytes"].items():
@@ -59,16 +64,12 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "alloc_retries": [parts[r]["alloc_retries"] for r in ranks],
         "rss": sum(parts[r]["rss"] for r in ranks),
         "pinned": max(parts[r]["pinned"] for r in ranks),
-        **({"host_phases": [parts[r]["host_phases"] for r in ranks]}
-           if all("host_phases" in parts[r] for r in ranks) else {}),
-        **({"task_spans": [parts[r]["task_spans"] for r in ranks]}
-           if all("task_spans" in parts[r] for r in ranks) else {}),
+        **per_rank("host_phases"),
+        **per_rank("task_spans"),
         **next(({"task_spans_error": parts[r]["task_spans_error"]} for r in ranks
                 if "task_spans_error" in parts[r]), {}),
-        **({"reserved_by_stream": [parts[r]["reserved_by_stream"] for r in ranks]}
-           if all("reserved_by_stream" in parts[r] for r in ranks) else {}),
-        **({"memcpy_trace": _sum_traces([parts[r]["memcpy_trace"] for r in ranks])}
-           if all("memcpy_trace" in parts[r] for r in ranks) else {}),
+        **per_rank("reserved_by_stream"),
+        **per_rank("memcpy_trace", _sum_traces),
         **({"memcpy_trace_skipped": parts[ranks[0]]["memcpy_trace_skipped"]}   # every rank decided alike
            if "memcpy_trace_skipped" in parts[ranks[0]] else {}),
     }

@@ -261,11 +261,12 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         ranked = sorted((c for c in cands if c.feasible), key=lambda c: c.iter_time_s)
         firsts = {pass_of[c.index]: c for c in reversed(ranked)}       # each pass's fastest
         main = [c for c in ranked if pass_of[c.index] == ""][:SPLIT_LEADERS]
+        # The first pass's fastest is split whatever its time, as the search did before the tighter passes,
+        # so they never lose its plan (a split gained 11-16% on the H100's vgg416 at N = 4, where the
+        # passes' plans were more than 6% faster unsplit: entry 54).
         picked = {c.index: c for c in main + ranked[:SPLIT_LEADERS] + list(firsts.values())}
-        leaders = [c for c in picked.values() if c.iter_time_s <= ranked[0].iter_time_s * SPLIT_WITHIN
-                   or (main and c is main[0])]   # the first pass's fastest always: the split of the search
-        # before the tighter passes, so they never lose its plan (a split gained 11-16% on the H100's vgg416
-        # at N = 4, where the passes' plans were more than 6% faster unsplit: entry 54)
+        window = ranked[0].iter_time_s * SPLIT_WITHIN
+        leaders = [c for c in picked.values() if c.iter_time_s <= window or c is firsts.get("")]
         for base in leaders:   # evaluate() appends to `cands` and moves `best`: the leaders are fixed first
             for cfg in bottom_splits(base.config):
                 if not first_time(cfg):

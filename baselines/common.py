@@ -169,6 +169,16 @@ def host_rss() -> int:
         return 0
 
 
+def host_pss(gather=None) -> int | None:
+    """The host memory of the run's ranks, shared pages counted once (harmony.metrics.process_pss summed
+    over the ranks; `gather` collects one value per rank at N > 1, and every rank must call it), or None
+    where a rank cannot read it."""
+    from harmony.metrics import process_pss
+    own = process_pss()
+    per_rank = gather([own]) if gather is not None else [own]
+    return None if any(v is None for v in per_rank) else sum(per_rank)
+
+
 def batch_bytes(batch) -> int:
     return sum(t.numel() * t.element_size() for t in batch)
 
@@ -372,13 +382,14 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         alloc = [torch.cuda.max_memory_allocated(d) for d in gpus]
         resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
         retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
+        pss = host_pss(gather) if i == 0 else None      # once, outside the timed iterations (a page walk)
         if gather is not None:
             alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
         writer.iteration(IterationRecord(
             iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
             bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
-            peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss()))
+            peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss))
         # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
         # system's first iteration builds what the later ones reuse) its own microbatches' estimate
         # (MicrobatchClock), else scaled as the search's nearest candidate on record ran

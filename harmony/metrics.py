@@ -45,9 +45,27 @@ class IterationRecord:
     alloc_retries: list[int] = field(default_factory=list)          # per GPU, during this iteration
     host_rss_bytes: int = 0
     host_pinned_bytes: int = 0
+    # host memory in use, shared pages counted once: the processes' proportional set sizes summed
+    # (process_pss), measured after iteration 0 only (it walks the page tables); None on other iterations
+    host_pss_bytes: int | None = None
 
     def to_json(self) -> dict:
         return {"record": "iteration", **dataclasses.asdict(self)}
+
+
+def process_pss(pid: int | None = None) -> int | None:
+    """A process's proportional set size in bytes (this one without `pid`; None where psutil cannot tell,
+    e.g. not Linux): its private pages plus its share of each page it maps with other processes. Summed over
+    the processes of a run at one moment, it counts a shared page once, where their RSS counts it once per
+    process that touched it: Harmony's launcher writes the host arena's weights and every worker maps and
+    pins the arena, so the sum of RSS counts the weights twice at N = 1 and the arena once per worker
+    (docs/runtime.md). It walks the page tables (about 12 ms per GiB mapped), so runs take it once, outside
+    every timed iteration."""
+    try:
+        import psutil
+        return int(psutil.Process(pid).memory_full_info().pss)
+    except Exception:  # noqa: BLE001 - no smaps, psutil without pss, or the process is gone: not measured
+        return None
 
 
 def steady_state(items: list, warmup: int) -> list:
@@ -91,6 +109,8 @@ def make_summary(*, system: str, model: str, mode: str | None, gpus: int, miniba
         # per GPU, the most allocator retries in one steady-state iteration (see allocator_warning)
         "alloc_retries": _max_per_gpu(steady, "alloc_retries"),
         "host_rss_bytes": max((it.host_rss_bytes for it in iterations), default=None),
+        "host_pss_bytes": max((it.host_pss_bytes for it in iterations if it.host_pss_bytes is not None),
+                              default=None),
         "final_loss": iterations[-1].loss if iterations else None,
         "predicted_iter_time_s": predicted_iter_time_s, "schedule_bound_s": schedule_bound_s,
         "roofline_s": roofline_s, "env": env,
@@ -185,6 +205,11 @@ class PhaseClock:
 
     def restart(self) -> None:
         """The next phase begins now (the time since the last lap belongs to no phase)."""
+        self._t = time.perf_counter()
+
+    def add(self, name: str, seconds: float) -> None:
+        """Seconds of a phase timed in pieces (interleaved with another); the next phase begins now."""
+        self.phases[name] = round(self.phases.get(name, 0.0) + seconds, 3)
         self._t = time.perf_counter()
 
 

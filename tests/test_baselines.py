@@ -128,6 +128,9 @@ def test_fsdp_offload_on_cpu_gloo_equals_reference(gpus, tmp_path):
     summary = read_jsonl(out)[-1]
     validate_summary(summary)
     assert summary["status"] == "ok" and summary["gpus"] == gpus and summary["bytes_source"] == "memcpy_trace"
+    # host memory with shared pages once: every rank's PSS after iteration 0 only (a page walk), summed
+    pss = [r["host_pss_bytes"] for r in read_jsonl(out) if r.get("record") == "iteration"]
+    assert pss[0] > 0 and pss[1:] == [None] * (len(pss) - 1) and summary["host_pss_bytes"] == pss[0]
     ref_losses, ref_params = reference("mlp-tiny")
     assert result["losses"] == pytest.approx(ref_losses, rel=1e-6)
     assert max_relative_difference(result["params"], ref_params) <= 1e-6

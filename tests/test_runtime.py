@@ -521,3 +521,19 @@ def test_harmony_run_warns_of_nccl_copy_engine_sends():
     assert copy_engine_sends_warning(g2, {}) is None
     assert copy_engine_sends_warning(g2, {"NCCL_P2P_USE_CUDA_MEMCPY": "0"}) is None
     assert copy_engine_sends_warning(g1, {"NCCL_P2P_USE_CUDA_MEMCPY": "1"}) is None
+
+
+def test_host_memory_counts_the_shared_arena_once():
+    """The records' host RSS adds every process's RSS, so the arena's pages count once per process that
+    touched them (the launcher writes the weights, each worker maps the arena). host_pss_bytes sums the
+    processes' PSS after iteration 0 (harmony.metrics.process_pss): each shared page once. At N = 2 the
+    weights alone are in three processes' RSS, so the sum of RSS exceeds the PSS by at least twice them."""
+    from harmony.runtime import run_schedule
+    _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1", d_hidden=1536)
+    s = run_schedule(rec, g, iters=2, device="cpu")
+    assert s["status"] == "ok"
+    w = s["host_arena_parts"]["W"]
+    assert w > 20 * 2**20                                    # big enough to stand out from the noise
+    pss, rss = s["host_pss_bytes"], s["host_rss_bytes"]
+    assert pss is not None and 0 < pss <= rss
+    assert rss - pss >= 2 * w * 0.9

@@ -206,11 +206,21 @@ class BertModel(ModelSpec):
     family = "bert"
 
     def build_vlayers(self):
+        return list(self.iter_vlayers())
+
+    def iter_vlayers(self):
         c = self.config
-        body = [BertEmbeddings(c), *[BertLayer(c) for _ in range(c.n_layer)]]
+        yield BertEmbeddings(c)
+        for _ in range(c.n_layer):
+            yield BertLayer(c)
         if c.head == "cls":
-            return [*body, BertPooler(c), BertClassifier(c), CrossEntropyLoss()]
-        return [*body, BertPretrainTransform(c), BertPretrainHeads(c), BertPretrainLoss()]
+            yield BertPooler(c)
+            yield BertClassifier(c)
+            yield CrossEntropyLoss()
+        else:
+            yield BertPretrainTransform(c)
+            yield BertPretrainHeads(c)
+            yield BertPretrainLoss()
 
     def input_specs(self):
         S = self.config.seq_len

@@ -143,9 +143,16 @@ class GPT2Model(ModelSpec):
     family = "gpt2"
 
     def build_vlayers(self):
+        return list(self.iter_vlayers())
+
+    def iter_vlayers(self):
         c = self.config
-        return [GPT2Embedding(c), *[GPT2Block(c) for _ in range(c.n_layer)], GPT2FinalNorm(c), GPT2Head(c),
-                CrossEntropyLoss()]
+        yield GPT2Embedding(c)
+        for _ in range(c.n_layer):
+            yield GPT2Block(c)
+        yield GPT2FinalNorm(c)
+        yield GPT2Head(c)
+        yield CrossEntropyLoss()
 
     def input_specs(self):
         T = self.config.seq_len

@@ -70,8 +70,15 @@ class MLPModel(ModelSpec):
     family = "mlp"
 
     def build_vlayers(self):
+        return list(self.iter_vlayers())
+
+    def iter_vlayers(self):
         c = self.config
-        return [MLPIn(c), *[MLPBlock(c) for _ in range(c.n_layer)], MLPHead(c), CrossEntropyLoss()]
+        yield MLPIn(c)
+        for _ in range(c.n_layer):
+            yield MLPBlock(c)
+        yield MLPHead(c)
+        yield CrossEntropyLoss()
 
     def input_specs(self):
         return [TensorSpec((self.config.d_in,), "float32"), TensorSpec((), "int64")]

@@ -104,14 +104,19 @@ class ResNetModel(ImageClassifierSpec):
     family = "resnet"
 
     def build_vlayers(self):
+        return list(self.iter_vlayers())
+
+    def iter_vlayers(self):
         c = self.config
-        layers, c_in = [ResNetStem(c)], c.stem_width
+        yield ResNetStem(c)
+        c_in = c.stem_width
         for s, (n, width) in enumerate(zip(c.blocks, c.widths)):
             for j in range(n):
-                layers.append(BasicBlock(c_in, width, stride=2 if (s > 0 and j == 0) else 1,
-                                         zero_init_residual=c.zero_init_residual))
+                yield BasicBlock(c_in, width, stride=2 if (s > 0 and j == 0) else 1,
+                                 zero_init_residual=c.zero_init_residual)
                 c_in = width
-        return [*layers, ResNetHead(c), CrossEntropyLoss()]
+        yield ResNetHead(c)
+        yield CrossEntropyLoss()
 
 
 

@@ -93,18 +93,20 @@ class VGGModel(ImageClassifierSpec):
     family = "vgg"
 
     def build_vlayers(self):
+        return list(self.iter_vlayers())
+
+    def iter_vlayers(self):
         c = self.config
-        layers, c_in = [], c.in_channels
+        c_in = c.in_channels
         for width, n in zip(c.widths, c.convs):
             total = n + c.extra_convs
             for j in range(total):
-                layers.append(VGGConv(c_in, width, c.batch_norm, pool=(j == total - 1)))
+                yield VGGConv(c_in, width, c.batch_norm, pool=(j == total - 1))
                 c_in = width
-        layers += [VGGFC(c_in * c.pool_size ** 2, c.fc_hidden, c.dropout, first=True, last=False, pool_size=c.pool_size),
-                   VGGFC(c.fc_hidden, c.fc_hidden, c.dropout, first=False, last=False),
-                   VGGFC(c.fc_hidden, c.n_classes, c.dropout, first=False, last=True),
-                   CrossEntropyLoss()]
-        return layers
+        yield VGGFC(c_in * c.pool_size ** 2, c.fc_hidden, c.dropout, first=True, last=False, pool_size=c.pool_size)
+        yield VGGFC(c.fc_hidden, c.fc_hidden, c.dropout, first=False, last=False)
+        yield VGGFC(c.fc_hidden, c.n_classes, c.dropout, first=False, last=True)
+        yield CrossEntropyLoss()
 
 
 

@@ -9,6 +9,7 @@ optim (per-pack CPU optimizer in threads), launch (spawn, supervise, tear down),
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -128,21 +129,20 @@ class Prepared:
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None,
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
-                    "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive}
+                    "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
+                    "launcher_pid": os.getpid()}   # the process that holds the arena (host PSS, rank 0)
         self.records = []
 
     def fill_weights(self) -> None:
         """Build the model on the CPU (the seed's weights, as PyTorch's reference gets them) and copy its
-        weights and buffers into the arena's W."""
+        weights and buffers into the arena's W, one vLayer at a time (ModelSpec.build_each): the host never
+        holds the model beside the arena."""
         clock = self._clock
         clock.restart()                            # its phases begin whenever it is called
         if self._prefault:                         # --arena-prefault: the pages the workers pin, now
             self.arena.prefault()
             clock.lap("arena_prefault")
-        init = self._spec.build("cpu", seed=self._seed)
-        clock.lap("init_weights")
-        self.arena.fill_weights(init)
-        clock.lap("arena_fill")
+        self.arena.fill_weights(self._spec.build_each("cpu", seed=self._seed), clock)
 
     def on_iteration(self, writer=None):
         from harmony.metrics import IterationRecord
@@ -157,7 +157,8 @@ class Prepared:
                 peak_allocated_bytes=m["peak_allocated"] if device == "cuda" else [],
                 peak_reserved_bytes=m["peak_reserved"] if device == "cuda" else [],
                 alloc_retries=m["alloc_retries"] if device == "cuda" else [],
-                host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"])
+                host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"],
+                host_pss_bytes=m.get("pss"))
             self.records.append(rec)
             if writer is not None:
                 extra = ("host_phases", "task_spans", "task_spans_error", "reserved_by_stream")

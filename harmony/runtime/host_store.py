@@ -25,6 +25,8 @@ to check each candidate's arena against the host memory budget before a run ever
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -218,11 +220,26 @@ class HostArena:
     def stash_done(self) -> torch.Tensor:
         return self.view(self.layout.stash_flags)
 
-    def fill_weights(self, layers: nn.ModuleList) -> None:
-        """Copy a freshly initialised chain into W (launcher, once)."""
-        for i, layer in enumerate(layers):
+    def fill_weights(self, layers: Iterable[nn.Module], clock=None) -> None:
+        """Copy a freshly initialised chain into W (launcher, once). `layers` may be built as it is taken
+        (ModelSpec.build_each): each vLayer is dropped once copied. With a PhaseClock, the time spent
+        building the vLayers adds up under `init_weights` and the copies under `arena_fill`."""
+        build = fill = 0.0
+        it, i = iter(layers), 0
+        while True:
+            t0 = time.perf_counter()
+            layer = next(it, None)
+            t1 = time.perf_counter()
+            if layer is None:
+                break
             for dst, (_, _, _, src) in zip(self.weights(i), layer_slots(layer), strict=True):
                 dst.copy_(src.detach())
+            del layer                    # before the next vLayer is built: one at a time
+            build, fill, i = build + t1 - t0, fill + time.perf_counter() - t1, i + 1
+        build += time.perf_counter() - t0     # the generator's end
+        if clock is not None:
+            clock.add("init_weights", build)
+            clock.add("arena_fill", fill)
 
     def prefault(self, nbytes: int | None = None, threads: int | None = None) -> int:
         """Give the first `nbytes` of the mapping (default: the part workers pin) host pages now, several

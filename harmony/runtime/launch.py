@@ -63,6 +63,7 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "peak_reserved": [parts[r]["peak_reserved"] for r in ranks],
         "alloc_retries": [parts[r]["alloc_retries"] for r in ranks],
         "rss": sum(parts[r]["rss"] for r in ranks),
+        **per_rank("pss", sum),
         "pinned": max(parts[r]["pinned"] for r in ranks),
         **per_rank("host_phases"),
         **per_rank("task_spans"),

@@ -597,6 +597,8 @@ class Worker:
                        "peak_allocated": alloc, "peak_reserved": reserved,
                        "alloc_retries": alloc_retries(self.device) - retries0, "rss": proc.memory_info().rss,
                        "pinned": self.pinned}
+            if it == 0:
+                payload.update(self._host_pss())
             payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
             try:      # a diagnostic: if reading the events fails, the run goes on without them
                 payload["task_spans"] = self.task_clock.spans()
@@ -732,6 +734,17 @@ class Worker:
                                if self.job.get("run_ahead") is not None else {}),
                             "sends_drain_s": t2 - t1,
                             "gpu_drain_s": t3 - t2, "upd_drain_s": t4 - t3, **self.updater.take_stats()}
+
+    def _host_pss(self) -> dict:
+        """{"pss": bytes} after iteration 0, before the barrier, so outside every timed iteration (the page
+        walk takes about a second per 100 GiB mapped): this worker's PSS, and on rank 0 the launcher's too
+        (which wrote the arena's weights), all taken while every process of the run maps the
+        arena, so that their sum counts each shared page once. Empty where PSS cannot be read."""
+        from harmony.metrics import process_pss
+        own = process_pss()
+        launcher_pid = self.job.get("launcher_pid")
+        launcher = process_pss(launcher_pid) if self.rank == 0 and launcher_pid else 0
+        return {"pss": own + launcher} if own is not None and launcher is not None else {}
 
     def failure_info(self, e: BaseException) -> dict:
         from harmony.gpumem import is_oom

@@ -172,6 +172,9 @@ def test_memcpy_trace_agrees_with_counters(name, mode, N):
     # the copies above, from and into the pinned part, agreed with the trace
     parts = s["host_arena_parts"]
     assert parts["K"] > 0 and s["host_pinned_bytes"] <= s["host_arena_bytes"] - parts["K"] < s["host_arena_bytes"]
+    # host memory with the pinned arena counted once (entry 55): the sum of RSS counts the launcher's W
+    # and every worker's mapping of the pinned part, the PSS each page once
+    assert 0 < s["host_pss_bytes"] <= s["host_rss_bytes"] - N * s["host_pinned_bytes"] + s["host_pinned_bytes"]
     # the allocator's segments per stream (performance log 21): weights come in on the copy stream, the
     # activations they make on the compute stream, and a stream holds no more in use than it has reserved
     assert len(s["reserved_by_stream"]) == N

@@ -278,30 +278,43 @@ def breakdown_lines(sim) -> list[str]:
     return lines
 
 
+# a task whose GPU end comes within this of the host's issue end ran its kernels as the host issued them
+HOST_BOUND_LAG_S = 1e-3
+
+
 def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[str]:
     """Per rank, each compute task as the run timed it (median steady iteration) and as the simulator does:
     the gap before it (the stream waiting for its weights, stash or the previous task), its span and their
     ratio; then per rank the sums. A span holds the task's kernels and the stream's waits for data that
-    arrives while it runs (harmony/runtime/task_clock.py)."""
+    arrives while it runs (harmony/runtime/task_clock.py). Runs that record `task_issued` add `lag`: how long
+    after the host had issued the task its GPU work ended. Near 0 the GPU waited for the host (a slow host
+    stretches such a span); large, the GPU was behind (its kernels or its waits stretch it)."""
     tasks = {t.id: t for t in graph.tasks}
+    issued = [dict((tid, x) for tid, x in rank) for rank in (summary.get("task_issued") or [])]
     lines = [f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: measured "
              f"{summary['iter_time_s']:.3f} s per iteration, predicted {summary.get('predicted_iter_time_s') or 0:.3f}"]
     for r, spans in enumerate(summary["task_spans"]):
-        lines.append(f"rank {r}:  task kind pack         gap meas  gap sim   span meas  span sim   ratio")
+        host = issued[r] if r < len(issued) else {}
+        lines.append(f"rank {r}:  task kind pack         gap meas  gap sim   span meas  span sim   ratio"
+                     + ("      lag" if host else ""))
         prev_m = prev_s = 0.0
         sums = [0.0, 0.0, 0.0, 0.0]
+        waited = 0
         for tid, a, b in spans:
             sa, sb = simulated[tid]
             t = tasks[tid]
             row = (a - prev_m, sa - prev_s, b - a, sb - sa)
             sums = [x + y for x, y in zip(sums, row)]
             ratio = f"{row[2] / row[3]:.2f}" if row[3] > 0 else "-"
+            lag = f" {b - host[tid]:>8.4f}" if tid in host else ""
+            waited += tid in host and b - host[tid] < HOST_BOUND_LAG_S
             lines.append(f"        {tid:>5} {t.kind:<4} {str(list(t.pack)):<10} {row[0]:>9.4f} {row[1]:>8.4f} "
-                         f"{row[2]:>11.4f} {row[3]:>9.4f} {ratio:>7}")
+                         f"{row[2]:>11.4f} {row[3]:>9.4f} {ratio:>7}{lag}")
             prev_m, prev_s = b, sb
         ratio = f"{sums[2] / sums[3]:.2f}" if sums[3] > 0 else "-"
         lines.append(f"        total                {sums[0]:>9.4f} {sums[1]:>8.4f} {sums[2]:>11.4f} {sums[3]:>9.4f} "
-                     f"{ratio:>7}")
+                     f"{ratio:>7}" + (f"   {waited} of {len(spans)} tasks ended within "
+                                      f"{HOST_BOUND_LAG_S * 1e3:g} ms of their issue (host-bound)" if host else ""))
     return lines
 
 

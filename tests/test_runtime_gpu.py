@@ -273,3 +273,8 @@ def test_task_spans_on_cuda_follow_the_stream():
     ends = [0.0] + [x[2] for x in spans]
     assert all(prev <= a <= b for prev, (_, a, b) in zip(ends, spans)), spans
     assert spans[-1][2] <= s["iter_time_s"] * 1.05, (spans[-1], s["iter_time_s"])
+    # the host's issue ends on the same clock (the stream is empty at the origin): no task's GPU work ends
+    # before the host has issued it
+    (issued,) = s["task_issued"]
+    assert [x[0] for x in issued] == [x[0] for x in spans]
+    assert all(b >= t - 1e-3 for (_, _, b), (_, t) in zip(spans, issued)), (spans, issued)

@@ -933,12 +933,21 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
             assert [s[0] for s in spans] == [t.id for t in graph.tasks if t.kind != "UPD" and t.rank == r]
             ends = [0.0] + [s[2] for s in spans]
             assert all(0 <= prev <= a <= b for prev, (_, a, b) in zip(ends, spans)), spans
+    # when the host had issued each task, on the same clock: on the CPU the device is the host, so every
+    # task ends as its issue ends (on CUDA a GPU behind the host ends later)
+    for spans_by_rank, issued_by_rank in [(summary["task_spans"], summary["task_issued"])] + [
+            (it["task_spans"], it["task_issued"]) for it in iterations]:
+        for spans, issued in zip(spans_by_rank, issued_by_rank, strict=True):
+            assert [x[0] for x in issued] == [x[0] for x in spans]
+            assert all(abs(b - t) < 5e-3 for (_, _, b), (_, t) in zip(spans, issued)), (spans, issued)
     script = str(ROOT / "experiments/resimulate_runs.py")
     out = sh([sys.executable, script, str(R), "--task-spans", str(run)]).stdout
     rows = [line.split() for line in out.splitlines() if re.match(r"\s+\d+ (FWD|BWD) ", line)]
     assert sorted(int(r[0]) for r in rows) == sorted(t.id for t in graph.tasks if t.kind != "UPD"), out
-    assert all(float(r[-2]) > 0 for r in rows), out               # every task computes in the model
+    assert all(float(r[-3]) > 0 for r in rows), out               # every task computes in the model
     assert out.count("total") == 2, out
+    n = [sum(1 for t in graph.tasks if t.kind != "UPD" and t.rank == r) for r in range(2)]
+    assert all(f"{k} of {k} tasks ended within 1 ms of their issue (host-bound)" in out for k in n), out
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "summary", "status": "ok", "model": "gpt2-tiny"}) + "\n")
     res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(bare)], capture_output=True,

@@ -161,7 +161,7 @@ class Prepared:
                 host_pss_bytes=m.get("pss"))
             self.records.append(rec)
             if writer is not None:
-                extra = ("host_phases", "task_spans", "task_spans_error", "reserved_by_stream")
+                extra = ("host_phases", "task_spans", "task_issued", "task_spans_error", "reserved_by_stream")
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
                               **{k: m[k] for k in extra if k in m}})
         return cb
@@ -357,7 +357,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
-            task_spans=_median_task_spans(merged, warmup),
+            task_spans=_median_per_task(merged, warmup, "task_spans"),
+            task_issued=_median_per_task(merged, warmup, "task_issued"),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
             predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
@@ -454,22 +455,24 @@ def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | Non
             for r in range(ranks)]
 
 
-def _median_task_spans(iterations: list[dict], warmup: int) -> list[list] | None:
-    """Per rank, each compute task's [task id, start s, end s] on its GPU (harmony/runtime/task_clock.py),
-    the median over the steady-state iterations of each; null when the workers reported none. The traced
-    iteration runs under the profiler, so it is left out where another steady iteration was timed."""
+def _median_per_task(iterations: list[dict], warmup: int, key: str) -> list[list] | None:
+    """Per rank, each compute task's entry of `key` with every number after its task id the median over the
+    steady-state iterations: `task_spans` ([task id, start s, end s] on its GPU) or `task_issued` ([task id,
+    s] when the host had issued it; harmony/runtime/task_clock.py); null when the workers reported none.
+    The traced iteration runs under the profiler, so it is left out where another steady iteration was
+    timed."""
     import statistics
     from harmony.metrics import steady_state
-    steady = [m for m in steady_state(iterations, warmup) if m.get("task_spans")]
+    steady = [m for m in steady_state(iterations, warmup) if m.get(key)]
     untraced = [m for m in steady if "memcpy_trace" not in m]
     steady = untraced or steady
     if not steady:
         return None
     out = []
-    for r, first in enumerate(steady[0]["task_spans"]):
-        spans = [m["task_spans"][r] for m in steady]
-        out.append([[tid, round(statistics.median(s[i][1] for s in spans), 6),
-                     round(statistics.median(s[i][2] for s in spans), 6)] for i, (tid, _, _) in enumerate(first)])
+    for r, first in enumerate(steady[0][key]):
+        per_it = [m[key][r] for m in steady]
+        out.append([[entry[0], *(round(statistics.median(s[i][j] for s in per_it), 6) for j in range(1, len(entry)))]
+                    for i, entry in enumerate(first)])
     return out
 
 

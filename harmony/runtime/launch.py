@@ -67,6 +67,7 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         "pinned": max(parts[r]["pinned"] for r in ranks),
         **per_rank("host_phases"),
         **per_rank("task_spans"),
+        **per_rank("task_issued"),
         **next(({"task_spans_error": parts[r]["task_spans_error"]} for r in ranks
                 if "task_spans_error" in parts[r]), {}),
         **per_rank("reserved_by_stream"),

@@ -11,6 +11,12 @@ op runs when it is issued, and the host clock is the device's.
 
 The events are read after the iteration's final synchronize, outside its timed work; two events per task
 cost microseconds. Spans are seconds from the iteration's origin on this rank.
+
+Beside each span, when the host finished issuing the task (`issued`, the host clock from the same origin:
+the iteration starts after a synchronize, so the stream is empty when the origin event is recorded and both
+clocks start together). A task whose GPU end comes right after its issue end was waiting for the host (the
+GPU ran the kernels as they came); one whose GPU end comes long after had a GPU behind the host. That tells
+a slow host from slow kernels where both stretch a span (docs/performance.md entry 53).
 """
 from __future__ import annotations
 
@@ -23,7 +29,9 @@ class TaskClock:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.origin = None
+        self.host_origin = 0.0
         self.marks: list[tuple[int, object, object]] = []      # (task id, start, end)
+        self.issued: list[tuple[int, float]] = []              # (task id, host seconds from the origin)
 
     def now(self):
         """A mark on the compute stream (CUDA: a timing event recorded there; CPU: the host clock)."""
@@ -35,11 +43,18 @@ class TaskClock:
 
     def begin(self) -> None:
         """The iteration's origin; forgets the last iteration's tasks."""
-        self.marks = []
+        self.marks, self.issued = [], []
         self.origin = self.now()
+        self.host_origin = time.perf_counter()
 
     def add(self, task_id: int, start, end) -> None:
+        """Task `task_id` ran between marks `start` and `end`; called once its last kernel is issued."""
         self.marks.append((task_id, start, end))
+        self.issued.append((task_id, time.perf_counter() - self.host_origin))
+
+    def issued_at(self) -> list[list]:
+        """[[task id, s], ...]: when the host had issued each task, seconds from the origin, in issue order."""
+        return [[tid, round(t, 6)] for tid, t in self.issued]
 
     def spans(self) -> list[list]:
         """[[task id, start s, end s], ...] from the origin, in issue order. Call after the iteration's

@@ -602,6 +602,7 @@ class Worker:
             payload["host_phases"] = {k: round(v, 6) for k, v in self.host_phases.items()}
             try:      # a diagnostic: if reading the events fails, the run goes on without them
                 payload["task_spans"] = self.task_clock.spans()
+                payload["task_issued"] = self.task_clock.issued_at()
             except Exception as e:          # noqa: BLE001
                 payload["task_spans_error"] = f"{type(e).__name__}: {e}"[:300]
             if self.device.type == "cuda":   # after the iteration's end, outside its time

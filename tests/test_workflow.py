@@ -489,6 +489,26 @@ def test_joblist_defers_a_long_job_to_the_end(tmp_path):
     assert "ran 2, skipped 0" in out.stdout and "left out 2 (JOB_SKIP)" in out.stdout, out.stdout
     assert (tmp_path / "quick").exists() and not (tmp_path / "slow").exists() and out.returncode == 0
 
+def test_joblist_runs_the_jobs_gpu_parallel_re_names_one_per_gpu(tmp_path):
+    """GPU_PARALLEL_RE (with GPU_SLOTS): besides the --parallel-rules, the jobs whose first output matches run
+    side by side, one per GPU (resident's single-GPU searches on a two-GPU machine); the others still run
+    alone, after them."""
+    run = "echo $CUDA_VISIBLE_DEVICES > {o}.gpu; date +%s.%N > {o}.start; sleep 1.5; date +%s.%N > {o}"
+    a = "".join(_dry_job("baseline", [], [o], run.format(o=o)) for o in ("resident-N1-a", "resident-N1-b", "swap-N2"))
+    (tmp_path / "a.txt").write_text(a)
+    script = tmp_path / "jobs.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "a.txt"), "-o", str(script)])
+    out = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "GPU_SLOTS": "2", "GPU_PARALLEL_RE": "^resident-N1-"})
+    assert out.returncode == 0 and "ran 3, skipped 0" in out.stdout, out.stdout + out.stderr
+    start = {o: float((tmp_path / f"{o}.start").read_text()) for o in ("resident-N1-a", "resident-N1-b", "swap-N2")}
+    end = {o: float((tmp_path / o).read_text()) for o in start}
+    assert sorted((tmp_path / f"resident-N1-{x}.gpu").read_text().strip() for x in "ab") == ["0", "1"]
+    assert start["resident-N1-b"] < end["resident-N1-a"]              # the two matched ones overlapped
+    assert start["swap-N2"] >= max(end["resident-N1-a"], end["resident-N1-b"]) - 0.01   # the other waited
+    assert (tmp_path / "swap-N2.gpu").read_text().strip() == os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+
 def test_joblist_counts_a_failed_parallel_job(tmp_path):
     (tmp_path / "a.txt").write_text(_dry_job("profile", [], ["pa"], "exit 3") + _dry_job("profile", [], ["pb"], "touch pb"))
     script = tmp_path / "jobs.sh"

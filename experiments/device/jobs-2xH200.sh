@@ -4,9 +4,15 @@
 # JOB_BUDGET_S=540 bash THIS.sh   -> stops starting new jobs after 540 s (default: no limit).
 # JOB_SKIP=zero-offload bash THIS.sh -> leaves out the jobs whose first output matches that regex.
 # GPU_SLOTS=4 bash THIS.sh       -> jobs of the rules 'profile' run side by side, one per GPU.
+# GPU_PARALLEL_RE=REGEX            -> with GPU_SLOTS, also the jobs whose first output matches it
+#                                    (single-GPU runs that move little over the host, e.g. resident at N = 1).
 set -u
 budget=${JOB_BUDGET_S:-0}; skip_re=${JOB_SKIP:-}; n_fail=0; n_run=0; n_skip=0; n_left=0; n_out=0
-slots=${GPU_SLOTS:-1}; parallel_rules=' profile '; slot_pid=(); slot_job=()
+slots=${GPU_SLOTS:-1}; parallel_rules=' profile '; par_re=${GPU_PARALLEL_RE:-}; slot_pid=(); slot_job=()
+side_by_side() {  # side_by_side RULE FIRST-OUTPUT: whether the job may share the machine, one per GPU
+  [ "$slots" -gt 1 ] || return 1
+  [[ "$parallel_rules" == *" $1 "* ]] || { [ -n "$par_re" ] && [[ "$2" =~ $par_re ]]; }
+}
 all_exist() { for f in "$@"; do [ -s "$f" ] || return 1; done; }
 reap() {  # reap SLOT: collect the exit status of the job that ran on that GPU
   [ -n "${slot_pid[$1]:-}" ] || return 0
@@ -37,7 +43,7 @@ job() {  # job RULE 'SHELL' OUTPUT...
   if [ -n "$skip_re" ] && [[ "$1" =~ $skip_re ]]; then n_out=$((n_out+1)); return; fi
   if [ "$budget" -gt 0 ] && [ "$SECONDS" -ge "$budget" ]; then n_left=$((n_left+1)); return; fi
   for f in "$@"; do mkdir -p "$(dirname "$f")"; done
-  if [ "$slots" -gt 1 ] && [[ "$parallel_rules" == *" $rule "* ]]; then on_free_gpu "$rule: $1" "$cmd"; return; fi
+  if side_by_side "$rule" "$1"; then on_free_gpu "$rule: $1" "$cmd"; return; fi
   drain
   echo "[$SECONDS s] $rule: $1"
   local rc=0; bash -c "$cmd" || rc=$?; counted $rc "$rule ($1)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes experiments/device/jobs-convergence-<HW>.sh: issue 8's convergence figures (13 and 21) on a
 # four-GPU machine, whose curves at N = 4 a two-GPU machine shows as unavailable (device README item 17).
-# One list per kind the tool may lend for a four-GPU call; run here, where snakemake is, and commit it.
+# One list per kind the tool may lend for a four-GPU call; run here, where snakemake is, right before the
+# call (the device tool carries untracked files; the list is generated, so it is not committed).
 #   HW=4xH200 bash experiments/device/make-jobs-convergence-4gpu.sh             (nvidia-h200-x4)
 #   HW=4xH100-80GB-HBM3 bash experiments/device/make-jobs-convergence-4gpu.sh   (nvidia-h100-x4)
 # The list holds each figure whole in its own folder (models, profiles, calibration, the PyTorch reference,

@@ -1377,3 +1377,29 @@ def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
     other = decompose_model(resolve_spec("bert-tiny", {})[0], with_flops=True)
     with pytest.raises(ValueError, match="no vLayer of that kind and size"):
         mod.deepen(synthetic_profile(shallow, cal), other)
+
+
+def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
+    """experiments/device/large_gpu.sh with DEEPEN_FROM (device README item 19): the deeper GPT-2 is planned
+    from a shallower one's profile (experiments/deepen_profile.py, in the call) instead of profiled, then
+    Harmony trains it; the run records its host memory with the shared arena once. On the CPU with
+    gpt2-tiny: a 2-block model profiled, then a 4-block one planned from it and run."""
+    env = {**os.environ, "BASE": "gpt2-tiny", "DEVICE": "cpu", "PRECISION": "fp32", "D": "4", "ITERS": "2",
+           "SYSTEMS": "harmony", "CALIBRATION": ""}
+    script = str(ROOT / "experiments/device/large_gpu.sh")
+
+    def large(outdir: Path, **extra) -> None:
+        p = subprocess.run(["bash", script, str(outdir)], cwd=ROOT, env={**env, **extra}, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    large(tmp_path / "a", NL="2")
+    shallow = tmp_path / "a" / "gpt2-tiny-x2-D4-N1" / "profile.json"
+    assert shallow.is_file()
+    large(tmp_path / "b", NL="4", DEEPEN_FROM=str(shallow))
+    out = tmp_path / "b" / "gpt2-tiny-x4-D4-N1"
+    prof = json.loads((out / "profile.json").read_text())
+    assert prof["derived_from"] and len(prof["vlayers"]) == 4 + 4       # embedding, 4 blocks, norm, head, loss
+    assert "deepen_profile.py" in (out / "steps.txt").read_text()
+    from harmony.jsonio import read_jsonl
+    summary = read_jsonl(out / "harmony.jsonl")[-1]
+    assert summary["status"] == "ok" and summary["host_pss_bytes"] > 0, summary.get("message")

@@ -165,6 +165,12 @@ def main(args) -> int:
               + ", ".join(f"{k} {v:.1f} s" for k, v in slow) + ")"
               + (f"; workers exited {su['workers_exit_s']:.1f} s after the last iteration"
                  if su.get("workers_exit_s") is not None else ""), file=sys.stderr)
+    if summary.get("host_pss_bytes"):
+        from harmony.units import format_bytes
+        arena = summary.get("host_arena_bytes") or 0
+        print(f"host memory {format_bytes(summary['host_pss_bytes'])} (launcher and workers, shared pages once; "
+              f"the arena {format_bytes(arena)}, pinned {format_bytes(summary.get('host_pinned_bytes') or 0)})",
+              file=sys.stderr)
     if args.memcpy_trace:
         tr = {k: v for k, v in (summary.get("memcpy_trace") or {}).items() if k not in ("timeline", "timelines")}
         print(f"memcpy trace {tr}; counted {summary.get('memcpy_counted')}; "

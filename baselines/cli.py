@@ -348,6 +348,8 @@ def _report(rec: dict, path: str) -> None:
     if sps:
         line += (f", {sps:.3f} samples/s, {rec['iter_time_s']:.3f} s/iter, h2d {format_bytes(rec['bytes_h2d'])}"
                  f", d2h {format_bytes(rec['bytes_d2h'])} per iteration")
+    if rec.get("host_pss_bytes"):
+        line += f", host memory {format_bytes(rec['host_pss_bytes'])}"
     if rec.get("message"):
         line += f" ({rec['message']})"
     print(line + f" -> {path}", file=sys.stderr)

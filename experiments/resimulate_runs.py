@@ -13,6 +13,9 @@ run: the rate its CPU optimizer stepped at, parameters per thread-second of step
 steady iteration), so a run whose host stepped slowly shows it whatever bound the plan (entry 43: bert96
 vDP D = 16 stepped at 1.61 where the same graph's vPP run, in the same call, stepped at 2.54). It is per
 update thread: two threads stepping at once share the cores, so it is for comparing runs, not the model.
+And `host-b`: the share of the run's compute tasks whose GPU work ended within 1 ms of the host's issue
+(`task_issued`, runs from the thirty-second session on): near 1, the GPU waited for the host; near 0, the
+host was ahead (docs/performance.md entry 53).
 
 `--profiles DIR` re-simulates with the profiles of another folder (`<model>.json` or `<model>.profile.json`)
 instead of the run's own: a diagnostic that isolates which profiled cost a misprediction comes from (the
@@ -196,7 +199,7 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"{'model':<13} {'mode':<4} {'N':>2} {'D':>5} {'schedule':<10} {'measured s':>10} {'recorded pred':>13} "
           f"{'ratio':>6} {'current pred':>12} {'ratio':>6} {'bound':>8} {'/bound':>6} {'retries':>7} {'issue x':>7} "
-          f"{'opt G/s':>7}")
+          f"{'opt G/s':>7} {'host-b':>6}")
     ratios: list[float] = []      # measured over the current model's prediction, per run
     for run in runs:
         s, iters = read_run(run)
@@ -222,7 +225,7 @@ def main(argv: list[str]) -> int:
         print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} {t:>10.3f} {was or float('nan'):>13.3f} "
               f"{t / was if was else float('nan'):>6.2f} {now:>12.3f} {t / now:>6.2f} {bound:>8.3f} {bound / t:>6.2f} "
               f"{max(s.get('alloc_retries') or [0]):>7} {issue_ratio(iters, sim):>7} "
-              f"{optimizer_rate(iters):>7}")
+              f"{optimizer_rate(iters):>7} {host_bound_share(s):>6}")
         ratios.append(t / now)
     if ratios:
         err = sorted(abs(r - 1) for r in ratios)
@@ -280,6 +283,29 @@ def breakdown_lines(sim) -> list[str]:
 
 # a task whose GPU end comes within this of the host's issue end ran its kernels as the host issued them
 HOST_BOUND_LAG_S = 1e-3
+
+
+def host_bound_tasks(summary: dict) -> tuple[int, int] | None:
+    """(tasks whose GPU work ended within HOST_BOUND_LAG_S of the host's issue end, tasks), over every rank
+    of a run's median steady iteration; None for a run without `task_issued` (before the thirty-second
+    session)."""
+    spans, issued = summary.get("task_spans"), summary.get("task_issued")
+    if not spans or not issued:
+        return None
+    waited = total = 0
+    for rank_spans, rank_issued in zip(spans, issued):
+        at = dict((tid, t) for tid, t in rank_issued)
+        for tid, _, end in rank_spans:
+            if tid in at:
+                total += 1
+                waited += end - at[tid] < HOST_BOUND_LAG_S
+    return waited, total
+
+
+def host_bound_share(summary: dict) -> str:
+    """`host-b` of the table: the share of a run's tasks that waited for the host, '-' without the record."""
+    hb = host_bound_tasks(summary)
+    return f"{hb[0] / hb[1]:.2f}" if hb and hb[1] else "-"
 
 
 def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[str]:

@@ -968,6 +968,9 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     assert out.count("total") == 2, out
     n = [sum(1 for t in graph.tasks if t.kind != "UPD" and t.rank == r) for r in range(2)]
     assert all(f"{k} of {k} tasks ended within 1 ms of their issue (host-bound)" in out for k in n), out
+    table = sh([sys.executable, script, str(R)]).stdout           # the folder's table: its `host-b` column
+    row = next(line.split() for line in table.splitlines() if line.startswith("gpt2-tiny") and " vPP " in line)
+    assert row[-1] == "1.00", table
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "summary", "status": "ok", "model": "gpt2-tiny"}) + "\n")
     res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(bare)], capture_output=True,

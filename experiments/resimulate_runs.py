@@ -285,21 +285,27 @@ def breakdown_lines(sim) -> list[str]:
 HOST_BOUND_LAG_S = 1e-3
 
 
-def host_bound_tasks(summary: dict) -> tuple[int, int] | None:
-    """(tasks whose GPU work ended within HOST_BOUND_LAG_S of the host's issue end, tasks), over every rank
-    of a run's median steady iteration; None for a run without `task_issued` (before the thirty-second
-    session)."""
+def task_lags(summary: dict) -> list[dict[int, float]] | None:
+    """Per rank, {task id: seconds its GPU work ended after the host had issued it} (task_spans' end less
+    task_issued); None for a run without `task_issued` (before the thirty-second session)."""
     spans, issued = summary.get("task_spans"), summary.get("task_issued")
     if not spans or not issued:
         return None
-    waited = total = 0
+    out = []
     for rank_spans, rank_issued in zip(spans, issued):
         at = dict((tid, t) for tid, t in rank_issued)
-        for tid, _, end in rank_spans:
-            if tid in at:
-                total += 1
-                waited += end - at[tid] < HOST_BOUND_LAG_S
-    return waited, total
+        out.append({tid: end - at[tid] for tid, _, end in rank_spans if tid in at})
+    return out
+
+
+def host_bound_tasks(summary: dict) -> tuple[int, int] | None:
+    """(tasks whose GPU work ended within HOST_BOUND_LAG_S of the host's issue end, tasks), over every rank
+    of a run's median steady iteration; None without `task_issued`."""
+    lags = task_lags(summary)
+    if lags is None:
+        return None
+    every = [lag for rank in lags for lag in rank.values()]
+    return sum(lag < HOST_BOUND_LAG_S for lag in every), len(every)
 
 
 def host_bound_share(summary: dict) -> str:
@@ -316,11 +322,11 @@ def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[s
     after the host had issued the task its GPU work ended. Near 0 the GPU waited for the host (a slow host
     stretches such a span); large, the GPU was behind (its kernels or its waits stretch it)."""
     tasks = {t.id: t for t in graph.tasks}
-    issued = [dict((tid, x) for tid, x in rank) for rank in (summary.get("task_issued") or [])]
+    lags = task_lags(summary) or []
     lines = [f"{summary['model']} {summary['mode']} N={summary['gpus']} D={summary['minibatch']}: measured "
              f"{summary['iter_time_s']:.3f} s per iteration, predicted {summary.get('predicted_iter_time_s') or 0:.3f}"]
     for r, spans in enumerate(summary["task_spans"]):
-        host = issued[r] if r < len(issued) else {}
+        host = lags[r] if r < len(lags) else {}
         lines.append(f"rank {r}:  task kind pack         gap meas  gap sim   span meas  span sim   ratio"
                      + ("      lag" if host else ""))
         prev_m = prev_s = 0.0
@@ -332,8 +338,8 @@ def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[s
             row = (a - prev_m, sa - prev_s, b - a, sb - sa)
             sums = [x + y for x, y in zip(sums, row)]
             ratio = f"{row[2] / row[3]:.2f}" if row[3] > 0 else "-"
-            lag = f" {b - host[tid]:>8.4f}" if tid in host else ""
-            waited += tid in host and b - host[tid] < HOST_BOUND_LAG_S
+            lag = f" {host[tid]:>8.4f}" if tid in host else ""
+            waited += tid in host and host[tid] < HOST_BOUND_LAG_S
             lines.append(f"        {tid:>5} {t.kind:<4} {str(list(t.pack)):<10} {row[0]:>9.4f} {row[1]:>8.4f} "
                          f"{row[2]:>11.4f} {row[3]:>9.4f} {ratio:>7}{lag}")
             prev_m, prev_s = b, sb

@@ -65,14 +65,17 @@ class ModelSpec:
 
     # -- to implement per family -------------------------------------------------------------
     def build_vlayers(self) -> list[nn.Module]:
-        """Fresh, randomly initialised vLayers on the current default device; loss vLayer last."""
-        raise NotImplementedError
+        """Fresh, randomly initialised vLayers on the current default device; loss vLayer last. A family
+        implements this or `iter_vlayers`; by default the list of `iter_vlayers`."""
+        if type(self).iter_vlayers is ModelSpec.iter_vlayers:
+            raise NotImplementedError(f"{type(self).__name__} implements neither build_vlayers nor iter_vlayers")
+        return list(self.iter_vlayers())
 
     def iter_vlayers(self) -> Iterator[nn.Module]:
         """The vLayers of build_vlayers, built one at a time as they are taken, drawing the same random
-        numbers in the same order. A family whose build can go vLayer by vLayer overrides this (and builds
-        its list from it), so that `build_each` holds one vLayer of a model, not all of it; the default
-        builds the whole list first."""
+        numbers in the same order. A family whose build can go vLayer by vLayer implements this instead of
+        build_vlayers, so that `build_each` holds one vLayer of a model, not all of it; the default builds
+        the whole list first."""
         yield from self.build_vlayers()
 
     def input_specs(self) -> list[TensorSpec]:

@@ -205,9 +205,6 @@ class BertPretrainLoss(nn.Module):
 class BertModel(ModelSpec):
     family = "bert"
 
-    def build_vlayers(self):
-        return list(self.iter_vlayers())
-
     def iter_vlayers(self):
         c = self.config
         yield BertEmbeddings(c)

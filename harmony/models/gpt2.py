@@ -142,9 +142,6 @@ class GPT2Head(nn.Module):
 class GPT2Model(ModelSpec):
     family = "gpt2"
 
-    def build_vlayers(self):
-        return list(self.iter_vlayers())
-
     def iter_vlayers(self):
         c = self.config
         yield GPT2Embedding(c)

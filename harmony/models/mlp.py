@@ -69,9 +69,6 @@ class CrossEntropyLoss(nn.Module):
 class MLPModel(ModelSpec):
     family = "mlp"
 
-    def build_vlayers(self):
-        return list(self.iter_vlayers())
-
     def iter_vlayers(self):
         c = self.config
         yield MLPIn(c)

@@ -103,9 +103,6 @@ class ResNetHead(nn.Module):
 class ResNetModel(ImageClassifierSpec):
     family = "resnet"
 
-    def build_vlayers(self):
-        return list(self.iter_vlayers())
-
     def iter_vlayers(self):
         c = self.config
         yield ResNetStem(c)

@@ -92,9 +92,6 @@ class VGGFC(nn.Module):
 class VGGModel(ImageClassifierSpec):
     family = "vgg"
 
-    def build_vlayers(self):
-        return list(self.iter_vlayers())
-
     def iter_vlayers(self):
         c = self.config
         c_in = c.in_channels

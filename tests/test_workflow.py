@@ -831,7 +831,8 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
                          "kind": "measured", "status": st, "samples_per_s": v,
                          "iter_time_s": 32 / v if v else None,
                          "predicted_iter_time_s": 32 / v / pf if v and pf else None,
-                         "bound_fraction": bf, "source": str(run) if s == "harmony-vPP" else ""}
+                         "bound_fraction": bf, "schedule_bound_s": 32 / v * bf if v and bf else None,
+                         "source": str(run) if s == "harmony-vPP" else ""}
                         for s, st, v, pf, bf in pts)
         return {r["claim"]: r for r in evaluate(R, "paper")}
 
@@ -848,10 +849,13 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)
     assert bad["C10"]["verdict"] == "fail" and "1.20x swap-pp" in bad["C10"]["detail"]
     assert "resident" not in bad["C10"]["detail"]                             # no resident run: no reference
+    # swap-pp's 1.28 s over the lowest bound of Harmony's runs: vPP's 0.7 x 32/30 s (vDP's is 0.9 x 1.6 s)
+    assert "1.20x swap-pp (Harmony's schedule bound / swap-pp: 1.71x)" in bad["C10"]["detail"]
     ref = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7, resident_sps=27.5)
-    assert ref["C10"]["verdict"] == "fail" and "1.20x swap-pp (resident / swap-pp: 1.10x)" in ref["C10"]["detail"]
-    assert "resident" not in write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85,
-                                   resident_sps=27.5)["C10"]["detail"]       # met: nothing to explain
+    assert ref["C10"]["verdict"] == "fail" and \
+        "1.20x swap-pp (resident / swap-pp: 1.10x; Harmony's schedule bound / swap-pp: 1.71x)" in ref["C10"]["detail"]
+    met = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85, resident_sps=27.5)["C10"]["detail"]
+    assert "resident" not in met and "bound" not in met                      # met: nothing to explain
     assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200 on GPU-737200bb" in bad["C11"]["detail"]
     assert bad["C12"]["verdict"] == "fail" and "lowest 0.700 (vPP g D=32 N=1 on GPU-737200bb)" in bad["C12"]["detail"]
     run.unlink()                          # the record not at hand: the point is still listed, without a host
@@ -859,6 +863,8 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     assert "vPP g D=32 N=1 1.200;" in gone["C11"]["detail"] + ";" and " on " not in gone["C11"]["detail"]
     too_fast = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=2.5)     # "bound" from a stale profile
     assert too_fast["C12"]["verdict"] == "fail" and "their bound is not one" in too_fast["C12"]["detail"]
+    stale = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=2.5)       # vPP's bound: not one
+    assert "Harmony's schedule bound / swap-pp: 0.89x" in stale["C10"]["detail"]   # vDP's 1.44 s only
 
 
 def test_one_gpu_twin_stands_only_for_the_same_task_graph(tmp_path):

@@ -1196,6 +1196,29 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     assert "no plan either" in lines["vDP-N1-D16-auto"]       # nothing to write where none fits
 
 
+def test_stale_schedules_weighs_todays_search_against_the_plan_on_record_under_todays_model(tmp_path):
+    """A prediction on record comes from the model of its day. A slower plan whose recorded prediction an
+    older model made low is still STALE: it is compared as today's model simulates it ("its plan today"),
+    not as recorded (2x H200's vPP plans, recorded before entry 47's charge, hid such changes)."""
+    from harmony.jsonio import write_json
+    R, model, prof = tiny_results_folder(tmp_path / "res")
+    sched = R / "schedules" / "gpt2-tiny" / "vDP-N1-D8-auto.json"
+    sched.parent.mkdir(parents=True)
+    sh([sys.executable, "-m", "harmony.cli", "schedule", str(prof), "--model", str(model), "--minibatch", "8",
+        "--gpus", "1", "--mode", "vDP", "--calibration", str(R / "calibration.json"),
+        "--ubatch-fwd", "1", "--ubatch-bwd", "1", "--pack-size", "1", "-o", str(sched)])   # a slow plan
+    rec = json.loads(sched.read_text())
+    today = rec["prediction"]["iter_time_s"]
+    rec["prediction"]["iter_time_s"] = today / 10                  # as an older, more hopeful model put it
+    write_json(sched, rec)
+    out = sh([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R)]).stdout
+    line = next(x for x in out.splitlines() if x.startswith("gpt2-tiny"))
+    t_new = float(line.split("now")[1].split(")")[1].split()[0])
+    assert t_new < 0.98 * today, line                              # today's search beats the plan on record
+    assert f"its plan today {today:8.3f}" in line and line.endswith("STALE") and "# 1 stale" in out, line
+    assert "(+" in line.split(";")[0]        # against the recorded prediction it looks slower: not the test
+
+
 def test_stale_schedules_fixed_remakes_a_fixed_plans_prediction_unless_a_run_or_curve_used_it(tmp_path):
     """--fixed: a fixed plan (MODE-N-D-u<f>-<b>-p<pack>) is made again with its own u and pack size, so a
     figure's predicted point follows today's model; one that a run or a convergence curve used is left."""

@@ -331,7 +331,6 @@ def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[s
                      + ("      lag" if host else ""))
         prev_m = prev_s = 0.0
         sums = [0.0, 0.0, 0.0, 0.0]
-        waited = 0
         for tid, a, b in spans:
             sa, sb = simulated[tid]
             t = tasks[tid]
@@ -339,13 +338,12 @@ def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[s
             sums = [x + y for x, y in zip(sums, row)]
             ratio = f"{row[2] / row[3]:.2f}" if row[3] > 0 else "-"
             lag = f" {host[tid]:>8.4f}" if tid in host else ""
-            waited += tid in host and host[tid] < HOST_BOUND_LAG_S
             lines.append(f"        {tid:>5} {t.kind:<4} {str(list(t.pack)):<10} {row[0]:>9.4f} {row[1]:>8.4f} "
                          f"{row[2]:>11.4f} {row[3]:>9.4f} {ratio:>7}{lag}")
             prev_m, prev_s = b, sb
         ratio = f"{sums[2] / sums[3]:.2f}" if sums[3] > 0 else "-"
         lines.append(f"        total                {sums[0]:>9.4f} {sums[1]:>8.4f} {sums[2]:>11.4f} {sums[3]:>9.4f} "
-                     f"{ratio:>7}" + (f"   {waited} of {len(spans)} tasks ended within "
+                     f"{ratio:>7}" + (f"   {sum(lag < HOST_BOUND_LAG_S for lag in host.values())} of {len(spans)} tasks ended within "
                                       f"{HOST_BOUND_LAG_S * 1e3:g} ms of their issue (host-bound)" if host else ""))
     return lines
 

@@ -100,15 +100,14 @@ def research(root: Path, sched: Path, out: Path, headroom: float | None = None) 
     return json.loads(out.read_text()), err.getvalue()
 
 
-def plan_today(root: Path, sched: Path) -> float:
+def plan_today(root: Path, sched: Path, cal: dict) -> float:
     """The plan on record simulated by today's model (the folder's profile and calibration, the cap it was
     planned under): what a re-run of it would be predicted today, to weigh today's search against. The
     prediction on record was made by the model of its day; after a change of the model (entry 47's charge
     beside NCCL, entry 48's receives) comparing today's search with it mixes the two changes."""
     from harmony.schedule.io import planned_cap
     from harmony.schedule.simulate import simulate
-    rec, graph, costs, params = sim_inputs(sched, root / "profiles" / f"{sched.parent.name}.json",
-                                           json.loads((root / "calibration.json").read_text()))
+    rec, graph, costs, params = sim_inputs(sched, root / "profiles" / f"{sched.parent.name}.json", cal)
     return simulate(graph, costs, params, planned_cap(rec)).iter_time_s
 
 
@@ -162,6 +161,7 @@ def main(argv=None) -> int:
           f"simulated by today's model); STALE: another plan, "
           f">= {a.threshold:.0%} faster")
     stale = 0
+    cal = json.loads((a.root / "calibration.json").read_text())     # every plan is simulated with it
     with tempfile.TemporaryDirectory() as tmp:
         for i, p in enumerate(scheds):
             old = json.loads(p.read_text())
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                 continue
             t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
             try:
-                t_same = plan_today(a.root, p)
+                t_same = plan_today(a.root, p, cal)
                 today = f"; its plan today {t_same:8.3f} ({t_new / t_same - 1:+.1%})"
             except ScheduleError as e:      # a task list this code does not rebuild: weigh against the record
                 t_same, today = t_old, f"; its plan today: not simulated ({str(e).split(': ')[-1][:60]})"

@@ -344,8 +344,8 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
                                + (" (over-time)" if r.get("status") == "over-time" else ""))
         if not ratios:
             continue
-        lows.append((*min(ratios), key))
         q, b = min(ratios)
+        lows.append((q, b, key))
         # a bound above its own run's time is not one (a profile older than the run; C12 says so)
         bounds = [(_f(sy[s].get("schedule_bound_s")), _f(sy[s].get("iter_time_s")))
                   for s in HARMONY if s in sy and sy[s].get("status") == "ok"]

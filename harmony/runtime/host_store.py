@@ -24,6 +24,7 @@ to check each candidate's arena against the host memory budget before a run ever
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterable
@@ -225,18 +226,18 @@ class HostArena:
         (ModelSpec.build_each): each vLayer is dropped once copied. With a PhaseClock, the time spent
         building the vLayers adds up under `init_weights` and the copies under `arena_fill`."""
         build = fill = 0.0
-        it, i = iter(layers), 0
-        while True:
+        it = iter(layers)
+        for i in itertools.count():
             t0 = time.perf_counter()
-            layer = next(it, None)
+            layer = next(it, None)       # built here when `layers` is a generator
             t1 = time.perf_counter()
+            build += t1 - t0
             if layer is None:
                 break
             for dst, (_, _, _, src) in zip(self.weights(i), layer_slots(layer), strict=True):
                 dst.copy_(src.detach())
             del layer                    # before the next vLayer is built: one at a time
-            build, fill, i = build + t1 - t0, fill + time.perf_counter() - t1, i + 1
-        build += time.perf_counter() - t0     # the generator's end
+            fill += time.perf_counter() - t1
         if clock is not None:
             clock.add("init_weights", build)
             clock.add("arena_fill", fill)

@@ -202,30 +202,63 @@ def predicted_bytes(res: Results, scale: str):
     return max(errs), f"worst relative byte difference {max(errs):.2%} over {n} runs (h2d, d2h, p2p)", max(errs) <= 0.01
 
 
+REFERENCE, REORDERED = ("pytorch", "1"), ("pytorch-reorder", "1")
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def _curve_gap(c: dict[int, float], ref: dict[int, float], horizon: int | None) -> tuple[float, float]:
+    """(max pointwise relative difference before `horizon`, relative difference of the mean loss from
+    `horizon` on; 0 where there is no such part)."""
+    common = sorted(set(c) & set(ref))
+    before = [i for i in common if horizon is None or i < horizon]
+    after = [i for i in common if horizon is not None and i >= horizon]
+    pointwise = max((_rel(c[i], ref[i]) for i in before), default=0.0)
+    mean = _rel(sum(c[i] for i in after) / len(after), sum(ref[i] for i in after) / len(after)) if after else 0.0
+    return pointwise, mean
+
+
 def loss_curves_agree(res: Results, scale: str):
-    worst, detail, n = 0.0, "", 0
+    """Each curve against plain PyTorch, iteration by iteration, within `tol`.
+
+    Where the figure also has `pytorch-reorder` (plain PyTorch again at another microbatch size: the same
+    SGD, its gradients summed in another order), that curve measures how far rounding alone carries the
+    reference. Past the first iteration where it differs from the reference by more than `tol` (the
+    horizon), no run of the same SGD can be held to the reference pointwise: a TF32 trajectory through an
+    unstable stretch amplifies last-bit differences into loss differences of tens of percent (4x H100,
+    figure 13: Harmony's own equivalent modes differ from one another by 0.4 at iteration 222). From the
+    horizon on, the curve's mean loss must be within `tol` of the reference's instead. A curve that drifts
+    before the reference itself does still fails; without the control the whole curve is compared."""
+    tol = 1e-4 if scale == "smoke" else 2e-2
+    worst, where, n, notes = 0.0, "", 0, []
     for fig in ("figure13", "figure21"):
         curves = defaultdict(dict)
         for r in res.rows(fig):
             if r.get("status") == "ok" and _f(r.get("loss")) is not None:
                 curves[(r["system"], r["gpus"])][int(r["iteration"])] = _f(r["loss"])
-        ref = curves.get(("pytorch", "1"))
+        ref = curves.get(REFERENCE)
         if not ref:
             continue
+        control = curves.get(REORDERED, {})
+        horizon = next((i for i in sorted(set(control) & set(ref)) if _rel(control[i], ref[i]) > tol), None)
+        if control:
+            spread = max(_rel(control[i], ref[i]) for i in set(control) & set(ref))
+            notes.append(f"{fig}: plain PyTorch at another microbatch differs from itself by up to {spread:.2e}"
+                         + (f", past {tol:g} from iteration {horizon} (compared by mean loss from there)"
+                            if horizon is not None else ""))
         for key, c in curves.items():
-            if key == ("pytorch", "1"):
+            if key in (REFERENCE, REORDERED) or not set(c) & set(ref):
                 continue
-            common = sorted(set(c) & set(ref))
-            if not common:
-                continue
-            d = max(abs(c[i] - ref[i]) / max(abs(ref[i]), 1e-12) for i in common)
             n += 1
+            d = max(_curve_gap(c, ref, horizon))
             if d >= worst:
-                worst, detail = d, f"{fig} {key[0]} N={key[1]}"
+                worst, where = d, f"{fig} {key[0]} N={key[1]}"
     if not n:
         return None, "no convergence curves next to a plain-PyTorch reference", None
-    tol = 1e-4 if scale == "smoke" else 2e-2
-    return worst, f"max relative loss difference to plain PyTorch {worst:.2e} ({detail}), tolerance {tol:g}, {n} curves", worst <= tol
+    detail = f"max relative loss difference to plain PyTorch {worst:.2e} ({where}), tolerance {tol:g}, {n} curves"
+    return worst, "; ".join([detail, *notes]), worst <= tol
 
 
 def vpp_swap_flat_in_n(res: Results, scale: str):
@@ -435,7 +468,7 @@ CLAIMS = [
     Claim("C5", "bytes counted by the runtime equal the simulator's for the same schedule", ("figure10", "figure8"),
           "within 1%", ("smoke", "paper", "large"), predicted_bytes),
     Claim("C6", "loss curves of every mode agree with plain PyTorch (same synchronous SGD)", ("figure13", "figure21"),
-          "max relative difference <= 1e-4 (fp32 CPU) / 2e-2 (TF32 GPU)", ("smoke", "paper", "large"), loss_curves_agree),
+          "max relative difference <= 1e-4 (fp32 CPU) / 2e-2 (TF32 GPU); past plain PyTorch's own rounding horizon, the mean loss", ("smoke", "paper", "large"), loss_curves_agree),
     Claim("C7", "vPP swap volume does not grow with the number of GPUs (same schedule)", ("figure18",),
           "max over N of vPP / one-GPU volume <= 1.10", ("smoke", "paper", "large"), vpp_swap_flat_in_n),
     Claim("C8", "every grid point is shown: run, predicted, or marked OOM/infeasible/unavailable/error", ("all",),

@@ -39,6 +39,25 @@ def test_fields_present_and_positive(cal):
     assert rec["device"] == "cpu" and "memcpy" in rec["method"]
 
 
+def test_a_workers_share_of_the_cores_is_timed_beside_the_all_core_optimizer_rate(tmp_path, monkeypatch):
+    """Where a run worker gets other threads than torch's default (cores // GPUs on a GPU host), AdamW is
+    timed again with that many and recorded as `cpu_adam_worker_share`; the all-core rate keeps its own
+    spread, and torch's thread count is back to what it was."""
+    import harmony.runtime
+    before = torch.get_num_threads()
+    monkeypatch.setattr(harmony.runtime, "default_worker_threads", lambda gpus: before + 1)
+    out = tmp_path / "calibration.json"
+    assert cli(["calibrate", "-o", str(out), "--quick", "--quiet", "--trials", "3"]) == 0
+    rec = json.loads(out.read_text())
+    share = rec["cpu_adam_worker_share"]
+    assert share["threads"] == before + 1 and share["params_per_s"] > 0
+    lo, hi = rec["spread"]["cpu_adamw_params_per_s"]
+    assert lo <= rec["cpu_adam_params_per_s"] <= hi
+    lo, hi = rec["spread"]["cpu_adamw_worker_share_params_per_s"]
+    assert lo <= share["params_per_s"] <= hi
+    assert torch.get_num_threads() == before == rec["cpu_threads"]
+
+
 def test_reader(cal):
     c = Calibration.load(cal)
     assert c.h2d_pinned_Bps > 0

@@ -59,9 +59,9 @@ rule run_reference:
     input:
         model=f"{R}/models/{{model}}.json",
     output:
-        f"{R}/convergence/{{figure}}/{{model}}/pytorch-N1.jsonl",
+        f"{R}/convergence/{{figure}}/{{model}}/{{reference}}-N1.jsonl",
     log:
-        f"{R}/logs/convergence/{{figure}}/{{model}}/pytorch-N1.log",
+        f"{R}/logs/convergence/{{figure}}/{{model}}/{{reference}}-N1.log",
     threads: timed_threads
     params:
         device=PROFILE_DEVICE,

@@ -99,6 +99,20 @@ def overridden(params, args, receive: str | None):
     return params
 
 
+def run_worker_opt_rate(summary: dict) -> float | None:
+    """Parameters per second of the slowest rank's CPU optimizer in a run (its summary's host phases)."""
+    rates = [h["upd_params"] / h["upd_step_s"] for h in summary.get("host_phases") or []
+             if h.get("upd_step_s") and h.get("upd_params")]
+    return min(rates) if rates else None
+
+
+def with_worker_opt_rate(params, rate: float, gpus: int):
+    """`params` with the calibrated all-core optimizer rate set so that one worker of `gpus` steps `rate`
+    (SimParams.worker_opt_rate scales the all-core rate by a worker's share of the cores)."""
+    share = max(1, params.cpu_threads // gpus) if params.cpu_threads and gpus > 1 else 0
+    return dataclasses.replace(params, opt_params_per_s=rate * params.cpu_threads / share if share else rate)
+
+
 def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
@@ -156,6 +170,10 @@ def main(argv: list[str]) -> int:
                     help="model the runtime's receives between GPUs as posted lazily (each before its "
                          "microbatch) or eagerly (all at the task's start, the runtime's default since "
                          "docs/performance.md entry 48); default: as each run's record says it ran")
+    ap.add_argument("--optimizer-rate-from-run", action="store_true",
+                    help="simulate each run with the CPU optimizer rate its slowest worker measured (host "
+                         "phases) instead of the calibration's: how much of a miss the calibrated rate "
+                         "explains (docs/performance.md entry 57)")
     args = ap.parse_args(argv)
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
@@ -203,7 +221,7 @@ def main(argv: list[str]) -> int:
     ratios: list[float] = []      # measured over the current model's prediction, per run
     for run in runs:
         s, iters = read_run(run)
-        if not s or s.get("status") != "ok":
+        if not s or s.get("status") != "ok" or s.get("mode") not in ("vPP", "vDP"):   # e.g. a PyTorch reference
             continue
         m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
         sched = find_schedule(run, s, schedules)
@@ -215,6 +233,8 @@ def main(argv: list[str]) -> int:
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
         # each run as it received (its summary's p2p_receive, lazy before the option existed), unless asked
         params = overridden(params, args, s.get("p2p_receive") or "lazy")
+        if args.optimizer_rate_from_run and run_worker_opt_rate(s):
+            params = with_worker_opt_rate(params, run_worker_opt_rate(s), N)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -234,6 +254,7 @@ def main(argv: list[str]) -> int:
                  f"microbatch of host work" if args.host_overhead else "")
               + (f" with compute {args.beside_nccl:g}x beside NCCL" if args.beside_nccl is not None else "")
               + (f" with {args.p2p_receive} receives" if args.p2p_receive else "")
+              + (" with each run's own CPU optimizer rate" if args.optimizer_rate_from_run else "")
               + f": median |measured/current - 1| {statistics.median(err):.3f}, "
               f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")
     return 0

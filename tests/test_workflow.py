@@ -4,6 +4,7 @@ smoke figure 10 end to end (real runs on the CPU)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import os
@@ -972,6 +973,24 @@ def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:
     return R, model, prof
 
 
+def test_resimulate_runs_can_take_each_runs_own_optimizer_rate():
+    """`resimulate_runs.py --optimizer-rate-from-run`: a run's slowest rank's stepped rate (host phases) becomes
+    the rate one worker of that run is simulated with, whatever share of the cores a worker has."""
+    import importlib.util
+    from harmony.schedule.simulate import SimParams
+    from harmony.schedule.synthetic import synthetic_calibration
+    spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    summary = {"host_phases": [{"upd_params": 300, "upd_step_s": 1.0}, {"upd_params": 300, "upd_step_s": 2.0}]}
+    assert mod.run_worker_opt_rate(summary) == 150.0                         # the slowest rank
+    assert mod.run_worker_opt_rate({"host_phases": [{"upd_params": 0, "upd_step_s": 0.0}]}) is None
+    for threads in (0, 64):
+        params = dataclasses.replace(SimParams.from_calibration(synthetic_calibration("paper")), cpu_threads=threads)
+        for gpus in (1, 2, 4):
+            assert mod.with_worker_opt_rate(params, 150.0, gpus).worker_opt_rate(gpus) == pytest.approx(150.0)
+
+
 def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):
     """A run records when each compute task ran on its rank (harmony/runtime/task_clock.py): per iteration and
     rank, every compute task of that rank in order, spans that start after the previous one ends; the
@@ -1048,11 +1067,15 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
     other.mkdir()
     for cfg, name in (("auto", "first.jsonl"), ("roomy", "second.jsonl")):
         shutil.copy(R / "runs" / "harmony-vDP" / "gpt2-tiny" / f"N1-D16-{cfg}.jsonl", other / name)
+    # a convergence folder holds plain PyTorch's reference beside Harmony's curves: it is not simulated
+    (other / "pytorch-N1.jsonl").write_text(json.dumps({"record": "summary", "status": "ok", "system": "pytorch",
+                                                        "model": "gpt2-tiny", "mode": None, "gpus": 1,
+                                                        "minibatch": 16, "iter_time_s": 1.0}) + "\n")
     gz = tmp_path / "gz"
     gz.mkdir()
     (gz / "gpt2-tiny.json.gz").write_bytes(gzip.compress(prof.read_bytes()))
     script = str(ROOT / "experiments/resimulate_runs.py")
-    for extra in ([], ["--runs", str(other)], ["--profiles", str(gz)]):
+    for extra in ([], ["--runs", str(other)], ["--profiles", str(gz)], ["--optimizer-rate-from-run"]):
         out = sh([sys.executable, script, str(R), *extra]).stdout
         rows = [line.split() for line in out.splitlines() if line.startswith("gpt2-tiny")]
         assert sorted(r[4] for r in rows) == ["auto", "roomy"], out
@@ -1061,8 +1084,8 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
             assert float(r[6]) == pytest.approx(pred, abs=1e-3) and float(r[8]) == pytest.approx(pred, abs=1e-3), out
             assert float(r[9]) == pytest.approx(2.0, abs=0.01) and r[12] == "0", out    # no retries on record
             assert r[13] == "-", out                     # no host phases on record
-        assert "# 2 runs against the current model: median |measured/current - 1| 1.000, 0 within 10%, " \
-               "ratios 2.00-2.00" in out, out
+        assert "# 2 runs against the current model" in out and ": median |measured/current - 1| 1.000, 0 within " \
+               "10%, ratios 2.00-2.00" in out, out      # (no host phases on record: the calibration's rate stays)
     # --host-overhead: the runtime's host work charged on the host lane (1 s per compute task here) makes
     # every plan host-bound: the current prediction is then the host's seconds, at most the old one more
     from harmony.schedule.io import load_schedule

@@ -232,15 +232,9 @@ class Calibrator:
             torch.set_float32_matmul_precision(saved[1])
         return out
 
-    def cpu_optimizer(self, kind: str, threads: int | None = None) -> float:
-        """Parameters per second of one fused optimizer step, with `threads` CPU threads (default: torch's)."""
-        if threads is not None:
-            before = torch.get_num_threads()
-            torch.set_num_threads(threads)
-            try:
-                return self.cpu_optimizer(kind)
-            finally:
-                torch.set_num_threads(before)
+    def cpu_optimizer(self, kind: str, threads: int | None = None, name: str | None = None) -> float:
+        """Parameters per second of one fused optimizer step with `threads` CPU threads (default: torch's);
+        its spread is kept under `name` (default cpu_<kind>_params_per_s)."""
         from harmony.optim import OptimizerConfig, make_optimizer
         total = (1 if self.quick else 64 if self.cuda else 4) * 2**20
         self.sizes["optimizer_params"] = total
@@ -249,9 +243,14 @@ class Calibrator:
         for p in params:
             p.grad = torch.full_like(p, 1e-3)
         opt = make_optimizer(params, OptimizerConfig(kind=kind, lr=1e-4))
-        ts = _host_timed(opt.step, self.trials, self.warmup)
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads or before)
+        try:
+            ts = _host_timed(opt.step, self.trials, self.warmup)
+        finally:
+            torch.set_num_threads(before)
         med, (lo, hi) = _median(ts)
-        self.spread[f"cpu_{kind}_params_per_s"] = [total / hi, total / lo]
+        self.spread[name or f"cpu_{kind}_params_per_s"] = [total / hi, total / lo]
         return total / med
 
     def host_issue(self) -> float:
@@ -319,10 +318,7 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
             # Recorded beside the all-core rate, not used by the simulator yet: on the 64-core 4x H100 VM
             # the all-core step measured 0.5-0.7 G params/s in three calls of four (6.3 in the fourth)
             # while the runs' workers, cores // N threads each, stepped 1.4-4.3 (docs/performance.md entry 57)
-            all_cores = cal.spread["cpu_adamw_params_per_s"]
-            rate = cal.cpu_optimizer("adamw", threads=share)
-            cal.spread["cpu_adamw_worker_share_params_per_s"] = cal.spread["cpu_adamw_params_per_s"]
-            cal.spread["cpu_adamw_params_per_s"] = all_cores
+            rate = cal.cpu_optimizer("adamw", threads=share, name="cpu_adamw_worker_share_params_per_s")
             rec["cpu_adam_worker_share"] = {"threads": share, "params_per_s": rate}
         bar.update(note="cpu sgd")
         rec["cpu_sgd_params_per_s"] = cal.cpu_optimizer("sgd")

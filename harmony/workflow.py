@@ -11,7 +11,8 @@ under results/<scale>/<hardware>/ is defined once:
   logs/<stage>/...                                 one log per job
 
 <cfg> is `auto` (schedule searched) or `u<fwd>-<bwd>-p<pack>` (fixed microbatch sizes and pack size).
-<system> is `harmony-vPP`, `harmony-vDP`, a baseline name, or `pytorch` (plain PyTorch, convergence).
+<system> is `harmony-vPP`, `harmony-vDP`, a baseline name, or `pytorch` (plain PyTorch, convergence;
+`pytorch-reorder`: plain PyTorch at another microbatch size, check C6's control for rounding).
 
 It also has three small commands used by the rules (`python -m harmony.workflow ...`):
   guard      run a stage command; if it fails, still leave a record saying so (status error/oom/infeasible)

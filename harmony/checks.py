@@ -209,6 +209,11 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def _first_past(c: dict[int, float], ref: dict[int, float], tol: float) -> int | None:
+    """The first iteration where curve `c` differs from `ref` by more than `tol` (relative), if any."""
+    return next((i for i in sorted(set(c) & set(ref)) if _rel(c[i], ref[i]) > tol), None)
+
+
 def _curve_gap(c: dict[int, float], ref: dict[int, float], horizon: int | None) -> tuple[float, float]:
     """(max pointwise relative difference before `horizon`, relative difference of the mean loss from
     `horizon` on; 0 where there is no such part)."""
@@ -242,7 +247,7 @@ def loss_curves_agree(res: Results, scale: str):
         if not ref:
             continue
         control = curves.get(REORDERED, {})
-        horizon = next((i for i in sorted(set(control) & set(ref)) if _rel(control[i], ref[i]) > tol), None)
+        horizon = _first_past(control, ref, tol)
         if control:
             spread = max(_rel(control[i], ref[i]) for i in set(control) & set(ref))
             notes.append(f"{fig}: plain PyTorch at another microbatch differs from itself by up to {spread:.2e}"
@@ -255,7 +260,7 @@ def loss_curves_agree(res: Results, scale: str):
             d = max(_curve_gap(c, ref, horizon))
             if d >= worst:
                 worst, where = d, f"{fig} {key[0]} N={key[1]}"
-                left = None if control else next((i for i in sorted(set(c) & set(ref)) if _rel(c[i], ref[i]) > tol), None)
+                left = None if control else _first_past(c, ref, tol)
                 # no control: say where the curve left the reference and how its mean loss compares from
                 # there, which tells a trajectory that diverged late (rounding, amplified) from a wrong one
                 first_left = (f"{where} first past {tol:g} at iteration {left}, its mean loss from there "

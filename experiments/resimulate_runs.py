@@ -106,13 +106,6 @@ def run_worker_opt_rate(summary: dict) -> float | None:
     return min(rates) if rates else None
 
 
-def with_worker_opt_rate(params, rate: float, gpus: int):
-    """`params` with the calibrated all-core optimizer rate set so that one worker of `gpus` steps `rate`
-    (SimParams.worker_opt_rate scales the all-core rate by a worker's share of the cores)."""
-    share = max(1, params.cpu_threads // gpus) if params.cpu_threads and gpus > 1 else 0
-    return dataclasses.replace(params, opt_params_per_s=rate * params.cpu_threads / share if share else rate)
-
-
 def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
@@ -233,8 +226,9 @@ def main(argv: list[str]) -> int:
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
         # each run as it received (its summary's p2p_receive, lazy before the option existed), unless asked
         params = overridden(params, args, s.get("p2p_receive") or "lazy")
-        if args.optimizer_rate_from_run and run_worker_opt_rate(s):
-            params = with_worker_opt_rate(params, run_worker_opt_rate(s), N)
+        own_rate = run_worker_opt_rate(s) if args.optimizer_rate_from_run else None
+        if own_rate:
+            params = params.with_worker_opt_rate(own_rate, N)
         # the cap the search planned under (cap less its headroom), as the recorded prediction was made
         cap = planned_cap(rec)
         sim = simulate(graph, costs, params, cap)
@@ -364,8 +358,9 @@ def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[s
             prev_m, prev_s = b, sb
         ratio = f"{sums[2] / sums[3]:.2f}" if sums[3] > 0 else "-"
         lines.append(f"        total                {sums[0]:>9.4f} {sums[1]:>8.4f} {sums[2]:>11.4f} {sums[3]:>9.4f} "
-                     f"{ratio:>7}" + (f"   {sum(lag < HOST_BOUND_LAG_S for lag in host.values())} of {len(spans)} tasks ended within "
-                                      f"{HOST_BOUND_LAG_S * 1e3:g} ms of their issue (host-bound)" if host else ""))
+                     f"{ratio:>7}" + (f"   {sum(lag < HOST_BOUND_LAG_S for lag in host.values())} of {len(spans)} "
+                                      f"tasks ended within {HOST_BOUND_LAG_S * 1e3:g} ms of their issue (host-bound)"
+                                      if host else ""))
     return lines
 
 

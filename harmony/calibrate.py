@@ -313,7 +313,7 @@ def calibrate(device: str = "cpu", precision: str = "tf32", trials: int = 5, qui
         bar.update(note="cpu adam")
         rec["cpu_adam_params_per_s"] = cal.cpu_optimizer("adamw")
         # a run worker's threads at N = every GPU of the host
-        share = default_worker_threads(max(torch.cuda.device_count() if cal.cuda else 1, 1))
+        share = default_worker_threads(torch.cuda.device_count() if cal.cuda else 1)
         if share != torch.get_num_threads():
             # Recorded beside the all-core rate, not used by the simulator yet: on the 64-core 4x H100 VM
             # the all-core step measured 0.5-0.7 G params/s in three calls of four (6.3 in the fourth)

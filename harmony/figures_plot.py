@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000",
           "pytorch-reorder": "#969696"}
+CURVE_LABELS = {"pytorch": "plain PyTorch", "pytorch-reorder": "plain PyTorch, other microbatch (its rounding spread)"}
 SHORT = {"oom": "OOM", "infeasible": "infeas.", "unavailable": "n/a", "error": "error", "missing": "not run",
          "interrupted": "interr.", "over-time": "> call"}
 GiB = 1024 ** 3
@@ -249,8 +250,7 @@ def _convergence(exp, rows):
     for i, key in enumerate(status):
         system, n = key
         pts = sorted(curves.get(key, []))
-        label = {"pytorch": "plain PyTorch",
-                 "pytorch-reorder": "plain PyTorch, other microbatch (its rounding spread)"}.get(system, f"{system} N={n}")
+        label = CURVE_LABELS.get(system, f"{system} N={n}")
         if pts and status[key] == "ok":
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[i % len(styles)],
                     color=COLORS.get(system, "#999"), label=label, lw=1.3)

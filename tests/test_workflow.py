@@ -990,7 +990,7 @@ def test_resimulate_runs_can_take_each_runs_own_optimizer_rate():
     for threads in (0, 64):
         params = dataclasses.replace(SimParams.from_calibration(synthetic_calibration("paper")), cpu_threads=threads)
         for gpus in (1, 2, 4):
-            assert mod.with_worker_opt_rate(params, 150.0, gpus).worker_opt_rate(gpus) == pytest.approx(150.0)
+            assert params.with_worker_opt_rate(150.0, gpus).worker_opt_rate(gpus) == pytest.approx(150.0)
 
 
 def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):

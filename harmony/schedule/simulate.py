@@ -41,7 +41,7 @@ Iteration time is the steady-state mean over iterations 2..K (K = `iterations`, 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
@@ -94,6 +94,12 @@ class SimParams:
         if not self.cpu_threads or gpus <= 1:
             return self.opt_params_per_s
         return self.opt_params_per_s * max(1, self.cpu_threads // gpus) / self.cpu_threads
+
+    def with_worker_opt_rate(self, rate: float, gpus: int) -> "SimParams":
+        """These parameters with the all-core rate set so that one worker of `gpus` steps `rate` (the
+        inverse of worker_opt_rate)."""
+        share = max(1, self.cpu_threads // gpus) if self.cpu_threads and gpus > 1 else 0
+        return replace(self, opt_params_per_s=rate * self.cpu_threads / share if share else rate)
 
     def p2p(self, src: int, dst: int) -> float:
         m = self.p2p_Bps

@@ -258,6 +258,14 @@ def test_c6_holds_curves_to_plain_pytorch_pointwise_up_to_its_own_rounding_horiz
     assert not ok and worst == pytest.approx(1 / 3), detail
     # and the detail says where the curve left the reference and how its mean loss compares from there
     assert "harmony-vPP N=1 first past 0.02 at iteration 6, its mean loss from there 0.00e+00 off" in detail, detail
+    # a control from another starting point (records made before a change of initialisation: 2x H200's
+    # figure 13 in the thirty-fifth session) sets no horizon: 1% apart before any update is not rounding
+    worst, detail, ok = verdict({"pytorch-reorder": [ref[0] * 1.01] + chaotic[1:]})
+    assert not ok and worst == pytest.approx(1 / 3), detail
+    assert "pytorch-reorder ignored, differs from plain PyTorch before any update (iteration 0" in detail, detail
+    # and a Harmony curve from another starting point is named as such, not as a late divergence
+    worst, detail, ok = verdict({"harmony-vDP": [x * 1.5 for x in ref]}, control=False)
+    assert not ok and "harmony-vDP N=1 differs from plain PyTorch before any update" in detail, detail
 
 
 def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):

@@ -9,26 +9,24 @@
 # gets (RESULTS auto: results/paper/2xH200 or results/paper/2xH100-80GB-HBM3, remeasure/eager-receive/).
 #   BUDGET_S=585 TAIL_S=20 bash experiments/device/grid_gpu.sh experiments/device/eager-receive-ab.sh auto x2-eager1
 #   (then x2-eager2: a finished run is skipped). Two calls, about 17 minutes. Slim tree: `slim_tree.sh on 2xH200`.
+# PLANS="MODEL/PLAN ..." takes other plans of the folder's schedules and AB_NAME another folder under
+# remeasure/ (device README item 23: the five vPP plans that ran 13-15% slower after entry 48's re-run).
 set -u
 source "$(dirname "$0")/run_lib.sh"
 S=results/paper/2xH200/schedules          # the plans (predictions in the records are the H200 profiles')
-A=${RESULTS_DIR:?run through grid_gpu.sh}/remeasure/eager-receive
+A=${RESULTS_DIR:?run through grid_gpu.sh}/remeasure/${AB_NAME:-eager-receive}
 mkdir -p "$A"
 export RUN_TIMEOUT_S=240
 # first, that eager receives change no loss (tests/test_runtime_gpu.py, 2 GPUs, about 40 s)
 [ -s "$A/pytest-eager.log" ] || { timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py \
     -k "eager_receives" > "$A/pytest-eager.log" 2>&1; tail -1 "$A/pytest-eager.log"; }
 # predicted eager/lazy (2x H200 profiles): gpt2-xl D = 64 -7.4%, gpt2-4096x12 D = 32 -9.3%, gpt2-xl D = 256 -5.9%,
-# resnet1026 D = 1024 -3.8%. The short plans first, A B B A; then the long ones, A B (round 2, untraced: B A).
-for run in "gpt2-xl vPP-N2-D64-auto 1 lazy" "gpt2-xl vPP-N2-D64-auto 1 eager" \
-           "gpt2-4096x12 vPP-N2-D32-u1-1-p2 1 lazy" "gpt2-4096x12 vPP-N2-D32-u1-1-p2 1 eager" \
-           "gpt2-xl vPP-N2-D64-auto 2 eager" "gpt2-xl vPP-N2-D64-auto 2 lazy" \
-           "gpt2-4096x12 vPP-N2-D32-u1-1-p2 2 eager" "gpt2-4096x12 vPP-N2-D32-u1-1-p2 2 lazy" \
-           "gpt2-xl vPP-N2-D256-auto 1 lazy" "gpt2-xl vPP-N2-D256-auto 1 eager" \
-           "resnet1026 vPP-N2-D1024-auto 1 lazy" "resnet1026 vPP-N2-D1024-auto 1 eager" \
-           "gpt2-xl vPP-N2-D256-auto 2 eager" "gpt2-xl vPP-N2-D256-auto 2 lazy" \
-           "resnet1026 vPP-N2-D1024-auto 2 eager" "resnet1026 vPP-N2-D1024-auto 2 lazy"; do
-    set -- $run
-    ab_one "$A" "$S" "$1" "$2" "$3" "$4" --p2p-receive "$4"
+# resnet1026 D = 1024 -3.8%. Each plan A B B A (round 1 traced), the short plans first.
+PLANS=${PLANS:-gpt2-xl/vPP-N2-D64-auto gpt2-4096x12/vPP-N2-D32-u1-1-p2 gpt2-xl/vPP-N2-D256-auto resnet1026/vPP-N2-D1024-auto}
+for mp in $PLANS; do
+    for run in "1 lazy" "1 eager" "2 eager" "2 lazy"; do
+        set -- $run
+        ab_one "$A" "$S" "${mp%%/*}" "${mp#*/}" "$1" "$2" --p2p-receive "$2"
+    done
 done
 summarize_runs "$A" --arms lazy eager

@@ -231,7 +231,9 @@ def _curve_gap(c: dict[int, float], ref: dict[int, float], horizon: int | None) 
 START_TOL = 1e-3
 
 
-def _same_start(c: dict[int, float], ref: dict[int, float], tol: float) -> bool:
+def same_start(c: dict[int, float], ref: dict[int, float], tol: float) -> bool:
+    """Curve `c` and plain PyTorch's `ref` agree at their first common iteration, before any update,
+    within `tol` and START_TOL: the same weights and data (also what figure 13/21's plot labels by)."""
     first = min(set(c) & set(ref), default=None)
     return first is None or _rel(c[first], ref[first]) <= min(tol, START_TOL)
 
@@ -264,7 +266,7 @@ def loss_curves_agree(res: Results, scale: str):
         if not ref:
             continue
         control = curves.get(REORDERED, {})
-        if control and not _same_start(control, ref, tol):
+        if control and not same_start(control, ref, tol):
             # before any update the control computes the reference's loss on the same weights and data; a
             # miss there is another starting point (records from before a change of initialisation or data,
             # 2x H200's figure 13 in the thirty-fifth session), not rounding: it cannot set a horizon
@@ -287,7 +289,7 @@ def loss_curves_agree(res: Results, scale: str):
                 # no control: say where the curve left the reference and how its mean loss compares from
                 # there, which tells a trajectory that diverged late (rounding, amplified) from a wrong one
                 first_left = (None if left is None else
-                              f"{where} {_not_same_start(c, ref)}" if not _same_start(c, ref, tol) else
+                              f"{where} {_not_same_start(c, ref)}" if not same_start(c, ref, tol) else
                               f"{where} first past {tol:g} at iteration {left}, its mean loss from there "
                               f"{_curve_gap(c, ref, left)[1]:.2e} off (no pytorch-reorder control to judge it)")
     if not n:

@@ -268,6 +268,23 @@ def test_c6_holds_curves_to_plain_pytorch_pointwise_up_to_its_own_rounding_horiz
     assert not ok and "harmony-vDP N=1 differs from plain PyTorch before any update" in detail, detail
 
 
+def test_convergence_plot_labels_a_control_from_another_starting_point_as_no_control():
+    """Figure 13/21's plot names the control by the same rule as C6: 2x H200's controls started 24% and
+    1.6% away from that folder's older curves before any update, and their legend said 'rounding spread'."""
+    from harmony import figures_plot
+
+    def labels(control_first: float) -> list[str]:
+        rows = [{"system": s, "gpus": "1", "status": "ok", "iteration": i, "loss": x}
+                for s, losses in (("pytorch", [0.71, 0.69]), ("pytorch-reorder", [control_first, 0.69]))
+                for i, x in enumerate(losses)]
+        fig = figures_plot._convergence({}, rows)
+        out = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        figures_plot.plt.close(fig)
+        return out
+    assert "plain PyTorch, other microbatch (its rounding spread)" in labels(0.71)
+    assert any("another starting point" in t for t in labels(0.88))
+
+
 def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):
     """C8: a grid point without a record that figures 10 and 12 both show counts once, and the detail
     names it by system, so that the claim says what is left to run; one whose baseline search has

@@ -93,7 +93,7 @@ def overridden(params, args, receive: str | None):
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
     if args.beside_nccl is not None:
-        params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl)
+        params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl, beside_nccl_eager=None)
     if args.p2p_receive or receive:
         params = dataclasses.replace(params, p2p_receive=args.p2p_receive or receive)
     return params

@@ -137,13 +137,36 @@ def test_eager_receives_move_the_resident_nccl_kernels_from_the_producer_to_the_
         dataclasses.replace(PARAMS, p2p_receive="early")
 
 
-def test_the_nccl_slowdown_is_charged_on_cuda_unless_the_calibration_says_otherwise():
-    from harmony.schedule.simulate import CUDA_BESIDE_NCCL_SLOWDOWN
+def test_the_nccl_slowdown_is_charged_on_cuda_per_receive_mode_unless_the_calibration_says_otherwise():
+    """On CUDA the factor follows the receive mode (entry 48's traces: lazy 1.15, eager 1.23); the CPU
+    charges nothing; a calibration's or the caller's own factor holds for both modes."""
+    from harmony.schedule.simulate import CUDA_BESIDE_NCCL_SLOWDOWN, CUDA_BESIDE_NCCL_SLOWDOWN_EAGER
     cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}
-    assert SimParams.from_calibration({**cal, "device": "cuda:0"}).beside_nccl_slowdown == CUDA_BESIDE_NCCL_SLOWDOWN
-    assert SimParams.from_calibration({**cal, "device": "cpu"}).beside_nccl_slowdown == 1.0
-    assert SimParams.from_calibration({**cal, "device": "cuda:0", "beside_nccl_slowdown": 1.0}).beside_nccl_slowdown == 1.0
-    assert SimParams.from_calibration({**cal, "device": "cuda:0"}, beside_nccl_slowdown=1.3).beside_nccl_slowdown == 1.3
+    cuda = SimParams.from_calibration({**cal, "device": "cuda:0"})
+    assert dataclasses.replace(cuda, p2p_receive="lazy").nccl_slowdown() == CUDA_BESIDE_NCCL_SLOWDOWN
+    assert dataclasses.replace(cuda, p2p_receive="eager").nccl_slowdown() == CUDA_BESIDE_NCCL_SLOWDOWN_EAGER
+    assert CUDA_BESIDE_NCCL_SLOWDOWN_EAGER != CUDA_BESIDE_NCCL_SLOWDOWN
+    for receive in ("lazy", "eager"):
+        def factor(raw, **kw):
+            return dataclasses.replace(SimParams.from_calibration(raw, **kw), p2p_receive=receive).nccl_slowdown()
+        assert factor({**cal, "device": "cpu"}) == 1.0
+        assert factor({**cal, "device": "cuda:0", "beside_nccl_slowdown": 1.0}) == 1.0
+        assert factor({**cal, "device": "cuda:0"}, beside_nccl_slowdown=1.3) == 1.3
+
+
+def test_the_eager_factor_is_what_an_eager_simulation_charges():
+    """The simulation itself takes the mode's factor: an eager graph with the eager factor set apart
+    simulates exactly as with that factor for both modes."""
+    costs, g = LayerCosts(make_profile(x=5)), graph("vPP", 2, 4, 1, 1)
+    eager = dataclasses.replace(PARAMS, p2p_receive="eager", beside_nccl_slowdown=1.15, beside_nccl_eager=1.5)
+    both = dataclasses.replace(PARAMS, p2p_receive="eager", beside_nccl_slowdown=1.5)
+    lazy_only = dataclasses.replace(PARAMS, p2p_receive="eager", beside_nccl_slowdown=1.15)
+    t = [simulate(g, costs, p).iter_time_s for p in (eager, both, lazy_only)]
+    assert t[0] == pytest.approx(t[1]) and t[0] > t[2]
+    # and a lazy graph ignores the eager factor
+    lazy = dataclasses.replace(eager, p2p_receive="lazy")
+    assert simulate(g, costs, lazy).iter_time_s == pytest.approx(
+        simulate(g, costs, dataclasses.replace(lazy_only, p2p_receive="lazy")).iter_time_s)
 
 
 def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds(monkeypatch):

@@ -94,7 +94,7 @@ def prediction_record(graph, costs, params, cal: dict, sim, model_json: dict | N
             "iterations_simulated": len(sim.iteration_ends), "host_link_shared": params.shared_link,
             "mb_pipeline": params.mb_pipeline, "prefetch_waits": sim.prefetch_waits,
             # what the model charged compute beside a resident NCCL send, and when receives are posted
-            "beside_nccl_slowdown": params.beside_nccl_slowdown, "p2p_receive": params.p2p_receive}
+            "beside_nccl_slowdown": params.nccl_slowdown(), "p2p_receive": params.p2p_receive}
     if model_json is not None and model_json.get("vlayers"):
         from harmony.schedule.host_memory import arena_bytes
         pred["host_arena_bytes"] = arena_bytes(graph, model_json).to_json()   # what `harmony run` allocates

@@ -32,7 +32,7 @@ What overlaps, as the runtime does it:
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
   - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration);
-  - compute beside a resident NCCL send or receive (vPP, N > 1) runs `beside_nccl_slowdown` times slower:
+  - compute beside a resident NCCL send or receive (vPP, N > 1) runs `nccl_slowdown()` times slower:
     a send stays on the GPU, holding SMs, from its producer's first microbatch until its receive is posted,
     before the consumer's last microbatch (`p2p_receive` lazy) or at its start (eager; the consumer's
     receives then wait on its GPU for the producer); docs/performance.md entries 47-48, `_beside_nccl_scale`.
@@ -54,6 +54,11 @@ DEFAULT_TASK_OVERHEAD_S = 0.0
 # runs outside those two plans come within 10% of the model, against 6 (docs/performance.md entry 47).
 # A calibration's own `beside_nccl_slowdown` overrides it; gloo (the CPU) runs no such kernels.
 CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
+# With eager receives (the default since entry 48) the kernels left beside NCCL ran 1.26-1.27x on gpt2-xl
+# D = 256's traced ranks, a mean of 1.23 over the eight eager rank-traces of entry 48 (lazy: 1.11-1.14).
+# Fixed from those traces before the runs that test it: with it, figure 10's vPP runs at N = 2 made since
+# come within 10% at 10 of 12 on 2x H200 and 11 of 12 on 2x H100 (1.15: 5 and 8; docs/performance.md entry 58).
+CUDA_BESIDE_NCCL_SLOWDOWN_EAGER = 1.23
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,8 @@ class SimParams:
     # beside it (vPP, N > 1): a send waits on the GPU, holding its thread blocks' SMs, until the consumer
     # posts the receive. 1: not charged (docs/performance.md entries 46 and 47)
     beside_nccl_slowdown: float = 1.0
+    # the same with eager receives, where it differs (None: as beside_nccl_slowdown); see nccl_slowdown
+    beside_nccl_eager: float | None = None
     # when the runtime posts a task's receives from another GPU (`harmony run --p2p-receive`): "lazy", each
     # just before its microbatch; "eager", all at the task's start (then the consumer's GPU holds the
     # receives of microbatches not yet produced)
@@ -87,6 +94,12 @@ class SimParams:
     def __post_init__(self):
         if self.p2p_receive not in RECEIVE_MODES:
             raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
+
+    def nccl_slowdown(self) -> float:
+        """The factor for compute beside a resident NCCL kernel under this receive mode."""
+        if self.p2p_receive == "eager" and self.beside_nccl_eager is not None:
+            return self.beside_nccl_eager
+        return self.beside_nccl_slowdown
 
     def worker_opt_rate(self, gpus: int) -> float:
         """CPU optimizer parameters/s of one worker: the calibrated all-core rate times the worker's share
@@ -126,9 +139,11 @@ class SimParams:
         rate = raw.get("cpu_sgd_params_per_s" if optimizer == "sgd" else "cpu_adam_params_per_s") or 1e9
         p2p = tuple(tuple(row) for row in (raw.get("p2p_Bps") or ()))
         nccl = raw.get("beside_nccl_slowdown")
-        if nccl is None:
-            nccl = CUDA_BESIDE_NCCL_SLOWDOWN if str(raw.get("device") or "").startswith("cuda") else 1.0
-        kw.setdefault("beside_nccl_slowdown", float(nccl))
+        if nccl is None and str(raw.get("device") or "").startswith("cuda"):
+            nccl = CUDA_BESIDE_NCCL_SLOWDOWN
+            if "beside_nccl_slowdown" not in kw:
+                kw.setdefault("beside_nccl_eager", CUDA_BESIDE_NCCL_SLOWDOWN_EAGER)
+        kw.setdefault("beside_nccl_slowdown", float(nccl or 1.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)
@@ -303,10 +318,10 @@ def _simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | N
     infos = _prepare(g, costs, sizes, params)
     order = _sim_order(g)
     scale = None
-    if params.beside_nccl_slowdown != 1.0 and any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD"):
+    if params.nccl_slowdown() != 1.0 and any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD"):
         for _ in range(BESIDE_NCCL_PASSES):
             _, times = _run(g, infos, order, sizes, params, cap, False, scale)
-            scale = _beside_nccl_scale(infos, *times, params.beside_nccl_slowdown, g.config.gpus,
+            scale = _beside_nccl_scale(infos, *times, params.nccl_slowdown(), g.config.gpus,
                                        params.p2p_receive)
     return _run(g, infos, order, sizes, params, cap, record, scale)
 

@@ -249,7 +249,7 @@ def _convergence(exp, rows):
         if r.get("loss") not in (None, ""):
             curves[key].append((int(r["iteration"]), float(r["loss"])))
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 1))]
-    ref = dict(curves.get(("pytorch", 1), []) or curves.get(("pytorch", "1"), []))
+    ref = next((dict(pts) for (system, n), pts in curves.items() if system == "pytorch" and str(n) == "1"), {})
     for i, key in enumerate(status):
         system, n = key
         pts = sorted(curves.get(key, []))

@@ -56,8 +56,8 @@ DEFAULT_TASK_OVERHEAD_S = 0.0
 CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
 # With eager receives (the default since entry 48) the kernels left beside NCCL ran 1.26-1.27x on gpt2-xl
 # D = 256's traced ranks, a mean of 1.23 over the eight eager rank-traces of entry 48 (lazy: 1.11-1.14).
-# Fixed from those traces before the runs that test it: with it, figure 10's vPP runs at N = 2 made since
-# come within 10% at 10 of 12 on 2x H200 and 11 of 12 on 2x H100 (1.15: 5 and 8; docs/performance.md entry 58).
+# The traces' number, not one fitted to runs: with it, figure 10's eager vPP runs at N = 2 (made after the
+# traces) come within 10% at 10 of 12 on 2x H200 and 11 of 12 on 2x H100 (1.15: 5 and 8; entry 58).
 CUDA_BESIDE_NCCL_SLOWDOWN_EAGER = 1.23
 
 

@@ -231,15 +231,13 @@ def _curve_gap(c: dict[int, float], ref: dict[int, float], horizon: int | None) 
 START_TOL = 1e-3
 
 
-def same_start(c: dict[int, float], ref: dict[int, float], tol: float) -> bool:
-    """Curve `c` and plain PyTorch's `ref` agree at their first common iteration, before any update,
-    within `tol` and START_TOL: the same weights and data (also what figure 13/21's plot labels by)."""
+def start_mismatch(c: dict[int, float], ref: dict[int, float], tol: float = START_TOL) -> str | None:
+    """None where curve `c` and plain PyTorch's `ref` agree at their first common iteration, before any
+    update, within `tol` and START_TOL (the same weights and data); else what differs. Figure 13/21's plot
+    labels its control by the same rule."""
     first = min(set(c) & set(ref), default=None)
-    return first is None or _rel(c[first], ref[first]) <= min(tol, START_TOL)
-
-
-def _not_same_start(c: dict[int, float], ref: dict[int, float]) -> str:
-    first = min(set(c) & set(ref))
+    if first is None or _rel(c[first], ref[first]) <= min(tol, START_TOL):
+        return None
     return (f"differs from plain PyTorch before any update (iteration {first}: loss {c[first]:.4g} against "
             f"{ref[first]:.4g}): not the same weights or data; re-run the figure's curves with one commit")
 
@@ -266,11 +264,12 @@ def loss_curves_agree(res: Results, scale: str):
         if not ref:
             continue
         control = curves.get(REORDERED, {})
-        if control and not same_start(control, ref, tol):
+        mismatch = start_mismatch(control, ref, tol)
+        if mismatch:
             # before any update the control computes the reference's loss on the same weights and data; a
             # miss there is another starting point (records from before a change of initialisation or data,
             # 2x H200's figure 13 in the thirty-fifth session), not rounding: it cannot set a horizon
-            notes.append(f"{fig}: pytorch-reorder ignored, {_not_same_start(control, ref)}")
+            notes.append(f"{fig}: pytorch-reorder ignored, {mismatch}")
             control = {}
         horizon = _first_past(control, ref, tol)
         if control:
@@ -288,8 +287,8 @@ def loss_curves_agree(res: Results, scale: str):
                 left = None if control else _first_past(c, ref, tol)
                 # no control: say where the curve left the reference and how its mean loss compares from
                 # there, which tells a trajectory that diverged late (rounding, amplified) from a wrong one
-                first_left = (None if left is None else
-                              f"{where} {_not_same_start(c, ref)}" if not same_start(c, ref, tol) else
+                mismatch = start_mismatch(c, ref, tol)
+                first_left = (None if left is None else f"{where} {mismatch}" if mismatch else
                               f"{where} first past {tol:g} at iteration {left}, its mean loss from there "
                               f"{_curve_gap(c, ref, left)[1]:.2e} off (no pytorch-reorder control to judge it)")
     if not n:

@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harmony.checks import same_start  # noqa: E402
+from harmony.checks import start_mismatch  # noqa: E402
 
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000",
@@ -254,7 +254,7 @@ def _convergence(exp, rows):
         system, n = key
         pts = sorted(curves.get(key, []))
         label = CURVE_LABELS.get(system, f"{system} N={n}")
-        if system == "pytorch-reorder" and ref and pts and not same_start(dict(pts), ref, 1.0):
+        if system == "pytorch-reorder" and start_mismatch(dict(pts), ref):
             label = "plain PyTorch, other microbatch (another starting point: no control, check C6)"
         if pts and status[key] == "ok":
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[i % len(styles)],

@@ -21,7 +21,8 @@ of changing the workflow's headroom (docs/performance.md entry 38).
 
 `--rewrite` writes today's search over every schedule whose plan or prediction changed and that no run
 record used (a figure's predicted points, e.g. N = 4 on a one-GPU machine; a search that found no plan),
-with its candidates CSV, trace and log, as the workflow's schedule rule does. A schedule with a run is left as it is
+with its candidates CSV, trace and log, as the workflow's schedule rule does. A plan is its microbatches, packs and, for vPP across GPUs, the receive
+mode the search chose (entry 59). A schedule with a run is left as it is
 (its run executed that plan): re-run it to change it.
 """
 from __future__ import annotations
@@ -42,9 +43,17 @@ from harmony.workflow import cfg_args
 from resimulate_runs import sim_inputs      # experiments/: this script's folder is on sys.path
 
 
+def receive(rec: dict) -> tuple:
+    """The receive mode a run of a vPP schedule across GPUs takes from it (`harmony run`'s default since
+    docs/performance.md entry 59); () where nothing is received from another GPU."""
+    c = rec["graph"]["config"]
+    crosses = c["mode"] == "vPP" and c["gpus"] > 1
+    return ((rec.get("prediction") or {}).get("p2p_receive") or "eager",) if crosses else ()
+
+
 def plan(rec: dict) -> tuple:
     c = rec["graph"]["config"]
-    return c["ubatch_fwd"], c["ubatch_bwd"], len(c["bwd_packs"]), len(c["fwd_packs"])
+    return (c["ubatch_fwd"], c["ubatch_bwd"], len(c["bwd_packs"]), len(c["fwd_packs"])) + receive(rec)
 
 
 def setting(rec: dict, sched: Path) -> dict:
@@ -66,9 +75,10 @@ def setting(rec: dict, sched: Path) -> dict:
 
 
 def same_plan(rec: dict) -> tuple:
-    """What a run of the schedule executes: its microbatch sizes and packs."""
+    """What a run of the schedule executes: its microbatch sizes, packs and receive mode."""
     c = rec["graph"]["config"]
-    return (c["ubatch_fwd"], c["ubatch_bwd"], tuple(map(tuple, c["bwd_packs"])), tuple(map(tuple, c["fwd_packs"])))
+    return (c["ubatch_fwd"], c["ubatch_bwd"], tuple(map(tuple, c["bwd_packs"])), tuple(map(tuple, c["fwd_packs"])),
+            receive(rec))
 
 
 def research(root: Path, sched: Path, out: Path, headroom: float | None = None) -> tuple[dict | None, str]:

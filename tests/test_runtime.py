@@ -448,29 +448,35 @@ def test_eager_receives_are_all_posted_when_the_task_starts_and_waited_for_one_b
         Channels(g, 0, cpu=True, receive="early")
     with pytest.raises(ValueError, match="--p2p-receive must be one of lazy, eager"):
         run_schedule(rec, g, iters=2, device="cpu", p2p_receive="early")
-    # eager is the default since entry 48's A/B (the runtime, `harmony run` and the simulator share it)
+    # a run takes the mode its schedule's search chose (entry 59); eager, entry 48's default, for a schedule
+    # that names none (the runtime and the simulator share it); --p2p-receive overrides the schedule
     import argparse
     from harmony.runtime.cli import add_arguments
     from harmony.schedule.simulate import SimParams
     from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
-    assert SimParams.__dataclass_fields__["p2p_receive"].default == DEFAULT_RECEIVE_MODE
+    assert SimParams.__dataclass_fields__["p2p_receive"].default == DEFAULT_RECEIVE_MODE == "eager"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    assert parser.parse_args(["x.json", "--iters", "2", "-o", "r.jsonl"]).p2p_receive == "eager" == DEFAULT_RECEIVE_MODE
+    assert parser.parse_args(["x.json", "--iters", "2", "-o", "r.jsonl"]).p2p_receive is None
+    assert "p2p_receive" not in (rec.get("prediction") or {})
     assert run_schedule(rec, g, iters=2, device="cpu")["p2p_receive"] == "eager"
     assert run_schedule(rec, g, iters=2, device="cpu", p2p_receive="lazy")["p2p_receive"] == "lazy"
+    planned_lazy = {**rec, "prediction": {**(rec.get("prediction") or {}), "p2p_receive": "lazy"}}
+    assert run_schedule(planned_lazy, g, iters=2, device="cpu")["p2p_receive"] == "lazy"
+    assert run_schedule(planned_lazy, g, iters=2, device="cpu", p2p_receive="eager")["p2p_receive"] == "eager"
 
 
 def test_harmony_run_notes_a_receive_mode_other_than_the_predictions():
-    """A schedule searched while lazy was the default records `prediction.p2p_receive: lazy`; run with the
-    eager default, `harmony run` says so (its measured/predicted ratio then compares two receive orders).
-    Nothing is said where no receive crosses GPUs or the prediction names no mode."""
+    """A schedule whose prediction assumed lazy receives, run with `--p2p-receive eager`: `harmony run` says
+    so (its measured/predicted ratio then compares two receive orders). Nothing is said where the run takes
+    the schedule's mode (no option), no receive crosses GPUs or the prediction names no mode."""
     from harmony.runtime.cli import receive_mode_note
     _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
     rec["prediction"] = {"p2p_receive": "lazy"}
     note = receive_mode_note(rec, g, "eager")
     assert note and "assumed lazy receives" in note and "--p2p-receive lazy" in note
     assert receive_mode_note(rec, g, "lazy") is None
+    assert receive_mode_note(rec, g, None) is None
     _, rec1, g1 = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
     rec1["prediction"] = {"p2p_receive": "lazy"}
     assert receive_mode_note(rec1, g1, "eager") is None                  # one GPU: nothing is received

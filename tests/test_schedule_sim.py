@@ -169,6 +169,51 @@ def test_the_eager_factor_is_what_an_eager_simulation_charges():
         simulate(g, costs, dataclasses.replace(lazy_only, p2p_receive="lazy")).iter_time_s)
 
 
+def test_the_search_simulates_each_vpp_candidate_with_both_receive_modes_and_keeps_the_faster(monkeypatch):
+    """Entry 59: neither receive mode is faster everywhere (two H100s: eager 2.6-15% faster on four plans; two
+    H200s: five other plans 5-20% slower with it), so where the model tells them apart (a slowdown beside
+    NCCL, vPP across GPUs) each candidate is simulated both ways and carries the faster, the default on a
+    tie. Where it cannot (the CPU's factor 1, vDP) each is simulated once, with the default."""
+    import harmony.schedule.search as search_mod
+    from harmony.schedule.search import receive_modes
+    from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
+    costs = LayerCosts(make_profile(x=5))
+    calls = []
+    real = search_mod.simulate
+
+    def counting(g, c, p, cap=None, record=False):
+        calls.append((g.config.mode, p.p2p_receive))
+        return real(g, c, p, cap, record=record)
+    monkeypatch.setattr(search_mod, "simulate", counting)
+    lazy_dear = dataclasses.replace(PARAMS, beside_nccl_slowdown=2.0, beside_nccl_eager=1.0)
+    eager_dear = dataclasses.replace(PARAMS, beside_nccl_slowdown=1.0, beside_nccl_eager=2.0)
+    for params, cheaper in ((lazy_dear, "eager"), (eager_dear, "lazy")):
+        calls.clear()
+        res = search(costs, params, minibatch=4, gpus=2, mode="vPP")
+        assert len(calls) == 2 * len(res.candidates) + 1              # both modes each, then the plan's
+        for c in res.candidates:
+            g = build_task_graph(c.config, 3)
+            t = {m: real(g, costs, dataclasses.replace(params, p2p_receive=m)).iter_time_s for m in ("lazy", "eager")}
+            assert c.iter_time_s == pytest.approx(min(t.values()))
+            assert c.p2p_receive == (DEFAULT_RECEIVE_MODE if t["lazy"] == t["eager"] else min(t, key=t.get))
+        assert res.best.p2p_receive == cheaper and res.summary()["chosen"]["p2p_receive"] == cheaper
+        assert res.best_sim.iter_time_s == pytest.approx(res.best.iter_time_s)
+        assert res.best.row()["p2p_receive"] == cheaper
+        # fixed: every candidate simulated once, with that mode
+        calls.clear()
+        fixed = search(costs, params, minibatch=4, gpus=2, mode="vPP", receive="eager")
+        assert {c.p2p_receive for c in fixed.candidates} == {"eager"} and len(calls) == len(fixed.candidates) + 1
+        assert fixed.best.iter_time_s >= res.best.iter_time_s - 1e-12
+    # no factor (the CPU), vDP, one GPU: one simulation per candidate, the default mode
+    for params, mode, n in ((PARAMS, "vPP", 2), (eager_dear, "vDP", 2), (eager_dear, "vPP", 1)):
+        calls.clear()
+        res = search(costs, params, minibatch=4, gpus=n, mode=mode)
+        assert len(calls) == len(res.candidates) + 1
+        assert {c.p2p_receive for c in res.candidates} == {DEFAULT_RECEIVE_MODE}
+    with pytest.raises(ValueError, match="receive mode must be one of lazy, eager"):
+        receive_modes(res.best.config, PARAMS, "early")
+
+
 def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds(monkeypatch):
     # Each task alone fits 140 B, but on two GPUs a rank holds its previous task's 20 B send beside the next
     # task (test above), so every packing of the first pass is over the cap. The search packs again with

@@ -268,7 +268,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  load_buffers: str = "auto", weight_copies: str = "per-vlayer",
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
-                 p2p_max_ctas: int | None = None, p2p_receive: str = DEFAULT_RECEIVE_MODE) -> dict:
+                 p2p_max_ctas: int | None = None, p2p_receive: str | None = None) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -286,8 +286,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     p2p_max_ctas: on cuda, at most this many thread blocks for each NCCL send/recv kernel of the GPU-to-GPU
     channels (their process groups' NCCL config; None: NCCL's choice). A send stays resident on the GPU
     until its receive is posted, beside the compute; docs/performance.md entry 46 (an A/B, not a default).
-    p2p_receive: `eager` (the default) posts all of a task's receives from another GPU when it starts,
-    `lazy` each just before its microbatch (harmony/runtime/p2p.py; docs/performance.md entry 48)."""
+    p2p_receive: `eager` posts all of a task's receives from another GPU when it starts, `lazy` each just
+    before its microbatch (harmony/runtime/p2p.py; docs/performance.md entry 48); None: the mode the
+    schedule's search chose (`planned_receive_mode`; entry 59)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -306,6 +307,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
     if run_ahead is not None and run_ahead < 0:
         raise ValueError(f"--run-ahead must be at least 0 tasks (or none: no bound), got {run_ahead}")
+    if p2p_receive is None:
+        from harmony.schedule.io import planned_receive_mode
+        p2p_receive = planned_receive_mode(record)
     if p2p_receive not in RECEIVE_MODES:
         raise ValueError(f"--p2p-receive must be one of {', '.join(RECEIVE_MODES)}, got {p2p_receive!r}")
     if p2p_max_ctas is not None and p2p_max_ctas < 1:

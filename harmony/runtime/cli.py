@@ -76,20 +76,21 @@ def add_arguments(p) -> None:
                    help="cap the thread blocks of each NCCL send/recv kernel between GPUs (vPP's activations "
                         "and gradients; default: NCCL's choice). A send sits on the GPU beside the compute "
                         "until its receive is posted (docs/performance.md entry 46)")
-    p.add_argument("--p2p-receive", choices=RECEIVE_MODES, default=DEFAULT_RECEIVE_MODE,
-                   help="when a task posts its receives from another GPU: eager (default), all when the task "
-                        "starts, so the sender's NCCL kernels leave its GPU sooner; lazy, each just before its "
-                        "microbatch (docs/performance.md entry 48)")
+    p.add_argument("--p2p-receive", choices=RECEIVE_MODES, default=None,
+                   help="when a task posts its receives from another GPU: eager, all when the task starts, so "
+                        "the sender's NCCL kernels leave its GPU sooner; lazy, each just before its microbatch "
+                        "(docs/performance.md entry 48). Default: the schedule's, which its search chose "
+                        f"(prediction.p2p_receive; {DEFAULT_RECEIVE_MODE} for schedules without it; entry 59)")
     p.add_argument("-o", "--output", required=True, help="run.jsonl to write")
 
 
-def receive_mode_note(record: dict, graph, receive: str) -> str | None:
-    """A note when the run posts its receives from another GPU otherwise than the schedule's prediction
-    assumed (schedules searched before eager became the default say lazy): the run is still correct, but
-    its measured/predicted ratio then compares two receive orders (docs/performance.md entry 48)."""
+def receive_mode_note(record: dict, graph, receive: str | None) -> str | None:
+    """A note when --p2p-receive makes the run post its receives from another GPU otherwise than the
+    schedule's prediction assumed: the run is still correct, but its measured/predicted ratio then compares
+    two receive orders (docs/performance.md entry 48). None when the run takes the schedule's."""
     assumed = (record.get("prediction") or {}).get("p2p_receive")
     crosses = graph.config.mode == "vPP" and graph.config.gpus > 1
-    if assumed is None or assumed == receive or not crosses:
+    if receive is None or assumed is None or assumed == receive or not crosses:
         return None
     return (f"harmony run: note: the schedule's prediction assumed {assumed} receives from the other GPUs, this "
             f"run makes {receive} ones (--p2p-receive {assumed} runs what was predicted; docs/performance.md "

@@ -3,7 +3,7 @@
   harmony schedule profile.json --minibatch 64 --gpus 4 [--mode vPP|vDP|auto] [--gpu-memory 11GiB]
       [--calibration calibration.json] [--model model.json] -o schedule.json
       [--candidates search.csv] [--trace trace.json.gz] [--ubatch-fwd U] [--ubatch-bwd U] [--pack-size P]
-      [--host-memory SIZE|none]
+      [--host-memory SIZE|none] [--p2p-receive auto|lazy|eager]
 
 The schedule embeds the model.json record. It is taken from --model, else from the profile's own
 `model_record` key if present, else from model.json next to the profile (same folder), else
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from harmony.jsonio import read_json
 from harmony.profile_data import Calibration, Profile
+from harmony.schedule.tasks import RECEIVE_MODES
 from harmony.units import format_bytes, parse_bytes
 
 
@@ -57,6 +59,11 @@ def add_arguments(p):
     p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
                    "forward packs then reuse the backward ones")
     p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
+    p.add_argument("--p2p-receive", choices=("auto",) + RECEIVE_MODES, default="auto",
+                   help="when the plan's tasks post their receives from another GPU (vPP, N > 1): auto "
+                        "(default) simulates each candidate both ways and keeps the faster, which the schedule "
+                        "records and `harmony run` then uses; lazy or eager fixes it (docs/performance.md "
+                        "entry 59)")
     p.add_argument("-o", "--output", required=True, help="schedule.json to write")
     p.add_argument("--candidates", default=None, help="CSV of every candidate with its simulated time")
     p.add_argument("--trace", default=None, help="Chrome/Perfetto trace of the chosen schedule")
@@ -211,9 +218,11 @@ def main(args) -> int:
     costs = LayerCosts(prof, sizes=model_sizes(model_json))
     res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=plan_cap,
                  ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size,
-                 equal_ubatch=microbatch_sensitive(model_json), model_json=model_json, host_memory=host_budget)
+                 equal_ubatch=microbatch_sensitive(model_json), model_json=model_json, host_memory=host_budget,
+                 receive=None if args.p2p_receive == "auto" else args.p2p_receive)
     from harmony.schedule.tasks import build_task_graph
     graph = build_task_graph(res.best.config, costs.L)
+    params = replace(params, p2p_receive=res.best.p2p_receive)     # the plan's receive mode
     precision = prof.raw.get("precision") or "fp32"
     pred = prediction_record(graph, costs, params, cal, res.best_sim, model_json, precision)
     host = res.best.host
@@ -236,7 +245,8 @@ def main(args) -> int:
     c = res.best.config
     print(f"{model_json['model']}: {len(res.candidates)} candidates in {res.search_time_s:.3f} s; chosen "
           f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
-          f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer}); predicted "
+          f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer})"
+          f"{f', {params.p2p_receive} receives' if c.mode == 'vPP' and c.gpus > 1 else ''}; predicted "
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "

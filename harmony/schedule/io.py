@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from harmony.jsonio import read_json, write_json
-from harmony.schedule.tasks import TaskGraph, build_task_graph, ScheduleError
+from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, TaskGraph, build_task_graph, ScheduleError
 
 ARTIFACT, SCHEMA_VERSION = "schedule", 1
 
@@ -30,6 +30,12 @@ def planned_cap(record: dict) -> float | None:
     """The GPU memory the search planned under (the cap less its headroom, `search.planned_cap_bytes`), else
     the schedule's cap: simulating under it reproduces the recorded prediction, `prefetch_waits` included."""
     return (record.get("search") or {}).get("planned_cap_bytes") or record.get("gpu_memory_cap")
+
+
+def planned_receive_mode(record: dict) -> str:
+    """The receive mode a schedule's prediction was simulated with, which its search chose per plan since
+    docs/performance.md entry 59 and `harmony run` takes by default (older schedules: the default)."""
+    return (record.get("prediction") or {}).get("p2p_receive") or DEFAULT_RECEIVE_MODE
 
 
 def save_schedule(path, record: dict) -> None:

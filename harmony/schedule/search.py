@@ -23,7 +23,8 @@ from harmony.schedule.memory import LayerCosts
 from harmony.schedule.packing import (PACKERS_BWD, PACKERS_FWD, PackContext, PackingError, bwd_packings,
                                       check_single_layers, fwd_packings, objective, uniform_packs)
 from harmony.schedule.simulate import SimParams, SimResult, simulate
-from harmony.schedule.tasks import ScheduleConfig, ScheduleError, build_task_graph
+from harmony.schedule.tasks import (DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleConfig, ScheduleError,
+                                    build_task_graph)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Candidate:
     peak_bytes: int
     host: HostBytes | None = None      # its host arena (None: no model record given to the search)
     host_fits: bool = True             # within the host memory budget (True when unchecked)
+    p2p_receive: str = DEFAULT_RECEIVE_MODE    # the receive mode it was simulated with (receive_modes)
 
     @property
     def feasible(self) -> bool:
@@ -58,7 +60,7 @@ class Candidate:
                 "fwd_pack_sizes": " ".join(str(e - s) for s, e in c.fwd_packs),
                 "objective_s": round(self.objective_s, 9), "iter_time_s": round(self.iter_time_s, 9),
                 "feasible": self.feasible, "peak_bytes": self.peak_bytes, "host_bytes": self.host_bytes,
-                "host_fits": self.host_fits}
+                "host_fits": self.host_fits, "p2p_receive": self.p2p_receive}
 
 
 @dataclass
@@ -77,7 +79,7 @@ class SearchResult:
                            "ubatch_bwd": c.ubatch_bwd, "bwd_packer": self.best.bwd_packer,
                            "fwd_packer": self.best.fwd_packer, "num_bwd_packs": len(c.bwd_packs),
                            "num_fwd_packs": len(c.fwd_packs), "iter_time_s": self.best.iter_time_s,
-                           "host_bytes": self.best.host_bytes},
+                           "host_bytes": self.best.host_bytes, "p2p_receive": self.best.p2p_receive},
                 "space": self.space}
 
 
@@ -86,6 +88,35 @@ def ubatch_candidates(costs: LayerCosts, samples: int) -> list[int]:
     top = min(samples, max(sweep))
     divs = {d for d in range(1, samples + 1) if samples % d == 0}
     return sorted(u for u in set(sweep) | divs if 1 <= u <= top)
+
+
+def receive_modes(cfg: ScheduleConfig, params: SimParams, receive: str | None = None) -> tuple[str, ...]:
+    """The receive modes a candidate is simulated with, the default first (it wins a tie). `receive` fixes
+    one; None: both for vPP across GPUs when the model tells them apart (a slowdown beside NCCL), since
+    neither is faster everywhere: on two H100s eager ran 2.6-15% faster on four plans, on two H200s five
+    other plans ran 5-20% slower with it (docs/performance.md entries 48 and 59). Otherwise (vDP, one GPU,
+    the CPU's gloo) both simulate alike and the default is kept."""
+    if receive is not None:
+        if receive not in RECEIVE_MODES:
+            raise ValueError(f"receive mode must be one of {', '.join(RECEIVE_MODES)}, got {receive!r}")
+        return (receive,)
+    if cfg.mode != "vPP" or cfg.gpus < 2:
+        return (DEFAULT_RECEIVE_MODE,)
+    factors = {replace(params, p2p_receive=m).nccl_slowdown() for m in RECEIVE_MODES}
+    if factors == {1.0}:
+        return (DEFAULT_RECEIVE_MODE,)
+    return (DEFAULT_RECEIVE_MODE,) + tuple(m for m in RECEIVE_MODES if m != DEFAULT_RECEIVE_MODE)
+
+
+def simulate_receive_modes(g, costs: LayerCosts, params: SimParams, cap: float | None,
+                           modes: tuple[str, ...]) -> tuple[str, SimResult]:
+    """The fastest feasible of `modes` for graph g (the first on a tie) and its simulation."""
+    best: tuple[str, SimResult] | None = None
+    for m in modes:
+        sim = simulate(g, costs, replace(params, p2p_receive=m), cap)
+        if best is None or (sim.feasible, -sim.iter_time_s) > (best[1].feasible, -best[1].iter_time_s):
+            best = (m, sim)
+    return best
 
 
 # fractions of the cap that the packers also pack under (the candidates are simulated against the cap itself)
@@ -101,11 +132,13 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
            cap: float | None = None, ubatch_fwd: int | None = None, ubatch_bwd: int | None = None,
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
            progress=None, equal_ubatch: bool = False, model_json: dict | None = None,
-           host_memory: int | None = None) -> SearchResult:
+           host_memory: int | None = None, receive: str | None = None) -> SearchResult:
     """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too). equal_ubatch: only
     u_fwd == u_bwd (models with dropout or BatchNorm, whose recompute must see the forward's microbatches).
     model_json: the model record; with it every candidate's host arena is computed (Candidate.host).
-    host_memory: host bytes the arena may take (None: unchecked); needs model_json."""
+    host_memory: host bytes the arena may take (None: unchecked); needs model_json.
+    receive: the receive mode every candidate is simulated with (None: each candidate's faster one,
+    `receive_modes`; it becomes part of the plan, Candidate.p2p_receive)."""
     t0, c0 = time.perf_counter(), time.process_time()
     if minibatch < gpus:
         raise ScheduleError(f"minibatch D={minibatch} is smaller than the number of GPUs N={gpus}: "
@@ -136,11 +169,11 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         nonlocal best
         pass_of[len(cands)] = group
         g = build_task_graph(cfg, L)
-        sim = simulate(g, costs, params, cap)
+        p2p, sim = simulate_receive_modes(g, costs, params, cap, receive_modes(cfg, params, receive))
         hb = host_model.need(g) if host_model is not None else None
         fits = host_memory is None or hb.total <= host_memory
         c = Candidate(len(cands), cfg, bname, fname, objective_s, sim.iter_time_s, sim.feasible,
-                      max(sim.task_peak_bytes), hb, fits)
+                      max(sim.task_peak_bytes), hb, fits, p2p)
         held[c.index] = sim.held_send_bytes
         if cap is not None and held[c.index]:    # tasks over the cap with a send held: room for it at their start
             for t in g.tasks:
@@ -280,7 +313,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         why = "; ".join(dict.fromkeys(errors)) or "every candidate exceeds the GPU memory cap"
         raise ScheduleError(f"no schedule fits: {why}")
     g = build_task_graph(best.config, L)
-    best_sim = simulate(g, costs, params, cap, record=True)
+    best_sim = simulate(g, costs, replace(params, p2p_receive=best.p2p_receive), cap, record=True)
     space["search_cpu_s"] = time.process_time() - c0   # CPU time: robust to a loaded machine
     return SearchResult(best, best_sim, cands, time.perf_counter() - t0, space)
 

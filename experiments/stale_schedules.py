@@ -184,6 +184,13 @@ def main(argv=None) -> int:
             changed = new is not None and ("graph" not in old or same_plan(old) != same_plan(new)
                                            or abs(new["prediction"]["iter_time_s"] / old["prediction"]["iter_time_s"]
                                                   - 1) > 1e-3)
+            if "graph" in old:          # before any rewrite: the plan on record under today's model
+                try:
+                    t_same = plan_today(a.root, p, cal)
+                    today = f"; its plan today {t_same:8.3f} ({new['prediction']['iter_time_s'] / t_same - 1:+.1%})"
+                except ScheduleError as e:      # a task list this code does not rebuild: weigh against the record
+                    t_same = old["prediction"]["iter_time_s"]
+                    today = f"; its plan today: not simulated ({str(e).split(': ')[-1][:60]})"
             done = rewrite(a.root, p, old, searched, log) if a.rewrite and changed else ""
             if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
                 now = "no plan either" if new is None else \
@@ -193,11 +200,6 @@ def main(argv=None) -> int:
                       f"{done}", flush=True)
                 continue
             t_old, t_new = old["prediction"]["iter_time_s"], new["prediction"]["iter_time_s"]
-            try:
-                t_same = plan_today(a.root, p, cal)
-                today = f"; its plan today {t_same:8.3f} ({t_new / t_same - 1:+.1%})"
-            except ScheduleError as e:      # a task list this code does not rebuild: weigh against the record
-                t_same, today = t_old, f"; its plan today: not simulated ({str(e).split(': ')[-1][:60]})"
             # STALE: today's search against the same plan under today's model, so a change of the model alone
             # (the same plan predicted slower or faster) marks nothing and hides no better plan
             gain = 1 - t_new / t_old

@@ -57,6 +57,33 @@ def test_schedule_and_simulate(gpt2xl):
     assert rec["search"]["candidates"] == 1 and g.config.bwd_packs[0] == (0, 13)
 
 
+def test_the_schedule_records_the_receive_mode_its_search_chose_and_simulate_uses_it(gpt2xl):
+    """On a CUDA calibration (a slowdown beside NCCL per receive mode) a vPP search on two GPUs picks each
+    plan's receive mode; the schedule's prediction, its search summary and the candidates CSV name it, and
+    `harmony simulate` of the schedule predicts the same time. `--p2p-receive lazy` fixes it."""
+    d = gpt2xl
+    write_json(d / "cuda.json", {**synthetic_calibration("paper"), "device": "cuda:0"})
+    base = ["schedule", str(d / "profile.json"), "-D", "16", "-N", "2", "--gpu-memory", "9e9",
+            "--calibration", str(d / "cuda.json")]
+    assert main(base + ["-o", str(d / "s.json"), "--candidates", str(d / "c.csv")]) == 0
+    rec, _ = load_schedule(d / "s.json")
+    chosen = rec["prediction"]["p2p_receive"]
+    assert chosen in ("lazy", "eager") and rec["search"]["chosen"]["p2p_receive"] == chosen
+    rows = list(csv.DictReader(open(d / "c.csv")))
+    assert {r["p2p_receive"] for r in rows} <= {"lazy", "eager"}
+    fastest = min((r for r in rows if r["feasible"] == "True"), key=lambda r: float(r["iter_time_s"]))
+    assert fastest["p2p_receive"] == chosen
+    assert main(["simulate", str(d / "s.json"), "--profile", str(d / "profile.json"), "--calibration",
+                 str(d / "cuda.json"), "-o", str(d / "p.json")]) == 0
+    p = json.load(open(d / "p.json"))["prediction"]
+    assert p["p2p_receive"] == chosen and p["iter_time_s"] == pytest.approx(rec["prediction"]["iter_time_s"])
+    for fixed in ("lazy", "eager"):
+        assert main(base + ["--p2p-receive", fixed, "-o", str(d / f"{fixed}.json")]) == 0
+        fixed_rec, _ = load_schedule(d / f"{fixed}.json")
+        assert fixed_rec["prediction"]["p2p_receive"] == fixed
+        assert fixed_rec["prediction"]["iter_time_s"] >= rec["prediction"]["iter_time_s"] * (1 - 1e-9)
+
+
 def test_schedule_errors(gpt2xl, capsys):
     d = gpt2xl
     assert main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--gpu-memory", "100MiB",

@@ -1,6 +1,7 @@
 """`harmony simulate schedule.json --profile profile.json`: predicted iteration time, bytes per kind,
 peak memory per GPU and a trace, for any schedule.json (Harmony's or a swap baseline's), under the memory
-the search planned with (harmony.schedule.io.planned_cap)."""
+the search planned with (harmony.schedule.io.planned_cap) and the receive mode it chose
+(harmony.schedule.io.planned_receive_mode)."""
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def main(args) -> int:
     from harmony.jsonio import write_json
     from harmony.profile_data import Profile
     from harmony.schedule.cli import load_calibration, model_sizes, prediction_record
-    from harmony.schedule.io import load_schedule, planned_cap
+    from harmony.schedule.io import load_schedule, planned_cap, planned_receive_mode
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
     from harmony.schedule.trace import save_trace
@@ -37,7 +38,8 @@ def main(args) -> int:
     cal, _ = load_calibration(args.calibration, ppath)
     opt = (rec["model"].get("optimizer") or {}).get("kind", "adamw")
     params = SimParams.from_calibration(cal, host_link=args.host_link, optimizer=opt,
-                                        iterations=max(1, args.iterations), mb_pipeline=not args.no_mb_pipeline)
+                                        iterations=max(1, args.iterations), mb_pipeline=not args.no_mb_pipeline,
+                                        p2p_receive=planned_receive_mode(rec))
     costs = LayerCosts(prof, sizes=model_sizes(rec["model"]))
     sim = simulate(graph, costs, params, planned_cap(rec), record=bool(args.trace))
     pred = prediction_record(graph, costs, params, cal, sim, rec["model"], rec.get("precision", "fp32"))

@@ -22,7 +22,7 @@ from harmony.schedule.host_memory import HostBytes, HostMemoryModel
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.packing import (PACKERS_BWD, PACKERS_FWD, PackContext, PackingError, bwd_packings,
                                       check_single_layers, fwd_packings, objective, uniform_packs)
-from harmony.schedule.simulate import SimParams, SimResult, simulate
+from harmony.schedule.simulate import SimParams, SimResult, simulate, simulate_receive_modes
 from harmony.schedule.tasks import (DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleConfig, ScheduleError,
                                     build_task_graph)
 
@@ -108,17 +108,6 @@ def receive_modes(cfg: ScheduleConfig, params: SimParams, receive: str | None = 
     return (DEFAULT_RECEIVE_MODE,) + tuple(m for m in RECEIVE_MODES if m != DEFAULT_RECEIVE_MODE)
 
 
-def simulate_receive_modes(g, costs: LayerCosts, params: SimParams, cap: float | None,
-                           modes: tuple[str, ...]) -> tuple[str, SimResult]:
-    """The fastest feasible of `modes` for graph g (the first on a tie) and its simulation."""
-    best: tuple[str, SimResult] | None = None
-    for m in modes:
-        sim = simulate(g, costs, replace(params, p2p_receive=m), cap)
-        if best is None or (sim.feasible, -sim.iter_time_s) > (best[1].feasible, -best[1].iter_time_s):
-            best = (m, sim)
-    return best
-
-
 # fractions of the cap that the packers also pack under (the candidates are simulated against the cap itself)
 TIGHTER_PACK_BUDGETS = (0.9, 0.8, 0.7, 0.6, 0.5)
 # whose bottom pack is split (bottom_splits): the fastest SPLIT_LEADERS of all and of the first packing pass,
@@ -169,7 +158,9 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         nonlocal best
         pass_of[len(cands)] = group
         g = build_task_graph(cfg, L)
-        p2p, sim = simulate_receive_modes(g, costs, params, cap, receive_modes(cfg, params, receive))
+        # a candidate that cannot beat the best so far in any mode is simulated in the first only
+        p2p, sim = simulate_receive_modes(g, costs, params, cap, receive_modes(cfg, params, receive),
+                                          beat=best.iter_time_s if best is not None else None)
         hb = host_model.need(g) if host_model is not None else None
         fits = host_memory is None or hb.total <= host_memory
         c = Candidate(len(cands), cfg, bname, fname, objective_s, sim.iter_time_s, sim.feasible,

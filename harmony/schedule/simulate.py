@@ -312,18 +312,54 @@ def task_spans(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | 
     return {t.id: (c_start[t.id] - origin, c_end[t.id] - origin) for t in g.tasks if t.kind != "UPD"}
 
 
+def simulate_receive_modes(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None,
+                           modes: tuple[str, ...], beat: float | None = None) -> tuple[str, SimResult]:
+    """The fastest feasible of the receive `modes` for graph g (the first on a tie) and its simulation. The
+    modes differ only in which compute runs beside NCCL, so they share the task costs and the first pass,
+    the one timed as profiled (a second mode takes two more passes, not three). beat: a time to beat (the
+    search's best so far); when even the first pass, with no compute slowed, is no faster, no mode after
+    the first can be, and they are not simulated."""
+    runs = _simulate_modes(g, costs, params, cap, False, modes, beat)
+    best = None
+    for m in modes:         # strict: the first mode wins a tie
+        if m not in runs:
+            continue
+        sim = runs[m][0]
+        if best is None or (sim.feasible, -sim.iter_time_s) > (best[1].feasible, -best[1].iter_time_s):
+            best = (m, sim)
+    return best
+
+
 def _simulate(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None,
               record: bool) -> tuple[SimResult, tuple[list[float], ...]]:
+    return _simulate_modes(g, costs, params, cap, record, (params.p2p_receive,))[params.p2p_receive]
+
+
+def _simulate_modes(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None, record: bool,
+                    modes: tuple[str, ...], beat: float | None = None) -> dict[str, tuple[SimResult, tuple]]:
+    """Per receive mode, the simulation of g and its last iteration's task times (`_run`); the modes after
+    the first only while the unslowed first pass is faster than `beat` (simulate_receive_modes)."""
     sizes = costs.layer_sizes()
-    infos = _prepare(g, costs, sizes, params)
+    infos = _prepare(g, costs, sizes, params)       # the receive mode does not enter the task costs
     order = _sim_order(g)
-    scale = None
-    if params.nccl_slowdown() != 1.0 and any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD"):
-        for _ in range(BESIDE_NCCL_PASSES):
-            _, times = _run(g, infos, order, sizes, params, cap, False, scale)
-            scale = _beside_nccl_scale(infos, *times, params.nccl_slowdown(), g.config.gpus,
-                                       params.p2p_receive)
-    return _run(g, infos, order, sizes, params, cap, record, scale)
+    crosses = any(x.p2p_act or x.p2p_grad for x in infos if x.kind != "UPD")
+    unscaled = None                                  # the first pass: no slowdown, the same for every mode
+    out = {}
+    for mode in modes:
+        if out and beat is not None and unscaled is not None and unscaled[0].iter_time_s >= beat:
+            break
+        p = params if mode == params.p2p_receive else replace(params, p2p_receive=mode)
+        scale = None
+        if p.nccl_slowdown() != 1.0 and crosses:
+            for k in range(BESIDE_NCCL_PASSES):
+                if k == 0:
+                    unscaled = unscaled or _run(g, infos, order, sizes, p, cap, False, None)
+                    times = unscaled[1]
+                else:
+                    times = _run(g, infos, order, sizes, p, cap, False, scale)[1]
+                scale = _beside_nccl_scale(infos, *times, p.nccl_slowdown(), g.config.gpus, mode)
+        out[mode] = _run(g, infos, order, sizes, p, cap, record, scale)
+    return out
 
 
 def _beside_nccl_scale(infos: list[_Info], c_start: list[float], c_first: list[float], c_end: list[float],

@@ -319,12 +319,9 @@ def simulate_receive_modes(g: TaskGraph, costs: LayerCosts, params: SimParams, c
     the one timed as profiled (a second mode takes two more passes, not three). beat: a time to beat (the
     search's best so far); when even the first pass, with no compute slowed, is no faster, no mode after
     the first can be, and they are not simulated."""
-    runs = _simulate_modes(g, costs, params, cap, False, modes, beat)
     best = None
-    for m in modes:         # strict: the first mode wins a tie
-        if m not in runs:
-            continue
-        sim = runs[m][0]
+    for m, (sim, _) in _simulate_modes(g, costs, params, cap, False, modes, beat).items():
+        # in the order of `modes`, strictly faster to replace: the first mode wins a tie
         if best is None or (sim.feasible, -sim.iter_time_s) > (best[1].feasible, -best[1].iter_time_s):
             best = (m, sim)
     return best

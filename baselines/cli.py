@@ -220,8 +220,8 @@ def main(args) -> int:
     def no_lower(i: int) -> str | None:
         """Why no candidate below i is tried, if none is (the skipped ones are listed as not tried): i ran
         slower per iteration than --max-iter-s (a smaller u moves the weights more often per sample), or
-        was infeasible for a reason a smaller u does not change (the host arena holds every sample's stash
-        whatever u is)."""
+        was infeasible for host memory in a system whose host arena holds every sample's stash whatever u is
+        (the module's HOST_ARENA_GROWS_WITH_UBATCH is False: swap-pp; swap-dp's stash is one microbatch's)."""
         if i not in done:
             return None
         s, rec = done[i]
@@ -229,13 +229,14 @@ def main(args) -> int:
             return "a larger u ran slower than --max-iter-s"
         if rec["status"] == "over-time":   # a smaller u moves the weights more often: slower still
             return "a larger u could not time an iteration in a whole device call"
-        if rec["status"] == "infeasible" and (
+        if rec["status"] == "infeasible" and not arena_grows_with_u and (
                 rec.get("infeasible_reason") == "host-memory"
                 # records from before the field (H100 swap-pp resnet1026 D=1024) say so in the message
                 or (rec.get("message") or "").startswith("host memory too small")):
             return "a larger u was infeasible for host memory, which a smaller u does not need less of"
         return None
 
+    arena_grows_with_u = getattr(importlib.import_module(MODULES[args.name]), "HOST_ARENA_GROWS_WITH_UBATCH", False)
     start = start_index([s.ubatch for s in settings], getattr(args, "ubatch_start", None))
     try:
         if getattr(args, "ubatch_search", "climb") == "all":

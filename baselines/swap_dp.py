@@ -24,6 +24,12 @@ from harmony.schedule.tasks import _spec_bytes, Range, ScheduleConfig, ScheduleE
 
 PACKINGS = ("layer", "fit")
 
+# Microbatch by microbatch, each rank's stashes of one microbatch share a region with the next one's
+# (harmony.schedule.host_memory.plan_stash), so the host arena's X grows with u: a u whose arena does not fit
+# the host says nothing of a smaller u (vgg416 D = 256 at N = 2: X 127.7 GB at u = 32, 255.3 GB at u = 64).
+# The microbatch search reads this (baselines/cli.py `no_lower`).
+HOST_ARENA_GROWS_WITH_UBATCH = True
+
 
 # ------------------------------------------------------------------------------------------------
 # Memory: the scheduler's pack rule with a profile (harmony.schedule.memory), else a lower bound

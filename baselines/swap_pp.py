@@ -26,6 +26,11 @@ from baselines.common import Infeasible, Settings, load_model, status_only
 from baselines.swap_dp import TaskMemory, _finish, _load_aux, fit_packs, single_layer_packs
 from harmony.schedule.tasks import Range, ScheduleConfig
 
+# GPipe order (every forward of an iteration before its backwards): every sample's stash is in host memory at
+# once whatever u is, so a u whose arena does not fit the host rules out every smaller u too (the microbatch
+# search, baselines/cli.py `no_lower`).
+HOST_ARENA_GROWS_WITH_UBATCH = False
+
 
 def layer_weights(model_json: dict, profile: dict | None, u: int) -> list[float]:
     """Per-vLayer cost used to balance stages: profiled fwd+bwd time at u, else forward FLOPs, else bytes."""

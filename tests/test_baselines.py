@@ -707,6 +707,34 @@ def test_climb_stops_at_a_host_memory_infeasible_candidate(tmp_path, monkeypatch
     assert "host memory" in search[0]["message"]
 
 
+def test_swap_dps_climb_goes_on_below_a_host_memory_infeasible_candidate(tmp_path, monkeypatch):
+    """swap-dp stashes one microbatch per rank, so its host arena shrinks with u (vgg416 D = 256 at N = 2:
+    X 127.7 GB at u = 32, 255.3 GB at u = 64): a u too large for host memory says nothing of a smaller one,
+    and the search tries it. (swap-pp, whose arena holds every sample's stash, stops: the test above.)"""
+    import baselines.cli as bcli
+    from harmony.metrics import IterationRecord
+    ran = []
+
+    def fake_run_one(s):
+        ran.append(s.ubatch)
+        w = RunWriter(s, "mlp-tiny")
+        if s.ubatch >= 4:
+            return w.summary("infeasible", "host memory too small: the run needs 9 bytes",
+                             infeasible_reason="host-memory")
+        for i in range(2):        # a smaller u moves the weights more often: slower
+            w.iteration(IterationRecord(iteration=i, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0))
+        return w.summary("ok", warmup=1)
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    out = tmp_path / "r.jsonl"
+    assert harmony_main(["baseline", "swap-dp", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--iters", "2", "-o", str(out)]) == 0
+    assert 4 in ran and 2 in ran
+    summary = read_jsonl(out)[-1]
+    search = {x["ubatch"]: x["status"] for x in summary["ubatch_search"]}
+    assert summary["status"] == "ok" and summary["samples_per_s"] == 8.0         # u = 2's record
+    assert search[4] == "infeasible" and search[2] == search[1] == "ok"
+
+
 def test_climb_stops_at_an_over_time_candidate_and_the_point_is_over_time(tmp_path, monkeypatch):
     """An over-time candidate (it had a whole call and timed no iteration) ends the climb down, since a
     smaller u moves the weights more often and runs slower still (zero-offload resnet1026 D=1024 u=16,

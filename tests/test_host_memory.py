@@ -14,7 +14,7 @@ from baselines.common import load_model
 from harmony.cli import main
 from harmony.jsonio import write_json
 from harmony.runtime.host_store import ALIGN, layer_slots, plan_layout
-from harmony.schedule.host_memory import arena_bytes, state_tensors_per_param
+from harmony.schedule.host_memory import arena_budget, arena_bytes, process_reserve_bytes, state_tensors_per_param
 from harmony.schedule.io import load_schedule
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.search import search
@@ -251,13 +251,20 @@ def test_cli_budget_defaults_to_the_profiled_host(mlp_dir, capsys):
     assert hm["budget_bytes"] is None and hm["source"] == "none recorded"
     assert any("host memory not checked" in w for w in rec["search"]["warnings"])
     assert rec["prediction"]["host_arena_bytes"]["total"] == h0 == hm["chosen_bytes"]
-    # the profile records its host: that is the budget
-    prof = dict(mlp_setup()[1], host_memory_bytes=10 * budget, host_memory_available_bytes=budget)
+    # the profile records its host: that, less what the runtime holds back beside the arena for the run's
+    # processes (the launcher and one worker: 2 GiB each and their page tables for the arena), is the budget
+    reserve = process_reserve_bytes(1, budget)
+    assert reserve == 2 * 2 * 2**30 + int(2 * budget * 8 / 4096)
+    recorded = budget + reserve
+    prof = dict(mlp_setup()[1], host_memory_bytes=10 * recorded, host_memory_available_bytes=recorded)
     write_json(d / "host.profile.json", prof)
     assert schedule(d, "--model", str(d / "model.json"), profile="host.profile.json", out="h.json") == 0
     rec, _ = load_schedule(d / "h.json")
     hm = rec["search"]["host_memory"]
-    assert hm["budget_bytes"] == budget and hm["source"] == "profile:host_memory_available_bytes"
+    assert hm["source"] == "profile:host_memory_available_bytes"
+    assert hm["budget_bytes"] == arena_budget(recorded, 1) and budget - 1 <= hm["budget_bytes"] <= budget  # rounding
+    assert hm["budget_bytes"] + hm["reserve_bytes"] <= recorded
+    budget = hm["budget_bytes"]
     assert rec["prediction"]["host_arena_bytes"]["total"] == hm["chosen_bytes"] <= budget
     assert rec["search"]["chosen"]["host_bytes"] == hm["chosen_bytes"]
     assert hm["candidates_over_budget"] > 0 and hm["fastest_gpu_feasible"]["host_bytes"] == h0
@@ -278,6 +285,7 @@ def test_cli_budget_defaults_to_the_profiled_host(mlp_dir, capsys):
                     out="x.json") == 0
     hm = load_schedule(d / "x.json")[0]["search"]["host_memory"]
     assert hm["budget_bytes"] == 10 * h0 and hm["source"] == "--host-memory" and hm["chosen_bytes"] == h0
+    assert hm["reserve_bytes"] == 0          # --host-memory is the arena's own budget
     # a profiled host too small for every candidate: refused, naming host memory
     write_json(d / "small.profile.json", dict(mlp_setup()[1], host_memory_available_bytes=1000))
     capsys.readouterr()
@@ -293,14 +301,19 @@ def test_cli_budget_falls_back_to_a_measured_calibration(mlp_dir):
     cal = dict(mlp_setup()[2])
     del cal["analytic"]
     h0 = run_search().best.host_bytes
-    write_json(d / "measured.json", dict(cal, host_memory_bytes=h0 - 1))
+    recorded = h0 - 1 + process_reserve_bytes(1, h0)     # the runtime's hold-back beside an arena of h0
+    write_json(d / "measured.json", dict(cal, host_memory_bytes=recorded))
     assert schedule(d, "--calibration", str(d / "measured.json")) == 0
     hm = load_schedule(d / "s.json")[0]["search"]["host_memory"]
-    assert hm["budget_bytes"] == h0 - 1 and hm["source"] == "calibration:host_memory_bytes"
+    assert hm["budget_bytes"] == arena_budget(recorded, 1) < h0 and hm["source"] == "calibration:host_memory_bytes"
     assert hm["chosen_bytes"] < h0
     assert host_memory_budget(None, {"host_memory_bytes": 7}, {"host_memory_bytes": 9}) == \
         (7, "profile:host_memory_bytes")
     assert host_memory_budget(None, {}, {"host_memory_bytes": 9, "analytic": True}) == (None, "none recorded")
+    g = 2**30     # two processes at N = 1: 2 GiB each, and 2 x 8 bytes of page table per 4 KiB of arena
+    assert host_memory_budget(None, {"host_memory_bytes": 4 * g + 257 * 2**20}, {}, gpus=1) == \
+        (256 * 2**20, "profile:host_memory_bytes")
+    assert host_memory_budget("2GiB", {}, {}, gpus=1) == (2 * g, "--host-memory")     # the arena's own budget
     assert host_memory_budget("2GiB", {"host_memory_bytes": 7}, {}) == (2 * 2**30, "--host-memory")
     assert host_memory_budget("off", {"host_memory_bytes": 7}, {}) == (None, "--host-memory none")
     with pytest.raises(ValueError, match="--host-memory"):

@@ -68,6 +68,36 @@ def test_host_memory_too_small_is_refused_up_front(monkeypatch, tmp_path):
     assert read_jsonl(out)[-1]["status"] == "infeasible"
 
 
+def test_the_host_check_holds_back_memory_for_the_runs_processes(monkeypatch, tmp_path):
+    """An arena that fits host memory alone but not beside the run's processes is refused up front: swap-dp
+    vgg416 D = 256 u = 64 on 2x H200 took 244 GiB of 249 available and the kernel killed a worker after a
+    minute of set-up (docs/performance.md entry 60). The reserve is 2 GiB for each worker and the launcher."""
+    from harmony.runtime.host_store import plan_layout
+    from harmony.schedule.host_memory import process_reserve_bytes
+    spec, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    arena = plan_layout(spec.build("meta"), g, rec["model"], spec.optimizer.state_tensors_per_param()).total_bytes
+    reserve = process_reserve_bytes(2, arena)      # 2 GiB and the arena's page tables for each of 3 processes
+    assert reserve == 3 * 2 * 2**30 + int(3 * arena * 8 / 4096)
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(arena + reserve - 1))
+    s = run_schedule(rec, g, iters=1, output=str(tmp_path / "over.jsonl"))
+    assert s["status"] == "infeasible" and s["infeasible_reason"] == "host-memory"
+    assert "worker reserve 6.00 GiB" in s["message"]
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(arena + reserve))
+    assert run_schedule(rec, g, iters=1, output=str(tmp_path / "fits.jsonl"))["status"] == "ok"
+
+
+def test_a_worker_killed_by_sigkill_is_named_as_the_likely_host_oom(tmp_path):
+    """A worker that dies of SIGKILL (exit -9) without a report: the record says what most likely sent it
+    (the kernel's OOM killer) with the arena's size beside what was available, instead of the bare code."""
+    _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1")
+    fwd = next(t for t in g.tasks if t.kind == "FWD" and t.rank == 0)
+    s = run_schedule(rec, g, iters=2, output=str(tmp_path / "run.jsonl"), timeout_s=20,
+                     fault={"kind": "crash", "rank": 0, "task": fwd.id, "iteration": 0, "signal": int(signal.SIGKILL)})
+    assert s["status"] == "error" and "worker 0 exited with code -9" in s["message"]
+    assert "out-of-memory killer" in s["message"] and "host arena took" in s["message"]
+    assert _no_children_left()
+
+
 def test_oom_in_a_task_names_it_and_ends_every_worker(tmp_path):
     _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
     bwd = next(t for t in g.tasks if t.kind == "BWD" and t.rank == 1)

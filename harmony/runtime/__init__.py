@@ -16,6 +16,7 @@ import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
+from harmony.units import format_bytes
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
 
@@ -100,7 +101,7 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE):
-        from harmony.runtime.host_store import HostArena, plan_layout, check_fits
+        from harmony.runtime.host_store import HostArena, plan_layout, check_fits, process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
 
         from harmony.metrics import PhaseClock
@@ -109,7 +110,7 @@ class Prepared:
         spec, self.meta_layers = validate_against_model(record, graph, device)
         self.graph, self.device = graph, device
         self.layout = plan_layout(self.meta_layers, graph, record["model"], spec.optimizer.state_tensors_per_param())
-        check_fits(self.layout)
+        check_fits(self.layout, process_reserve_bytes(graph.config.gpus, self.layout.total_bytes))  # + the processes
         clock.lap("validate_layout")
         self.arena = HostArena.create(self.layout)
         clock.lap("arena_create")
@@ -291,7 +292,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     schedule's search chose (`planned_receive_mode`; entry 59)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
-    from harmony.runtime.host_store import HostMemoryError
+    from harmony.runtime.host_store import HostMemoryError, process_reserve_bytes
     from harmony.runtime.launch import prepare_worker_environment
     from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
@@ -343,10 +344,13 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             if trace_skipped is not None:
                 warmup -= 1            # the workers timed the iteration they did not trace (worker.run)
         except HostMemoryError as e:
-            # the arena holds every sample's stash whatever u is: a smaller microbatch cannot fix this
+            # whether a smaller u needs less depends on the schedule (a stash per microbatch or per sample:
+            # harmony.schedule.host_memory.plan_stash); the baselines' climb reads it from the system
             status, message, infeasible_reason = "infeasible", str(e), "host-memory"
             if writer is None:
                 raise
+        if status == "error" and _sigkilled(failure) and layout is not None:
+            message += sigkill_hint(layout.total_bytes, process_reserve_bytes(cfg.gpus, layout.total_bytes))
         predicted_bytes = count_bytes(graph, layer_sizes_from_model(record["model"]))
         cut = _cut_short(records, iters, max_iter_s) if status == "ok" else None
         summary = make_summary(
@@ -381,6 +385,23 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     finally:
         if writer is not None:
             writer.close()
+
+
+def _sigkilled(failure: dict | None) -> bool:
+    """A worker died of SIGKILL: the one that exited without a report (the launcher's `exitcode`) or one
+    named by a survivor's error report (`crashed`, harmony/runtime/launch.py)."""
+    f = failure or {}
+    return f.get("exitcode") == -9 or any(c.endswith("exited with code -9") for c in f.get("crashed", []))
+
+
+def sigkill_hint(arena_bytes: int, reserve_bytes: int) -> str:
+    """What a worker's SIGKILL (exit -9) most likely was, with the numbers to judge it: nothing in a run sends
+    that signal, and on Linux the kernel's out-of-memory killer does when host memory runs out (swap-dp vgg416
+    D = 256 u = 64 on 2x H200: a 244 GiB arena on a host with 249 GiB available, x2-grid20)."""
+    from harmony.runtime.host_store import host_available_bytes
+    return (f" (SIGKILL: most likely the kernel's out-of-memory killer; the host arena took "
+            f"{format_bytes(arena_bytes)} and the run's processes about {format_bytes(reserve_bytes)} more, with "
+            f"{format_bytes(host_available_bytes())} available now; `dmesg` on the host names the victim)")
 
 
 def _cut_short(records: list, iters: int, max_iter_s: float | None) -> str | None:

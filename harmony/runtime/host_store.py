@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from harmony.schedule.host_memory import ALIGN, Entry, aligned, flag_shapes, plan_stash
+from harmony.schedule.host_memory import ALIGN, Entry, aligned, flag_shapes, plan_stash, process_reserve_bytes
 from harmony.units import format_bytes
 
 __all__ = ["ALIGN", "Entry", "ArenaLayout", "HostArena", "HostMemoryError", "check_fits", "host_available_bytes",
-           "layer_slots", "plan_layout"]
+           "layer_slots", "plan_layout", "process_reserve_bytes"]
 
 
 class HostMemoryError(RuntimeError):
@@ -139,7 +139,8 @@ def host_available_bytes() -> int:
 
 
 def check_fits(layout: ArenaLayout, reserve_bytes: int = 0) -> None:
-    """Refuse, with the numbers, when the arena (+ a reserve for the workers) does not fit host memory."""
+    """Refuse, with the numbers, when the arena (+ a reserve for the processes beside it, `process_reserve_bytes`)
+    does not fit host memory."""
     need = layout.total_bytes + reserve_bytes
     avail = host_available_bytes()
     if need > avail:

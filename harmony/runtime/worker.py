@@ -530,6 +530,8 @@ class Worker:
             raise torch.OutOfMemoryError(f"injected out-of-memory in task {t.id}")
         if f["kind"] == "crash":
             time.sleep(float(f.get("delay_s", 0.0)))
+            if f.get("signal"):          # killed from outside, as the kernel's OOM killer does (SIGKILL)
+                os.kill(os.getpid(), int(f["signal"]))
             os._exit(17)
         if f["kind"] == "hang":      # a stall: only the launcher's progress watchdog ends it
             while True:

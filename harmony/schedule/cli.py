@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harmony.jsonio import read_json
 from harmony.profile_data import Calibration, Profile
+from harmony.schedule.host_memory import arena_budget, process_reserve_bytes
 from harmony.schedule.tasks import RECEIVE_MODES
 from harmony.units import format_bytes, parse_bytes
 
@@ -49,7 +50,9 @@ def add_arguments(p):
                    help="host memory the run's arena may take (weights, gradients, optimizer state and every stashed "
                         "activation), e.g. 120GiB; candidates needing more are infeasible. Default: the host memory "
                         "the profile recorded for the machine it was taken on (available, else total), else the "
-                        "calibration's total; 'none' turns the check off")
+                        "calibration's total, less what the runtime holds back for each of the run's processes (N "
+                        "workers and the launcher: 2 GiB and its page tables for the arena); 'none' turns the "
+                        "check off")
     p.add_argument("--calibration", default=None, help="calibration.json (or analytic:paper, analytic:h100)")
     p.add_argument("--model", default=None, help="model.json (default: found next to the profile)")
     p.add_argument("--host-link", choices=["shared", "per-gpu"], default=None,
@@ -136,15 +139,12 @@ def planning_limit_without_cap(profile_raw: dict) -> int | None:
     return (profile_raw.get("memory_cap") or {}).get("device_total_bytes")
 
 
-# The runtime's host check (harmony/runtime/host_store.py check_fits) reserves nothing beyond the arena for
-# the worker processes, so the search does not either: the budget is the recorded memory as it stands.
-RUNTIME_HOST_RESERVE_BYTES = 0
-
-
-def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict) -> tuple[int | None, str]:
-    """(bytes the host arena may take or None = unchecked, where that came from). --host-memory wins; else the
-    profile's record of its host (available memory when profiled, else total), else a measured calibration's
-    total; less the runtime's worker reserve."""
+def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict, gpus: int | None = None) -> tuple[int | None, str]:
+    """(bytes the host arena may take or None = unchecked, where that came from). --host-memory wins (the
+    arena's own budget, as given); else the profile's record of its host (available memory when profiled, else
+    total), else a measured calibration's total, less what the runtime's host check (harmony/runtime/
+    host_store.py check_fits) holds back beside the arena for an N-GPU run's processes when `gpus` is given
+    (harmony.schedule.host_memory.arena_budget), so a plan the search admits is one the run admits."""
     if arg is not None:
         if str(arg).strip().lower() in ("none", "off", ""):
             return None, "--host-memory none"
@@ -160,7 +160,8 @@ def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict) -> tuple[i
             continue
         for key in ("host_memory_available_bytes", "host_memory_bytes"):
             if rec.get(key):
-                return int(rec[key]) - RUNTIME_HOST_RESERVE_BYTES, f"{name}:{key}"
+                n = int(rec[key])
+                return (n if gpus is None else arena_budget(n, gpus)), f"{name}:{key}"
     return None, "none recorded"
 
 
@@ -201,7 +202,9 @@ def main(args) -> int:
     if threads_note:
         print(f"warning: {threads_note}", file=sys.stderr)
     warnings = [threads_note] if threads_note else []
-    host_budget, host_src = host_memory_budget(args.host_memory, prof.raw, cal)
+    host_budget, host_src = host_memory_budget(args.host_memory, prof.raw, cal, gpus=args.gpus)
+    reserve = (process_reserve_bytes(args.gpus, host_budget)      # what the runtime holds back beside it
+               if host_budget is not None and args.host_memory is None else 0)
     if host_budget is None and host_src == "none recorded":
         warnings.append("host memory not checked: neither the profile nor the calibration records the host's "
                         "memory; pass --host-memory SIZE to check the host arena (weights, gradients, optimizer "
@@ -229,7 +232,7 @@ def main(args) -> int:
     srch = res.summary()
     fastest = min((c for c in res.candidates if c.gpu_feasible), key=lambda c: c.iter_time_s)
     srch["host_memory"] = {
-        "budget_bytes": host_budget, "source": host_src, "reserve_bytes": RUNTIME_HOST_RESERVE_BYTES,
+        "budget_bytes": host_budget, "source": host_src, "reserve_bytes": reserve,
         "chosen_bytes": host.total, "candidates_over_budget": sum(not c.host_fits for c in res.candidates),
         "fastest_gpu_feasible": {"index": fastest.index, "iter_time_s": fastest.iter_time_s,
                                  "host_bytes": fastest.host_bytes}}
@@ -251,7 +254,7 @@ def main(args) -> int:
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "
           f"host arena {format_bytes(host.total)} (budget "
-          f"{format_bytes(host_budget) if host_budget else 'unchecked'}, {host_src})", file=sys.stderr)
+          f"{format_bytes(host_budget) if host_budget is not None else 'unchecked'}, {host_src})", file=sys.stderr)
     if fastest is not res.best:
         print(f"host memory: the fastest schedule that fits the GPU (candidate {fastest.index}, "
               f"{fastest.iter_time_s:.4f} s/iteration) needs a {format_bytes(fastest.host_bytes)} host arena, over "

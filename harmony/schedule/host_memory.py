@@ -50,6 +50,31 @@ class Entry:
         return n * itemsize(self.dtype)
 
 
+# Host memory each process of a run takes beside the arena: the launcher and every worker (torch, the CUDA
+# context, the model's layers, the data). Measured on 52 runs of 2x H200 (results/paper/2xH200, host PSS less
+# the arena; launcher + two workers): 2.64-16.5 GiB, median 3.6 GiB, so about 1.2 GiB per process, up to 5.5.
+# PSS leaves out each process's page tables for the arena it maps whole (the launcher prefaults it, the
+# workers pin it): one 8-byte entry per 4 KiB page, 0.5 GiB per process for a 244 GiB arena. Without either
+# the runtime admitted swap-dp vgg416 D = 256 u = 64 (arena 244 GiB of the host's 249 available) and the kernel
+# killed worker 0 (exit -9) after a minute of set-up (x2-grid20, docs/performance.md entry 60).
+HOST_RESERVE_PER_PROCESS_BYTES = 2 * 2**30
+PAGE_TABLE_BYTES_PER_BYTE = 8 / 4096
+
+
+def process_reserve_bytes(gpus: int, arena_bytes: int = 0) -> int:
+    """Host memory held back beside an arena of `arena_bytes` for the processes of an N-GPU run (N workers
+    and the launcher): what `check_fits` (the runtime) adds to the arena, and `arena_budget` takes off."""
+    n = gpus + 1
+    return n * HOST_RESERVE_PER_PROCESS_BYTES + int(n * arena_bytes * PAGE_TABLE_BYTES_PER_BYTE)
+
+
+def arena_budget(host_bytes: int, gpus: int) -> int:
+    """The largest arena an N-GPU run can have in `host_bytes` of host memory, its processes' reserve
+    (`process_reserve_bytes`) included: `harmony schedule`'s host budget."""
+    n = gpus + 1
+    return max(0, int((host_bytes - n * HOST_RESERVE_PER_PROCESS_BYTES) / (1 + n * PAGE_TABLE_BYTES_PER_BYTE)))
+
+
 def flag_shapes(graph) -> tuple[tuple[int], tuple[int]]:
     """Shapes of the arena's two int64 flag arrays: upd_done (one per backward pack), stash_done (per task)."""
     return (len(graph.config.bwd_packs),), (len(graph.tasks),)

@@ -974,6 +974,9 @@ def test_resimulate_issue_ratio_is_the_runs_net_issue_over_the_profiles_on_host_
     host_bound = SimpleNamespace(issue_s=[2.0, 1.0], compute_s=[2.1, 1.5])
     assert mod.issue_ratio(read_run(str(run))[1], host_bound) == "1.20"        # median of 2.0, 2.4, 2.6 over 2.0
     assert mod.issue_ratio(read_run(str(run))[1], SimpleNamespace(issue_s=[1.0], compute_s=[2.0])) == "-"   # device-bound
+    near = SimpleNamespace(issue_s=[2.0], compute_s=[2.35])     # 0.85 of compute: bert96 D = 16's 0.84 on 2x H200
+    assert mod.issue_ratio(read_run(str(run))[1], near) == "1.20"
+    assert mod.issue_ratio(read_run(str(run))[1], SimpleNamespace(issue_s=[2.0], compute_s=[2.6])) == "-"  # 0.77
     assert mod.issue_ratio(read_run(str(run))[1], SimpleNamespace(issue_s=[], compute_s=[2.0])) == "-"      # no issue times
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "iteration", "iteration": 1}) + "\n")

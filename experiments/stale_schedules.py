@@ -39,7 +39,7 @@ from pathlib import Path
 
 from harmony.cli import main as harmony_main
 from harmony.schedule.io import planned_receive_mode
-from harmony.schedule.tasks import ScheduleError
+from harmony.schedule.tasks import ScheduleConfig, ScheduleError
 from harmony.workflow import cfg_args
 from resimulate_runs import sim_inputs      # experiments/: this script's folder is on sys.path
 
@@ -47,8 +47,7 @@ from resimulate_runs import sim_inputs      # experiments/: this script's folder
 def receive(rec: dict) -> tuple:
     """The receive mode a run of a vPP schedule across GPUs takes from it (`harmony run`'s default since
     docs/performance.md entry 59); () where nothing is received from another GPU."""
-    c = rec["graph"]["config"]
-    return (planned_receive_mode(rec),) if c["mode"] == "vPP" and c["gpus"] > 1 else ()
+    return (planned_receive_mode(rec),) if ScheduleConfig.from_json(rec["graph"]["config"]).receives_across_gpus else ()
 
 
 def plan(rec: dict) -> tuple:

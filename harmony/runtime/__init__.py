@@ -101,7 +101,8 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE):
-        from harmony.runtime.host_store import HostArena, plan_layout, check_fits, process_reserve_bytes
+        from harmony.runtime.host_store import HostArena, plan_layout, check_fits
+        from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
 
         from harmony.metrics import PhaseClock
@@ -292,7 +293,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     schedule's search chose (`planned_receive_mode`; entry 59)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
-    from harmony.runtime.host_store import HostMemoryError, process_reserve_bytes
+    from harmony.runtime.host_store import HostMemoryError
+    from harmony.schedule.host_memory import process_reserve_bytes
     from harmony.runtime.launch import prepare_worker_environment
     from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
@@ -389,9 +391,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
 
 def _sigkilled(failure: dict | None) -> bool:
     """A worker died of SIGKILL: the one that exited without a report (the launcher's `exitcode`) or one
-    named by a survivor's error report (`crashed`, harmony/runtime/launch.py)."""
+    named by a survivor's error report (`crashed_exitcodes`, harmony/runtime/launch.py)."""
     f = failure or {}
-    return f.get("exitcode") == -9 or any(c.endswith("exited with code -9") for c in f.get("crashed", []))
+    return -9 in (f.get("exitcode"), *f.get("crashed_exitcodes", ()))
 
 
 def sigkill_hint(arena_bytes: int, reserve_bytes: int) -> str:

@@ -89,8 +89,7 @@ def receive_mode_note(record: dict, graph, receive: str | None) -> str | None:
     schedule's prediction assumed: the run is still correct, but its measured/predicted ratio then compares
     two receive orders (docs/performance.md entry 48). None when the run takes the schedule's."""
     assumed = (record.get("prediction") or {}).get("p2p_receive")
-    crosses = graph.config.mode == "vPP" and graph.config.gpus > 1
-    if receive is None or assumed is None or assumed == receive or not crosses:
+    if receive is None or assumed is None or assumed == receive or not graph.config.receives_across_gpus:
         return None
     return (f"harmony run: note: the schedule's prediction assumed {assumed} receives from the other GPUs, this "
             f"run makes {receive} ones (--p2p-receive {assumed} runs what was predicted; docs/performance.md "

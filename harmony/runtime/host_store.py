@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from harmony.schedule.host_memory import ALIGN, Entry, aligned, flag_shapes, plan_stash, process_reserve_bytes
+from harmony.schedule.host_memory import ALIGN, Entry, aligned, flag_shapes, plan_stash
 from harmony.units import format_bytes
 
 __all__ = ["ALIGN", "Entry", "ArenaLayout", "HostArena", "HostMemoryError", "check_fits", "host_available_bytes",
-           "layer_slots", "plan_layout", "process_reserve_bytes"]
+           "layer_slots", "plan_layout"]
 
 
 class HostMemoryError(RuntimeError):

@@ -236,11 +236,11 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
                 out.failure = payload
                 # a peer's crash usually shows up first as a communication error on a survivor: name it
                 time.sleep(0.3)
-                dead = [f"worker {r} exited with code {p.exitcode}" for r, p in enumerate(procs)
-                        if r != rank and p.exitcode not in (None, 0, 1)]
-                if dead:
+                codes = {r: p.exitcode for r, p in enumerate(procs) if r != rank and p.exitcode not in (None, 0, 1)}
+                if codes:
+                    dead = [f"worker {r} exited with code {c}" for r, c in codes.items()]
                     out.message = "; ".join(dead) + f" (reported by {out.message})"
-                    out.failure = dict(payload, crashed=dead)
+                    out.failure = dict(payload, crashed=dead, crashed_exitcodes=list(codes.values()))
                 fail_rest(ji)
                 return outs
         return outs

@@ -100,7 +100,7 @@ def receive_modes(cfg: ScheduleConfig, params: SimParams, receive: str | None = 
         if receive not in RECEIVE_MODES:
             raise ValueError(f"receive mode must be one of {', '.join(RECEIVE_MODES)}, got {receive!r}")
         return (receive,)
-    if cfg.mode != "vPP" or cfg.gpus < 2:
+    if not cfg.receives_across_gpus:
         return (DEFAULT_RECEIVE_MODE,)
     factors = {replace(params, p2p_receive=m).nccl_slowdown() for m in RECEIVE_MODES}
     if factors == {1.0}:

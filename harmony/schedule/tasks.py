@@ -73,6 +73,12 @@ class ScheduleConfig:
     def num_layers(self) -> int:
         return self.bwd_packs[-1][1]
 
+    @property
+    def receives_across_gpus(self) -> bool:
+        """Tasks take activations or gradients from another GPU (vPP on N > 1): the plan then has a receive
+        mode (lazy or eager, docs/performance.md entries 48 and 59)."""
+        return self.mode == "vPP" and self.gpus > 1
+
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["bwd_packs"] = [list(p) for p in self.bwd_packs]

@@ -26,13 +26,17 @@ per-task and per-microbatch cost docs/performance.md entry 40 measures on the GP
     python benchmarks/runtime_overhead.py                       # table
     python benchmarks/runtime_overhead.py --profile --packs 8   # + cProfile hot spots
     python benchmarks/runtime_overhead.py --weight-copies per-tensor per-vlayer   # one copy per vLayer, A/B
+    python benchmarks/runtime_overhead.py --model bert-tiny --set n_layer=32 hidden_dropout=0.1 attn_dropout=0.1 \
+        --minibatch 4 --ubatch 2 --packs 8 --seeding device all-backends   # dropout seeding, A/B (entry 61)
     python benchmarks/runtime_overhead.py --device cuda --packs 1 --minibatch 8 --ubatch 2   # GPU host
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
+import json
 import pstats
 import statistics
 import time
@@ -71,6 +75,25 @@ def build(model: str, overrides: dict, D: int, pack: int, ubatch: int | None = N
     cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u, bwd_packs=bwd, fwd_packs=fwd)
     g = build_task_graph(cfg, L)
     return spec, make_schedule_record(mj, g), g, L
+
+
+SEEDINGS = ("device", "all-backends")
+
+
+@contextlib.contextmanager
+def seeding_as(how: str):
+    """'all-backends': the worker seeds dropout with torch.manual_seed, as before docs/performance.md entry
+    61 (every backend's generator; a formatted stack trace per backend not initialised), for an A/B."""
+    import harmony.runtime.worker as worker
+    if how == "device":
+        yield
+        return
+    runtime_seeding = worker.seed_dropout
+    worker.seed_dropout = lambda device, seed: torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        worker.seed_dropout = runtime_seeding
 
 
 PARTS = ("prefetch", "install", "run_fwd", "run_bwd", "release", "run_upd")   # a task's steps (worker.py)
@@ -228,6 +251,9 @@ def main(argv=None) -> None:
                     help="resnet-tiny: channels per stage (narrow: the copies the CPU device makes stay small, "
                          "so the difference is the runtime's Python work, as on a host-bound GPU)")
     ap.add_argument("--image-size", type=int, default=8)
+    ap.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help="model config fields for any model, e.g. --model bert-tiny --set n_layer=32 "
+                         "hidden_dropout=0.1 attn_dropout=0.1 (values read as JSON, else as strings)")
     ap.add_argument("--minibatch", type=int, default=4)
     ap.add_argument("--ubatch", type=int, default=None,
                     help="microbatch size of every task (default: the minibatch, one microbatch); the swap "
@@ -235,6 +261,10 @@ def main(argv=None) -> None:
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
     ap.add_argument("--weight-copies", nargs="+", default=["per-tensor"], choices=WEIGHT_COPIES,
                     help="harmony run --weight-copies: one run per value and packing (default per-tensor)")
+    ap.add_argument("--seeding", nargs="+", default=["device"], choices=SEEDINGS,
+                    help="how the worker seeds a stochastic vLayer's dropout: 'device', the runtime's (the "
+                         "device's generator only); 'all-backends', torch.manual_seed as before entry 61, "
+                         "for an A/B. One run per value and packing")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cuda: the same narrow model on the GPU, where both loops are host-bound, so the "
                          "difference is the runtime's host work with its CUDA calls (docs/performance.md entry 40)")
@@ -251,16 +281,26 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     overrides = {"blocks": (a.blocks,) * 4, "widths": tuple(a.widths),
                                           "stem_width": a.widths[0], "image_size": a.image_size} if a.model.startswith("resnet") else {}
+    for item in a.set:
+        field, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set {item!r}: expected FIELD=VALUE, e.g. n_layer=32")
+        try:
+            overrides[field] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[field] = value
     rows = []
     u = a.ubatch or a.minibatch
     if u < 1 or a.minibatch % u:
         ap.error(f"--ubatch {u} must divide --minibatch {a.minibatch}")
     n_mb = a.minibatch // u
-    for k, (pack, copies) in enumerate((p, c) for p in a.packs for c in a.weight_copies):
+    for k, (pack, copies, seeding) in enumerate((p, c, sd) for p in a.packs for c in a.weight_copies
+                                                for sd in a.seeding):
         spec, record, graph, L = build(a.model, overrides, a.minibatch, pack, a.ubatch)
         parts = [] if a.parts else None
-        rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0, copies,
-                               a.device, parts)
+        with seeding_as(seeding):
+            rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0,
+                                   copies, a.device, parts)
         if parts:
             print(f"pack {pack}, {copies}: host ms per iteration (median of {len(parts)}): " + ", ".join(
                 f"{name} {statistics.median(x[name] for x in parts) * 1e3:.1f}" for name in PARTS)
@@ -268,7 +308,7 @@ def main(argv=None) -> None:
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
-        rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6, d / L / n_mb * 1e6))
+        rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6, d / L / n_mb * 1e6, seeding))
         if prof is not None:
             for key in ("tottime", "cumulative"):
                 s = io.StringIO()
@@ -278,9 +318,10 @@ def main(argv=None) -> None:
     print(f"model {a.model} {overrides}  D={a.minibatch}, {n_mb} microbatch(es) of {u}  N=1 vPP  "
           f"{a.device.upper()}, 1 torch thread  {a.iters} timed iterations after {a.warmup} warm-up, medians")
     print(f"{'pack':>5} {'weight copies':>13} {'vLayers':>8} {'tasks':>6} {'runtime ms':>11} {'plain ms':>9} {'overhead us/vLayer':>19} "
-          f"{'(paired)':>9} {'per microbatch':>15}")
-    for pack, copies, L, nt, r, p, o, od, om in rows:
-        print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f} {om:>15.1f}")
+          f"{'(paired)':>9} {'per microbatch':>15} {'seeding':>12}")
+    for pack, copies, L, nt, r, p, o, od, om, sd in rows:
+        print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f} {om:>15.1f}"
+              f" {sd:>12}")
 
 
 if __name__ == "__main__":

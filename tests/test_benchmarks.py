@@ -62,3 +62,41 @@ def test_runtime_overhead_benchmark_runs_on_the_gpu(capsys):
     assert "CUDA, 1 torch thread" in out, out
     row = out.strip().splitlines()[-1].split()
     assert float(row[4]) > 0 and float(row[5]) > 0, out
+
+
+def test_a_stochastic_vlayer_is_seeded_without_formatting_a_stack_trace(monkeypatch, capsys):
+    """The worker seeds dropout once per stochastic vLayer and microbatch, twice with the recompute.
+    torch.manual_seed formatted a stack trace per call for every backend not initialised (CUDA, XPU and
+    MTIA here; XPU and MTIA on a GPU host): 0.3 ms a call under the worker's stack on the CPU, which made
+    bert-tiny's runtime overhead 1.6 ms per vLayer instead of 0.4 (docs/performance.md entry 61). The
+    in-process worker's iterations of a BERT with dropout must not format one."""
+    import traceback
+
+    import harmony.runtime.worker as worker
+    bench = _load("runtime_overhead")
+    spec, record, graph, _ = bench.build("bert-tiny", {"hidden_dropout": 0.1, "attn_dropout": 0.1}, 4, 2, 2)
+    loop = bench.RuntimeLoop(record, graph, iters=2)
+    try:
+        assert loop.w.stochastic, "bert-tiny with dropout 0.1 has no stochastic vLayer: the test checks nothing"
+        calls = []
+        real = traceback.format_stack
+        monkeypatch.setattr(traceback, "format_stack", lambda *a, **k: calls.append(1) or real(*a, **k))
+        seeded = []
+        monkeypatch.setattr(worker, "seed_dropout", lambda dev, s, _f=worker.seed_dropout: seeded.append(s) or _f(dev, s))
+        loop.step()
+        loop.step()
+    finally:
+        loop.close()
+    assert seeded, "the worker seeded no dropout: the check below would pass vacuously"
+    assert not calls, f"{len(calls)} stack traces formatted in two iterations ({len(seeded)} dropout seeds)"
+
+
+def test_runtime_overhead_sets_any_models_config_fields(capsys):
+    bench = _load("runtime_overhead")
+    bench.main(["--model", "bert-tiny", "--set", "n_layer=3", "hidden_dropout=0.1", "--packs", "2",
+                "--minibatch", "2", "--iters", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert "'n_layer': 3, 'hidden_dropout': 0.1" in out, out
+    with pytest.raises(SystemExit):
+        bench.main(["--model", "bert-tiny", "--set", "n_layer"])
+    assert "expected FIELD=VALUE" in capsys.readouterr().err

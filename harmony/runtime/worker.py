@@ -51,6 +51,20 @@ def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> in
     return int.from_bytes(h, "little") & ((1 << 63) - 1)
 
 
+def seed_dropout(device: torch.device, seed: int) -> None:
+    """Seed the one generator that dropout on `device` draws from (its default generator), so a
+    recompute replays the forward's masks. Not torch.manual_seed: that seeds every backend, and for each
+    one not initialised (XPU and MTIA on a GPU host, CUDA too on the CPU) it queues the call with a
+    formatted stack trace, which reads the source lines of every frame: 0.3 ms per call on the CPU under
+    the worker's stack, and a call per stochastic vLayer and microbatch, twice with the recompute
+    (docs/performance.md entry 61)."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
 def is_stochastic(layer: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in layer.modules())
 
@@ -351,7 +365,7 @@ class Worker:
             return xs
         for layer in range(lo, hi):
             if layer in self.stochastic:
-                torch.manual_seed(dropout_seed(self.job["seed"], it, layer, first_sample))
+                seed_dropout(self.device, dropout_seed(self.job["seed"], it, layer, first_sample))
             xs = self.layers[layer](*xs)
         return xs
 

@@ -142,6 +142,25 @@ def test_gpu_matches_pytorch(results, case):
         assert k == {kind: want[kind] for kind in k}
 
 
+@pytest.mark.parametrize("mode,N", [("vPP", 1), ("vPP", 2), ("vDP", 2)])
+def test_dropout_on_the_gpu_matches_pytorch_seeded_alike(mode, N):
+    """Dropout on CUDA: the workers seed only their GPU's generator (harmony.runtime.worker.seed_dropout,
+    docs/performance.md entry 61), the reference seeds every backend with torch.manual_seed; the masks must
+    be the same, in the forward and in the recompute, on whichever GPU a rank computes (vPP N = 2: the
+    second half of the layers on cuda:1, the reference's on cuda:0)."""
+    if torch.cuda.device_count() < N:
+        pytest.skip(f"needs {N} GPUs")
+    spec, rec, g = schedule("mlp-tiny", mode, N, 2, 2, "P1", dropout=0.3)
+    ((losses, params, _),) = train_many([(rec, g, {"iters": ITERS, "device": "cuda"})])
+    batches = minibatches(spec, D, ITERS, 1234)
+    ref_losses, ref_params = microbatched_reference(spec, batches, loss_microbatches(g), dropout=True,
+                                                    device="cuda", host_optimizer=True)
+    rel_loss = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True))
+    assert rel_loss <= TOL, (mode, N, losses, ref_losses)
+    worst = max(max_relative_difference([a], [b]) for a, b in zip(params, ref_params, strict=True))
+    assert worst <= TOL, (mode, N, worst)
+
+
 @pytest.mark.parametrize("name,mode,N", [("gpt2-tiny", "vPP", 1), ("resnet-tiny", "vDP", 1), ("gpt2-tiny", "vPP", 2)])
 def test_memcpy_trace_agrees_with_counters(name, mode, N):
     """Issue 6 item 7: the profiler's memcpy bytes of one steady-state iteration equal our counters within

@@ -302,7 +302,8 @@ def main(argv=None) -> None:
             rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0,
                                    copies, a.device, parts)
         if parts:
-            print(f"pack {pack}, {copies}" + (f", seeding {seeding}" if len(a.seeding) > 1 else "") + f": host ms per iteration (median of {len(parts)}): " + ", ".join(
+            label = f"pack {pack}, {copies}" + (f", seeding {seeding}" if len(a.seeding) > 1 else "")
+            print(f"{label}: host ms per iteration (median of {len(parts)}): " + ", ".join(
                 f"{name} {statistics.median(x[name] for x in parts) * 1e3:.1f}" for name in PARTS)
                 + f"; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
         r, p = statistics.median(rt), statistics.median(pl)

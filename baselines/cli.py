@@ -146,9 +146,13 @@ def _deferred(name: str, unfinished: Settings | None, why: Deferred, search: boo
     return DEFERRED_EXIT
 
 
+def system_module(name: str):
+    """The module that implements baseline `name` (baselines/<name>.py): its `run`, and its constants."""
+    return importlib.import_module(MODULES[name])
+
+
 def run_one(s: Settings) -> dict:
-    mod = importlib.import_module(MODULES[s.system])
-    return mod.run(s)
+    return system_module(s.system).run(s)
 
 
 def main(args) -> int:
@@ -217,6 +221,8 @@ def main(args) -> int:
         rec = done[i][1]
         return (rec["samples_per_s"] or 0.0) if rec["status"] == "ok" else 0.0
 
+    arena_grows_with_u = getattr(system_module(args.name), "HOST_ARENA_GROWS_WITH_UBATCH", False)
+
     def no_lower(i: int) -> str | None:
         """Why no candidate below i is tried, if none is (the skipped ones are listed as not tried): i ran
         slower per iteration than --max-iter-s (a smaller u moves the weights more often per sample), or
@@ -236,7 +242,6 @@ def main(args) -> int:
             return "a larger u was infeasible for host memory, which a smaller u does not need less of"
         return None
 
-    arena_grows_with_u = getattr(importlib.import_module(MODULES[args.name]), "HOST_ARENA_GROWS_WITH_UBATCH", False)
     start = start_index([s.ubatch for s in settings], getattr(args, "ubatch_start", None))
     try:
         if getattr(args, "ubatch_search", "climb") == "all":

@@ -47,7 +47,7 @@ from harmony.decompose import decompose_model
 from harmony.models import get_model
 from harmony.optim import make_optimizer, set_lr
 from harmony.runtime import Prepared
-from harmony.runtime.transfer import WEIGHT_COPIES
+from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES, WEIGHT_COPIES
 from harmony.schedule.io import make_schedule_record
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 
@@ -102,7 +102,7 @@ PARTS = ("prefetch", "install", "run_fwd", "run_bwd", "release", "run_upd")   # 
 class RuntimeLoop:
     """One in-process worker (rank 0, N = 1) of the schedule; `step()` runs and times one iteration."""
 
-    def __init__(self, record, graph, iters: int, weight_copies: str = "per-tensor", device: str = "cpu"):
+    def __init__(self, record, graph, iters: int, weight_copies: str = DEFAULT_WEIGHT_COPIES, device: str = "cpu"):
         from harmony.runtime.worker import Worker
         self.prep = Prepared(record, graph, iters=iters, device=device, update_threads=1, weight_copies=weight_copies)
         w = self.w = Worker(0, dict(self.prep.job, threads_per_worker=1), _Sink())
@@ -218,7 +218,7 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = "per-tensor",
+def measure(spec, record, graph, D: int, iters: int, warmup: int, profile: bool, weight_copies: str = DEFAULT_WEIGHT_COPIES,
             device: str = "cpu", parts: list | None = None):
     """Runtime and plain iterations alternated (so load drifts on the machine hit both alike). `parts`: a
     list to append each timed runtime iteration's per-part host seconds to (RuntimeLoop.time_parts)."""
@@ -259,8 +259,10 @@ def main(argv=None) -> None:
                     help="microbatch size of every task (default: the minibatch, one microbatch); the swap "
                          "baselines run one-vLayer packs of many microbatches (--packs 1 --ubatch 1)")
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
-    ap.add_argument("--weight-copies", nargs="+", default=["per-tensor"], choices=WEIGHT_COPIES,
-                    help="harmony run --weight-copies: one run per value and packing (default per-tensor)")
+    ap.add_argument("--weight-copies", nargs="+", default=[DEFAULT_WEIGHT_COPIES], choices=WEIGHT_COPIES,
+                    help="harmony run --weight-copies: one run per value and packing (default: the "
+                         f"runtime's, {DEFAULT_WEIGHT_COPIES}; per-tensor until the thirty-ninth session, so "
+                         "the performance log's commands without this flag measured per-tensor)")
     ap.add_argument("--seeding", nargs="+", default=["device"], choices=SEEDINGS,
                     help="how the worker seeds a stochastic vLayer's dropout: 'device', the runtime's (the "
                          "device's generator only); 'all-backends', torch.manual_seed as before entry 61, "

@@ -15,6 +15,7 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
+from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
 from harmony.units import format_bytes
 
@@ -96,7 +97,7 @@ class Prepared:
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
                  memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
-                 weight_copies: str = "per-vlayer", defer_weights: bool = False,
+                 weight_copies: str = DEFAULT_WEIGHT_COPIES, defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
@@ -267,7 +268,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
                  worker_threads: int | None = None, update_threads: int = 2,
-                 load_buffers: str = "auto", weight_copies: str = "per-vlayer",
+                 load_buffers: str = "auto", weight_copies: str = DEFAULT_WEIGHT_COPIES,
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None) -> dict:

@@ -25,7 +25,7 @@ def run_ahead_arg(text: str) -> int | None:
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
     from harmony.runtime import RUN_AHEAD
-    from harmony.runtime.transfer import LOAD_BUFFERS, WEIGHT_COPIES
+    from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES, LOAD_BUFFERS, WEIGHT_COPIES
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
     p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")
@@ -53,7 +53,7 @@ def add_arguments(p) -> None:
                         "prefetch reserved when the schedule's plan fetches it); auto (default): "
                         "compute-stream where the schedule records that plan (prefetch_waits), else "
                         "copy-stream (docs/runtime.md, GPU memory pools)")
-    p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default="per-vlayer",
+    p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default=DEFAULT_WEIGHT_COPIES,
                    help="copy a loaded vLayer's weights and buffers as one block, one allocation and copy per "
                         "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")
     p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",

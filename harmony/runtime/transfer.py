@@ -58,6 +58,8 @@ class Counters:
 
 LOAD_BUFFERS = ("auto", "copy-stream", "compute-stream")
 WEIGHT_COPIES = ("per-tensor", "per-vlayer")
+# one allocation and copy per vLayer block: the default since the H100 A/B in docs/runtime.md (Weight copies)
+DEFAULT_WEIGHT_COPIES = "per-vlayer"
 
 
 def check_load_buffers(value: str) -> str:

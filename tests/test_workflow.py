@@ -1480,6 +1480,35 @@ def test_pending_jobs_lists_what_a_job_list_has_left_with_its_device_time(tmp_pa
     assert skipped.startswith("2 of 5 jobs left") and "(leaving out resident|fsdp)" in skipped, skipped
 
 
+def test_pending_jobs_scales_another_machines_search_by_the_searches_done_on_both(tmp_path):
+    """pending_jobs.py: a baseline search known only from another folder is scaled by the median ratio, this
+    folder's time over that one's, of the same system's searches finished in both; another system's pairs
+    do not count, and without a pair the estimate stays unscaled."""
+    own, other = Path("results/paper/hwB"), Path("results/paper/hwA")
+
+    def search(folder, system, model, times):                     # a finished search, one candidate
+        cand = tmp_path / folder / "runs" / system / model / "N1-D8-best.u4.jsonl"
+        cand.parent.mkdir(parents=True, exist_ok=True)
+        cand.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in times))
+        (cand.parent / "N1-D8-best.jsonl").write_text(cand.read_text())
+
+    search(other, "fsdp-offload", "m", (1.0, 2.0))                  # 3 s + 10 s set-up: 13 s there
+    search(other, "fsdp-offload", "done", (1.0, 2.0))               # 13 s there ...
+    search(own, "fsdp-offload", "done", (6.0, 10.0))                # ... 26 s here: x2
+    search(other, "swap-dp", "m", (1.0, 2.0))                       # 13 s there, no swap-dp pair
+    search(other, "swap-dp", "x", (1.0, 2.0))
+    search(own, "fsdp-offload", "x", (90.0,))                       # not swap-dp's: does not scale it
+    outs = [own / "runs" / s / "m" / "N2-D8-best.jsonl" for s in ("fsdp-offload", "swap-dp")]
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text("".join(f"job baseline 'harmony baseline -o {o}' '{o}'\n" for o in outs))
+    out = sh([sys.executable, str(ROOT / "experiments/device/pending_jobs.py"), str(joblist), "--like", str(other),
+              "--root", str(tmp_path)]).stdout
+    rows = {line.split()[3]: line for line in out.splitlines() if " s  " in line}
+    assert rows[str(outs[0])].split()[0] == "26", out               # 13 s x 2.00
+    assert "x2.00, the median ratio of 1 fsdp-offload search(es) done on both" in rows[str(outs[0])], out
+    assert rows[str(outs[1])].split()[0] == "13" and " x" not in rows[str(outs[1])].split("(", 1)[1], out
+
+
 def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
     """experiments/deepen_profile.py: the profile of GPT-2 with 2 blocks, mapped onto the same GPT-2 with 5,
     gives every vLayer the costs the deeper model's own profile has (analytic profiles: shape-derived, so

@@ -10,7 +10,10 @@ A job is left when one of its outputs is missing or empty (the list's own rule).
     console logs show (`[T s] RULE: OUTPUT` lines, a job lasting until the next one started, summed over
     the calls a search was spread over) and what its records hold: each candidate's iterations plus a
     set-up of SETUP_S (zero-offload's DeepSpeed started training 28-59 s after launch in x2-grid1; the
-    others, about 10 s). A call's last job has no next line, so only its records count;
+    others, about 10 s). A call's last job has no next line, so only its records count. A search from
+    another folder is scaled by the median ratio, this folder's time over that one's, of the same
+    system's searches done in both (2x H200's first three zero-offload searches at N = 2 took 0.6, 2.6
+    and 3.8x the H100's at N = 1), and unscaled where there is no such pair;
   - profiles and schedules: the median of that rule's jobs in the console logs.
 A job with no basis is listed as unknown. Estimates say where the time goes, not what a call will finish.
 
@@ -109,6 +112,36 @@ def records_seconds(final: Path, system: str) -> float:
     return sum(candidate_cost_s(str(f)) + SETUP_S.get(system, SETUP_S_OTHER) for f in files)
 
 
+def search_seconds(finals: list[Path], root: Path, by_output: dict[str, float], system: str) -> tuple[float, float]:
+    """A finished search's device time two ways: its calls' logged seconds and its records' (the largest
+    over `finals`, the same search's final records at any N)."""
+    logged = max([by_output.get(str(f.relative_to(root)), 0.0) for f in finals])
+    return logged, max(records_seconds(f, system) for f in finals)
+
+
+def finished_searches(root: Path, folder: Path, system: str) -> dict[tuple[str, int], list[Path]]:
+    """(model, minibatch) -> the final records of that system's finished searches in `folder`."""
+    out: dict[tuple[str, int], list[Path]] = {}
+    for f in sorted((root / folder / "runs" / system).glob("*/N*-D*-best.jsonl")):
+        m = RUN_PATH.search("/" + str(f.relative_to(root)))
+        if m:
+            out.setdefault((m["model"], int(m["d"])), []).append(f)
+    return out
+
+
+def machine_ratio(root: Path, own_dir: Path, own: tuple, folder: Path, theirs: tuple, system: str) -> tuple[float | None, int]:
+    """Median over the searches of `system` finished in both folders of (own seconds / their seconds), and
+    how many there were: another machine's search time, scaled to this one's."""
+    mine, other = finished_searches(root, own_dir, system), finished_searches(root, folder, system)
+    ratios = []
+    for key in sorted(mine.keys() & other.keys()):
+        a = max(search_seconds(mine[key], root, own[0], system))
+        b = max(search_seconds(other[key], root, theirs[0], system))
+        if a > 0 and b > 0:
+            ratios.append(a / b)
+    return (statistics.median(ratios), len(ratios)) if ratios else (None, 0)
+
+
 def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[Path, tuple]]) -> tuple[float | None, str]:
     if job.rule in HARMONY_RULES:
         return harmony_run_estimate(job, root)
@@ -116,17 +149,19 @@ def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[P
     if key is not None:
         _, system, model, d = key
         spent = own[0].get(job.outputs[0], 0.0)
-        for i, (folder, (by_output, _)) in enumerate([(own_dir, own)] + like):
+        for i, (folder, past) in enumerate([(own_dir, own)] + like):
             finals = sorted((root / folder / "runs" / system / model).glob(f"N*-D{d}-best.jsonl"))
             finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]
             if not finals:
                 continue
-            logged = max([by_output.get(str(f.relative_to(root)), 0.0) for f in finals])
-            recorded = max(records_seconds(f, system) for f in finals)
+            logged, recorded = search_seconds(finals, root, past[0], system)
             where = "this machine" if i == 0 else folder.name
-            return (max(0.0, max(logged, recorded) - spent),
-                    f"the same search on {where}: {logged:.0f} s in its calls' logs, {recorded:.0f} s by its records"
-                    + (f"; {spent:.0f} s spent on this one already" if spent else ""))
+            basis = f"the same search on {where}: {logged:.0f} s in its calls' logs, {recorded:.0f} s by its records"
+            scale, pairs = (None, 0) if i == 0 else machine_ratio(root, own_dir, own, folder, past, system)
+            if scale is not None:
+                basis += f"; x{scale:.2f}, the median ratio of {pairs} {system} search(es) done on both"
+            return (max(0.0, max(logged, recorded) * (scale or 1.0) - spent),
+                    basis + (f"; {spent:.0f} s spent on this one already" if spent else ""))
         return None, "no such search has run"
     walls = own[1].get(job.rule) or [s for _, o in like for s in o[1].get(job.rule, [])]
     return (statistics.median(walls), f"median of {len(walls)} {job.rule} jobs") if walls else (None, "no basis")

@@ -261,8 +261,8 @@ def main(argv=None) -> None:
     ap.add_argument("--packs", type=int, nargs="+", default=[8, 32], help="vLayers per pack (one run each)")
     ap.add_argument("--weight-copies", nargs="+", default=[DEFAULT_WEIGHT_COPIES], choices=WEIGHT_COPIES,
                     help="harmony run --weight-copies: one run per value and packing (default: the "
-                         f"runtime's, {DEFAULT_WEIGHT_COPIES}; per-tensor until the thirty-ninth session, so "
-                         "the performance log's commands without this flag measured per-tensor)")
+                         f"runtime's, {DEFAULT_WEIGHT_COPIES}; docs/performance.md's entries up to 61 ran "
+                         "with per-tensor where their command names none)")
     ap.add_argument("--seeding", nargs="+", default=["device"], choices=SEEDINGS,
                     help="how the worker seeds a stochastic vLayer's dropout: 'device', the runtime's (the "
                          "device's generator only); 'all-backends', torch.manual_seed as before entry 61, "

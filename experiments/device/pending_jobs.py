@@ -142,7 +142,10 @@ def machine_ratio(root: Path, own_dir: Path, own: tuple, folder: Path, theirs: t
     return (statistics.median(ratios), len(ratios)) if ratios else (None, 0)
 
 
-def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[Path, tuple]]) -> tuple[float | None, str]:
+def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[Path, tuple]],
+             ratios: dict[tuple[Path, str], tuple[float | None, int]]) -> tuple[float | None, str]:
+    """`ratios`: machine_ratio per (other folder, system), filled as first needed (it reads every record of
+    that system's searches in both folders; the same for every job of the list)."""
     if job.rule in HARMONY_RULES:
         return harmony_run_estimate(job, root)
     key = job_key(job.rule, job.outputs[0])
@@ -157,7 +160,11 @@ def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[P
             logged, recorded = search_seconds(finals, root, past[0], system)
             where = "this machine" if i == 0 else folder.name
             basis = f"the same search on {where}: {logged:.0f} s in its calls' logs, {recorded:.0f} s by its records"
-            scale, pairs = (None, 0) if i == 0 else machine_ratio(root, own_dir, own, folder, past, system)
+            scale, pairs = None, 0
+            if i > 0:
+                if (folder, system) not in ratios:
+                    ratios[folder, system] = machine_ratio(root, own_dir, own, folder, past, system)
+                scale, pairs = ratios[folder, system]
             if scale is not None:
                 basis += f"; x{scale:.2f}, the median ratio of {pairs} {system} search(es) done on both"
             return (max(0.0, max(logged, recorded) * (scale or 1.0) - spent),
@@ -188,10 +195,10 @@ def main(argv=None) -> int:
     own_dir = args.results or Path(*Path(jobs[0].outputs[0]).parts[:3])
     own = past_job_seconds(args.root / own_dir)
     like = [(d, past_job_seconds(args.root / d)) for d in args.like]
-    total, unknown = 0.0, 0
+    total, unknown, ratios = 0.0, 0, {}
     print(f"{len(left)} of {len(jobs)} jobs left in {args.joblist}" + (f" (leaving out {args.skip})" if args.skip else ""))
     for j in left:
-        s, basis = estimate(j, args.root, own_dir, own, like)
+        s, basis = estimate(j, args.root, own_dir, own, like, ratios)
         total += s or 0.0
         unknown += s is None
         print(f"{'?' if s is None else f'{s:.0f}':>6} s  {j.rule:<16} {j.outputs[0]}  ({basis})")

@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import Deferred, JsonlWriter, call_window_s, outlasts_deadline, seconds_left
+from harmony.jsonio import (DEFERRED_EXIT, Deferred, JsonlWriter, call_window_s, outlasts_deadline,
+                            seconds_left)
 from harmony.jsonio import had_whole_call as began_with_whole_call
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
 
@@ -98,7 +99,28 @@ def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
     import torch.multiprocessing as mp
     from harmony.runtime.launch import worker_omp_wait_policy
     os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
-    mp.spawn(entry, args=args, nprocs=gpus, join=True)
+    try:
+        mp.spawn(_rank_main, args=(entry, args), nprocs=gpus, join=True)
+    except mp.ProcessExitedException as e:
+        if e.exit_code == DEFERRED_EXIT:      # the ranks left the run for the next call (train_loop)
+            raise Deferred(f"rank {e.error_index} left the run for the next call (its log says why)") from None
+        raise
+
+
+def _rank_main(rank: int, entry: Callable, args: tuple) -> None:
+    """A spawned rank: runs entry(rank, *args). A Deferred (every rank decides it at the same iteration,
+    train_loop) ends the rank with exit status DEFERRED_EXIT, which spawn_ranks turns back into Deferred in
+    the parent: an exception raised in a rank reaches the parent only as text. Other exceptions print
+    their traceback to the run's log and fail the spawn."""
+    try:
+        entry(rank, *args)
+    except Deferred as e:
+        print(f"rank {rank}: {e}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(DEFERRED_EXIT)      # no interpreter teardown: a process group left behind cannot stall it
+    except Exception:  # noqa: BLE001
+        traceback.print_exc(file=sys.stderr)
+        raise
 
 
 def use_rank_share_of_cores(gpus: int) -> None:
@@ -429,21 +451,25 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                        f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
                 log_phase(s.system, cut)
                 break
-            if gather is None:
-                # nothing timed yet: the next call runs it afresh. (Spawned ranks cannot hand an exception
-                # to the parent, so a run at N > 1 goes on and may be cut off by the call's end.)
-                how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
-                       if own is not None else f"as estimated before iteration {i}, which the memcpy trace slowed"
-                       if i == trace_at else f"as iteration {i}" if ratio == 1.0 else
-                       f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
-                why = (f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after HARMONY_DEADLINE, "
-                       f"{max(left, 0):.0f} s away, before any timed iteration")
-                over = had_whole_call(s)
-                if over is None:
-                    raise Deferred(why)
-                status, message = "over-time", f"{why}; {over}"
-                log_phase(s.system, message)
-                break
+            # nothing timed yet: the next call runs it afresh. Ranks (gather) decide together, since `left`
+            # and `nxt` are gathered and `over` is rank 0's: every rank raises Deferred (spawn_ranks hands
+            # it to the parent) or stops over-time at the same iteration. Before, a run at N > 1 went on
+            # and the call's end cut it off: the guard then recorded the whole search over-time
+            # (zero-offload resnet1026 D=256 u=8 on 2x H200, x2-grid29, with u=16 on record).
+            how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
+                   if own is not None else f"as estimated before iteration {i}, which the memcpy trace slowed"
+                   if i == trace_at else f"as iteration {i}" if ratio == 1.0 else
+                   f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
+            why = (f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after HARMONY_DEADLINE, "
+                   f"{max(left, 0):.0f} s away, before any timed iteration")
+            over = had_whole_call(s)
+            if gather is not None:
+                over = gather([over])[0]
+            if over is None:
+                raise Deferred(why)
+            status, message = "over-time", f"{why}; {over}"
+            log_phase(s.system, message)
+            break
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
         extra["call_window_s"] = call_window_s()

@@ -216,11 +216,7 @@ def _silent(s: Settings) -> Settings:
 def _spawn_entry(rank: int, s: Settings, port: int, path: str | None):
     use_rank_share_of_cores(s.gpus)
     out: dict = {}
-    try:
-        _worker(rank, s, port, out if path else None)
-    except Exception:  # noqa: BLE001
-        traceback.print_exc(file=sys.stderr)
-        raise
+    _worker(rank, s, port, out if path else None)     # an exception's traceback: spawn_ranks prints it
     if path and rank == 0:
         torch.save({"params": out.get("params"), "losses": out.get("losses")}, path)
 
@@ -251,6 +247,8 @@ def run(s: Settings, _result: dict | None = None) -> dict:
         os.close(fd)
     try:
         spawn_ranks(_spawn_entry, (s, port, path), s.gpus)
+    except Deferred:
+        raise               # every rank left it for the next call (baselines/cli.py)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)
         return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",

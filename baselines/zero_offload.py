@@ -165,11 +165,7 @@ def _train(rank: int, s: Settings, port: int):
 
 def _spawn_entry(rank: int, s: Settings, port: int):
     use_rank_share_of_cores(s.gpus)
-    try:
-        _train(rank, s, port)
-    except Exception:  # noqa: BLE001
-        traceback.print_exc(file=sys.stderr)
-        raise
+    _train(rank, s, port)       # an exception's traceback: spawn_ranks prints it
 
 
 def run(s: Settings) -> dict:
@@ -190,6 +186,8 @@ def run(s: Settings) -> dict:
     from harmony.jsonio import read_jsonl
     try:
         spawn_ranks(_spawn_entry, (s, port), s.gpus)
+    except Deferred:
+        raise               # every rank left it for the next call (baselines/cli.py)
     except Exception as e:  # noqa: BLE001
         spec, _ = load_model(s.model, s.overrides)
         return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",

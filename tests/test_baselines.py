@@ -470,19 +470,53 @@ def test_search_hands_each_candidate_its_nearest_finished_candidates_first_itera
     assert seen[2] == ran[4]                                  # u=2: none below, the nearest above
 
 
-def test_the_deadline_ends_a_two_rank_run_on_every_rank_at_once(tmp_path, monkeypatch):
-    """At N = 2 (fsdp-offload on gloo) the ranks gather their times and seconds left, so both stop after
-    the same timed iteration (a rank left in a collective would hang); the warm-up is never the end."""
-    from baselines import fsdp_offload
+def test_a_deadline_before_any_timed_iteration_defers_a_two_rank_run_in_the_parent(tmp_path, monkeypatch):
+    """At N = 2 (fsdp-offload on gloo) the ranks gather their estimates and seconds left, so both leave the
+    run at the same iteration (a rank left in a collective would hang), and the parent gets the Deferred
+    that an exception in a spawned rank could not hand over: the CLI exits DEFERRED_EXIT with no record,
+    as at N = 1. Before, a run at N > 1 went on past its warm-up and the call's end cut it off (x2-grid29:
+    zero-offload resnet1026 D=256 u=8, and the search it was in was recorded over-time)."""
+    from harmony.jsonio import DEFERRED_EXIT, partial_path
     monkeypatch.setenv("HARMONY_DEADLINE", str(__import__("time").time() - 1))   # the ranks inherit it
     out = tmp_path / "run.jsonl"
-    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=D, gpus=2, ubatch=2, iters=4,
-                 output=str(out))
-    fsdp_offload.run(s)
-    summary = read_jsonl(out)[-1]
-    validate_summary(summary)
+    rc = harmony_main(["baseline", "fsdp-offload", "mlp-tiny", "--minibatch", str(D), "--gpus", "2", "--ubatch",
+                       "2", "--iters", "4", "-o", str(out)])
+    assert rc == DEFERRED_EXIT and not out.exists() and not partial_path(out).exists()
+
+
+def _two_rank_loop(tmp_path, monkeypatch, lefts: list[float], overs: list[str | None]) -> dict:
+    """train_loop as rank 0 of two, in this process: `gather` returns rank 0's value and rank 1's (from
+    `overs` for the over-time verdict, else the same value); seconds_left() returns `lefts` in turn."""
+    import baselines.common as bc
+    it = iter(lefts)
+    monkeypatch.setattr(bc, "seconds_left", lambda: next(it))
+    monkeypatch.setattr(bc, "had_whole_call", lambda s: overs[0])
+
+    def gather(values):
+        if len(values) == 1 and (values[0] is None or isinstance(values[0], str)):   # the whole-call verdict
+            return [values[0], overs[1]]
+        return values * 2
+    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=4, gpus=2, ubatch=2, iters=3,
+                 output=str(tmp_path / "r.jsonl"))
+    return train_loop(s, RunWriter(s, "mlp-tiny"), lambda i, b: 1.0, [()] * 3, devices=[torch.device("cpu")],
+                      gather=gather)
+
+
+def test_two_ranks_stop_after_the_warm_up_when_the_deadline_comes_then(tmp_path, monkeypatch):
+    """Time left for the warm-up's next iteration, none after it: every rank stops after iteration 1."""
+    summary = _two_rank_loop(tmp_path, monkeypatch, [1e9, 1e9, 0.0], [None, None])
     assert summary["status"] == "ok" and summary["iterations"] == 2
-    assert "after iteration 1" in summary["cut_short"] and "HARMONY_DEADLINE" in summary["cut_short"]
+    assert "after iteration 1" in summary["cut_short"]
+
+
+def test_two_ranks_take_rank_0s_verdict_on_the_whole_call(tmp_path, monkeypatch):
+    """No time for a timed iteration: the ranks go by rank 0's had_whole_call, so they all stop over-time
+    (rank 0's call began with the run) or all defer, whatever the other rank's own clock says."""
+    from harmony.jsonio import Deferred
+    summary = _two_rank_loop(tmp_path, monkeypatch, [1e9, 0.0], ["it began 1 s into its call's 585 s", None])
+    assert summary["status"] == "over-time" and "began 1 s into" in summary["message"]
+    with pytest.raises(Deferred, match="before any timed iteration"):
+        _two_rank_loop(tmp_path, monkeypatch, [1e9, 0.0], [None, "it began 1 s into its call's 585 s"])
 
 
 @pytest.mark.parametrize("system", ["resident", "fsdp-offload"])

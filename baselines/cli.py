@@ -17,16 +17,19 @@ run failed with an error, 2 on bad input.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
 from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, partial_path, read_jsonl,
-                            seconds_left)
+                            seconds_left, undo_interrupted)
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -146,6 +149,54 @@ def _deferred(name: str, unfinished: Settings | None, why: Deferred, search: boo
     return DEFERRED_EXIT
 
 
+class CallEnded(BaseException):
+    """SIGTERM (the device call's end) while a search runs: raised in the main thread by the search's
+    handler, past the systems' `except Exception` that would record it as an error."""
+
+
+def _raise_call_ended(signum, frame):
+    raise CallEnded()
+
+
+@contextlib.contextmanager
+def call_end_raises():
+    """While a search runs its candidates, SIGTERM raises CallEnded in the main thread, so that the search
+    decides what the call's end leaves of its candidate (stopped_by_call_end). faulthandler, registered
+    again on top, still prints every thread's stack first, then chains to it."""
+    import faulthandler
+
+    from harmony.runtime.launch import print_stacks_on_sigterm
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_call_ended)
+    print_stacks_on_sigterm()
+    try:
+        yield
+    finally:
+        faulthandler.unregister(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, old)
+
+
+def stopped_by_call_end(s: Settings) -> Deferred:
+    """What the device call's end leaves of search candidate `s` (the Deferred for the search to exit
+    with). A candidate that began as its call did gets its record (common.record_call_end: over-time
+    before a timed iteration), which the next call's search reads as finished, so that a point's finished
+    candidates are never hidden: before, the guard recorded the whole search over-time (x2-grid29). One
+    begun later in its call leaves no record, and the next call runs it from its start."""
+    from baselines.common import had_whole_call, record_call_end
+    undo_interrupted(s.output)      # the runtime (swap-dp, swap-pp) records SIGTERM as `interrupted`
+    over = had_whole_call(s)
+    if over is None:
+        partial_path(s.output).unlink(missing_ok=True)
+        return Deferred(f"u={s.ubatch} was stopped by the device call's end, begun later than its call, "
+                        f"so the next call runs it from its start")
+    rec = record_call_end(s, Path(s.model).stem, over)
+    _report(rec, s.output)
+    return Deferred(f"u={s.ubatch} was stopped by the device call's end after it had the whole call: "
+                    f"recorded {rec['status']}")
+
+
 def system_module(name: str):
     """The module that implements baseline `name` (baselines/<name>.py): its `run`, and its constants."""
     return importlib.import_module(MODULES[name])
@@ -209,6 +260,10 @@ def main(args) -> int:
                 except Deferred as e:     # the run itself saw the deadline coming (train_loop)
                     partial_path(s.output).unlink(missing_ok=True)   # its next call starts it afresh
                     raise Deferred(f"u={s.ubatch}: {e}") from None
+                except CallEnded:
+                    raise stopped_by_call_end(s) from None
+                if rec["status"] == "interrupted":     # the runtime's own SIGTERM handler ended it
+                    raise stopped_by_call_end(s)
                 costs[i] = time.perf_counter() - t0
             else:
                 costs[i] = candidate_cost_s(s.output)
@@ -244,13 +299,16 @@ def main(args) -> int:
 
     start = start_index([s.ubatch for s in settings], getattr(args, "ubatch_start", None))
     try:
-        if getattr(args, "ubatch_search", "climb") == "all":
-            for i in range(len(settings)):
-                trial(i)
-        else:
-            climb(trial, len(settings), lambda i: no_lower(i) is not None, start=start)
+        with call_end_raises():
+            if getattr(args, "ubatch_search", "climb") == "all":
+                for i in range(len(settings)):
+                    trial(i)
+            else:
+                climb(trial, len(settings), lambda i: no_lower(i) is not None, start=start)
     except Deferred as e:
         return _deferred(args.name, None, e, search=True)
+    except CallEnded:      # between candidates
+        return _deferred(args.name, None, Deferred("the device call's end came between candidates"), search=True)
     results = [done[i] for i in sorted(done)]
     search = [{"ubatch": s.ubatch, "status": r["status"], "iter_time_s": r["iter_time_s"],
                "samples_per_s": r["samples_per_s"], "bytes_h2d": r["bytes_h2d"], "bytes_d2h": r["bytes_d2h"],

@@ -10,6 +10,7 @@ summary that `harmony.metrics.validate_summary` accepts.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import time
@@ -21,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from harmony.gpumem import alloc_retries
-from harmony.jsonio import (DEFERRED_EXIT, Deferred, JsonlWriter, call_window_s, outlasts_deadline,
+from harmony.jsonio import (DEFERRED_EXIT, Deferred, JsonlWriter, call_window_s, outlasts_deadline, partial_path,
                             seconds_left)
 from harmony.jsonio import had_whole_call as began_with_whole_call
 from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
@@ -318,6 +319,29 @@ class RunWriter:
         return rec
 
 
+def record_call_end(s: Settings, model_name: str, why: str) -> dict:
+    """The record of a run that the device call's end stopped after it had the whole call (a search's
+    candidate: baselines/cli.py): its iteration lines from the .partial it left, then the summary. With
+    no iteration past the warm-up (and the memcpy trace, on CUDA) it is `over-time`, as train_loop records
+    such a run that sees the deadline coming; with timed iterations it is `ok`, cut short there."""
+    part = partial_path(s.output)
+    lines = part.read_text().splitlines() if part.exists() else []
+    w = RunWriter(s, model_name)          # opens the .partial afresh: the lines were read first
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:      # the line the stop tore
+            continue
+        if r.get("record") == "iteration":
+            w.iteration(IterationRecord(**{k: v for k, v in r.items() if k != "record"}))
+    warmup = s.warmup + (1 if s.device.startswith("cuda") and s.memcpy_trace else 0)
+    if len(w.iterations) > warmup:
+        return w.summary("ok", None, warmup=warmup,
+                         cut_short=f"stopped after iteration {len(w.iterations) - 1} by the device call's end")
+    return w.summary("over-time", f"stopped by the device call's end before a timed iteration: {why}",
+                     warmup=len(w.iterations), call_window_s=call_window_s())
+
+
 def _calibration(path: str | None) -> dict | None:
     if not path:
         return None
@@ -413,10 +437,15 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
             peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss))
         # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
-        # system's first iteration builds what the later ones reuse) its own microbatches' estimate
-        # (MicrobatchClock), else scaled as the search's nearest candidate on record ran
+        # system's first iteration builds what the later ones reuse) the smaller of its own microbatches'
+        # estimate (MicrobatchClock: one-time work in the first microbatch) and iteration 0 scaled as the
+        # search's nearest candidate on record ran (one-time work anywhere in it). The clock alone said
+        # 252 s for zero-offload resnet1026 D=256 u=8 after a 261 s iteration 0, where u=16 had run 213 s
+        # then 48 s (x2-grid29): DeepSpeed's one-time work is spread over the microbatches.
         own = clock.next_iteration_s(dt) if (clock is not None and i == 0 and deadline_set) else None
         ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
+        if own is not None and own > dt * ratio:
+            own = None       # the nearest candidate's ratio finds more one-time work: it estimates
         nxt = own if own is not None else dt * ratio
         if own is not None:
             log_phase(s.system, f"iteration 1 estimated at {own:.1f} s: iteration 0 less its first "

@@ -190,6 +190,26 @@ def partial_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".partial")
 
 
+def undo_interrupted(out: str | os.PathLike) -> None:
+    """A run that the call's end interrupted (SIGTERM) writes its record with status `interrupted`. That is
+    not a result: its iteration lines go back to the record's .partial and the record is removed, so the
+    caller decides as for a run that wrote nothing (the workflow's guard, a baseline search's candidate:
+    over-time, or no record and the next call runs it)."""
+    out = Path(out)
+    if out.suffix != ".jsonl" or not out.exists():
+        return
+    lines = out.read_text().splitlines()
+    try:
+        last = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return
+    if last.get("record") == "summary" and last.get("status") == "interrupted":
+        tmp = partial_path(out).with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines[:-1]))
+        os.replace(tmp, partial_path(out))
+        out.unlink()
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     out = []
     with open(path) as f:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from harmony.jsonio import DEFERRED_EXIT, call_window_s, had_whole_call, partial_path
+from harmony.jsonio import DEFERRED_EXIT, call_window_s, had_whole_call, partial_path, undo_interrupted
 
 FIGURES = ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1")
 SCALES = ("smoke", "paper", "large")
@@ -357,24 +357,6 @@ def _has_summary(out: Path) -> bool:
 STOP_DRAIN_S = 8.0     # at SIGTERM, how long the guard forwards its command's last words (timeout -k 10)
 
 
-def _undo_interrupted(out: Path) -> None:
-    """A run that the call's end interrupted (SIGTERM) writes its record with status `interrupted`. That is
-    not a result: its iteration lines go back to the record's .partial and the record is removed, so the
-    guard decides as for a run that wrote nothing (over-time, or no record and the next call runs it)."""
-    if out.suffix != ".jsonl" or not out.exists():
-        return
-    lines = out.read_text().splitlines()
-    try:
-        last = json.loads(lines[-1]) if lines else {}
-    except json.JSONDecodeError:
-        return
-    if last.get("record") == "summary" and last.get("status") == "interrupted":
-        tmp = partial_path(out).with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines[:-1]))
-        os.replace(tmp, partial_path(out))
-        out.unlink()
-
-
 def guard(args) -> int:
     out = Path(args.out)
     stub = failure_stub(out, args.schedule)
@@ -395,13 +377,21 @@ def guard(args) -> int:
         """The device call's end stops the job list (SIGTERM to its process group, this process and the
         command's included). A run record whose job had the whole call is then a result, over-time: no call
         of that length finishes it (zero-offload resnet1026 D=1024 took over 454 s for its first iteration
-        after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call."""
+        after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call. A baseline
+        search decides itself (its candidate in flight, not the search, had the call or not: baselines/cli.py
+        stopped_by_call_end) and exits DEFERRED_EXIT: no record here, its candidates on record stand."""
         last = list(tail)         # the run's own last lines, before what it prints on its way out
         if forwarder is not None:
             # the command got the same SIGTERM: let it say where it was (harmony run prints every worker
             # thread's stack) and end, before this process, which holds the pipe to the log, exits
             forwarder.join(STOP_DRAIN_S)
-        _undo_interrupted(out)
+        if command_exit(1.0) == DEFERRED_EXIT:
+            # a baseline search decided itself what the stop leaves (baselines/cli.py stopped_by_call_end):
+            # its finished candidates stand, and the next call goes on from them
+            print(f"guard: {out} left for the next call at the call's end; no record written", file=sys.stderr,
+                  flush=True)
+            os._exit(128 + signum)
+        undo_interrupted(out)
         why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
         if why is not None and not _has_summary(out):
             partial = partial_path(out)
@@ -412,8 +402,28 @@ def guard(args) -> int:
             print(f"guard: {out} stopped at the call's end; recorded over-time", file=sys.stderr, flush=True)
             os._exit(0)
         os._exit(128 + signum)
+    started: list[subprocess.Popen] = []
+
+    def command_exit(wait_s: float) -> int | None:
+        """The command's exit status once it has ended (waiting up to wait_s), else None. Peeked at with
+        waitid(WNOWAIT): the stop handler runs inside the main thread's proc.wait(), which holds the
+        Popen's waitpid lock and reaps the command afterwards."""
+        if not started or not hasattr(os, "waitid"):
+            return None
+        end = time.time() + wait_s
+        while True:
+            try:
+                r = os.waitid(os.P_PID, started[0].pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+            except ChildProcessError:      # already reaped
+                return started[0].returncode
+            if r is not None:
+                return r.si_status if r.si_code == os.CLD_EXITED else -r.si_status
+            if time.time() > end:
+                return None
+            time.sleep(0.05)
     signal.signal(signal.SIGTERM, stopped)
     proc = subprocess.Popen(args.command, stdout=sys.stdout, stderr=subprocess.PIPE, text=True)
+    started.append(proc)
 
     def forward() -> None:
         for line in proc.stderr:

@@ -397,6 +397,39 @@ def test_the_deadline_estimates_iteration_one_from_iteration_zeros_own_microbatc
         train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 5, devices=[torch.device("cpu")])
 
 
+def test_the_deadline_takes_the_smaller_of_the_clocks_and_the_nearest_candidates_estimate(monkeypatch):
+    """With both estimates of iteration 1, the smaller one: one-time work spread over iteration 0's
+    microbatches (DeepSpeed's) leaves the clock's estimate near iteration 0, where the nearest candidate's
+    ratio finds it (zero-offload resnet1026 D=256 u=8: 261 s, the clock said 252 s, u=16 had run 213 s then
+    48 s; x2-grid29). Iteration 0 here: 2, 2, 2, 2 s = 8 s, the clock's estimate 8 s, the ratio's 0.4 x 8 =
+    3.2 s, which fits the 7 s left; and where the first microbatch carries the one-time work (5, 1, 1, 1 s)
+    the clock's 4 s is under the ratio 0.9's 7.2 s and is the one taken."""
+    from baselines.common import MicrobatchClock
+    from harmony.jsonio import Deferred
+    clock = loop_clock(monkeypatch, deadline_s=15.0)
+
+    def stepper(mb, spans):
+        def step(i, batch):
+            for d in (spans if i == 0 else (0.75,) * 4):
+                clock["t"] += d
+                mb.tick()
+            return 1.0
+        return step
+    for spans, ratio in (((2.0,) * 4, 0.4), ((5.0, 1.0, 1.0, 1.0), 0.9)):
+        clock["t"] = 0.0
+        mb = MicrobatchClock([torch.device("cpu")])
+        s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5, first_iter_ratio=ratio)
+        summary = train_loop(s, RunWriter(s, "mlp-tiny"), stepper(mb, spans), [()] * 5,
+                             devices=[torch.device("cpu")], clock=mb)
+        assert summary["status"] == "ok" and summary["iter_time_s"] == 3.0, spans
+    clock["t"] = 0.0                  # the clock alone, spread one-time work: left for the next call
+    mb = MicrobatchClock([torch.device("cpu")])
+    s = Settings(system="resident", model="mlp-tiny", minibatch=4, iters=5)
+    with pytest.raises(Deferred, match="less its first microbatch"):
+        train_loop(s, RunWriter(s, "mlp-tiny"), stepper(mb, (2.0,) * 4), [()] * 5,
+                   devices=[torch.device("cpu")], clock=mb)
+
+
 def test_a_run_that_had_the_whole_call_and_cannot_time_an_iteration_is_recorded_over_time(tmp_path, monkeypatch):
     """$HARMONY_CALL_S: a run that began within FRESH_CALL_SLACK_S of its call's start and whose first timed
     iteration still would end after the deadline gets status over-time, with iteration 0 kept in its record
@@ -934,3 +967,60 @@ def test_a_baseline_the_calls_end_stops_prints_where_it_sat(tmp_path):
     os.killpg(p.pid, signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == -signal.SIGTERM and "most recent call first" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("call_began_s_ago", [5.0, 200.0])
+def test_the_calls_end_leaves_a_searchs_finished_candidates_standing(tmp_path, monkeypatch, call_began_s_ago):
+    """SIGTERM (the device call's end) while a search's candidate runs: the search decides what it leaves
+    and exits DEFERRED_EXIT without a search record. A candidate that began as its call did is recorded
+    over-time (its warm-up line kept), one begun later leaves nothing; either way the next call's search
+    goes on from the candidates on record and ends at the fastest. Before, the guard recorded the whole
+    search over-time and hid u=16's 5.13 samples/s (zero-offload resnet1026 D=256, x2-grid29)."""
+    import os
+    import signal
+    import time as _time
+
+    import baselines.cli as bcli
+    from harmony.jsonio import DEFERRED_EXIT, partial_path
+    from harmony.metrics import IterationRecord
+    monkeypatch.setenv("HARMONY_CALL_S", "300")
+    monkeypatch.setenv("HARMONY_DEADLINE", str(_time.time() + 300 - call_began_s_ago))
+    ran = []
+
+    def fake_run_one(s):
+        ran.append(s.ubatch)
+        w = RunWriter(s, "mlp-tiny")
+        w.iteration(IterationRecord(iteration=0, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0))
+        if s.ubatch == 8:      # the call ends during its warm-up
+            os.kill(os.getpid(), signal.SIGTERM)
+            _time.sleep(10)
+            raise AssertionError("SIGTERM did not stop the candidate")
+        w.iteration(IterationRecord(iteration=1, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0))
+        return w.summary("ok", warmup=1)
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    out = tmp_path / "r.jsonl"
+    argv = ["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16", "--ubatch-start", "4",
+            "--iters", "2", "-o", str(out)]
+    assert harmony_main(argv) == DEFERRED_EXIT and ran == [4, 8]
+    assert not out.exists() and signal.getsignal(signal.SIGTERM) is not bcli._raise_call_ended
+    u8 = tmp_path / "r.u8.jsonl"
+    assert not partial_path(u8).exists()
+    if call_began_s_ago < 60:
+        recs = read_jsonl(u8)
+        assert [r["record"] for r in recs] == ["iteration", "summary"] and recs[-1]["status"] == "over-time"
+        assert recs[-1]["ubatch"] == 8 and recs[-1]["call_window_s"] == 300.0
+        assert "began 5 s into its call's 300 s" in recs[-1]["message"]
+    else:
+        assert not u8.exists()
+    monkeypatch.delenv("HARMONY_DEADLINE")
+    monkeypatch.delenv("HARMONY_CALL_S")
+    ran.clear()
+    if call_began_s_ago >= 60:           # the next call runs u=8 from its start: here, without a stop
+        monkeypatch.setattr(bcli, "run_one", lambda s: (ran.append(s.ubatch), RunWriter(s, "mlp-tiny").summary(
+            "oom", "CUDA out of memory"))[1] if s.ubatch == 8 else fake_run_one(s))
+    assert harmony_main(argv) == 0
+    summary = read_jsonl(out)[-1]
+    assert summary["status"] == "ok" and summary["ubatch"] == 4
+    statuses = {x["ubatch"]: x["status"] for x in summary["ubatch_search"]}
+    assert statuses[4] == "ok" and statuses[8] == ("over-time" if call_began_s_ago < 60 else "oom")
+    assert ran == ([2] if call_began_s_ago < 60 else [8, 2])

@@ -605,14 +605,14 @@ def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(
     import signal
     from harmony.jsonio import read_jsonl
 
-    def stopped_guard(name: str, call_began_s_ago: float) -> tuple[subprocess.CompletedProcess, Path]:
+    def stopped_guard(name: str, call_began_s_ago: float, exit_code: int = 143) -> tuple[subprocess.CompletedProcess, Path]:
         out = tmp_path / f"{name}.jsonl"
         # the command writes one iteration line to the record's .partial, then waits for the stop; at SIGTERM
         # it says where it was (as harmony run's workers print their stacks) and ends
         body = (f"open({str(out) + '.partial'!r}, 'w').write('{{\"record\": \"iteration\"}}\\n'); "
                 "import signal, sys, time; "
                 "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), print('stack: in sleep', "
-                "file=sys.stderr, flush=True), sys.exit(143))); "
+                f"file=sys.stderr, flush=True), sys.exit({exit_code}))); "
                 "print('iteration 0 running', file=sys.stderr, flush=True); "
                 "time.sleep(60)")
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HARMONY_CALL_S": "300",
@@ -639,6 +639,12 @@ def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(
     res, out = stopped_guard("late", call_began_s_ago=200)
     assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
     assert "stack: in sleep" in res.stderr
+    # a baseline search that decided itself what the stop leaves (exit DEFERRED_EXIT): no record, even
+    # though the job had the whole call; its candidates on record stand for the next call
+    from harmony.jsonio import DEFERRED_EXIT
+    res, out = stopped_guard("search", call_began_s_ago=5, exit_code=DEFERRED_EXIT)
+    assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
+    assert "left for the next call at the call's end" in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from pathlib import Path
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
 from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, partial_path, read_jsonl,
                             seconds_left, undo_interrupted)
+from harmony.jsonio import candidate_path, candidate_paths  # noqa: F401 (the search's record names; re-exported)
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -118,16 +119,6 @@ def first_iter_ratio(rec_path: str) -> float | None:
     if len(times) < 2 or times[0] <= 0:
         return None
     return min(1.0, times[1] / times[0])
-
-
-def candidate_path(out: Path, ubatch: int | str) -> Path:
-    """Where a microbatch search writing `out` records its candidate u (`<stem>.u<U>.jsonl` beside it)."""
-    return out.with_name(f"{out.stem}.u{ubatch}{out.suffix or '.jsonl'}")
-
-
-def candidate_paths(out: Path) -> list[Path]:
-    """The candidate records (candidate_path) of the search that wrote `out`."""
-    return sorted(out.parent.glob(candidate_path(out, "*").name))
 
 
 def candidate_cost_s(rec_path: str) -> float:

@@ -190,6 +190,16 @@ def partial_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".partial")
 
 
+def candidate_path(out: Path, ubatch: int | str) -> Path:
+    """Where a microbatch search writing `out` records its candidate u (`<stem>.u<U>.jsonl` beside it)."""
+    return out.with_name(f"{out.stem}.u{ubatch}{out.suffix or '.jsonl'}")
+
+
+def candidate_paths(out: Path) -> list[Path]:
+    """The candidate records (candidate_path) of the search that wrote `out`."""
+    return sorted(out.parent.glob(candidate_path(out, "*").name))
+
+
 def undo_interrupted(out: str | os.PathLike) -> None:
     """A run that the call's end interrupted (SIGTERM) writes its record with status `interrupted`. That is
     not a result: its iteration lines go back to the record's .partial and the record is removed, so the

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import yaml
 
-from harmony.jsonio import DEFERRED_EXIT, call_window_s, had_whole_call, partial_path, undo_interrupted
+from harmony.jsonio import (DEFERRED_EXIT, call_window_s, candidate_paths, had_whole_call, partial_path,
+                            undo_interrupted)
 
 FIGURES = ("figure8", "figure10", "figure12", "figure13", "figure17", "figure18", "figure21", "table1")
 SCALES = ("smoke", "paper", "large")
@@ -379,7 +380,8 @@ def guard(args) -> int:
         of that length finishes it (zero-offload resnet1026 D=1024 took over 454 s for its first iteration
         after 90 s of set-up, h100-grid41); any other job ends with no record and runs next call. A baseline
         search decides itself (its candidate in flight, not the search, had the call or not: baselines/cli.py
-        stopped_by_call_end) and exits DEFERRED_EXIT: no record here, its candidates on record stand."""
+        stopped_by_call_end) and exits DEFERRED_EXIT: no record here, its candidates on record stand; one that
+        did not end in time to say is not recorded over-time either while it has candidates on record."""
         last = list(tail)         # the run's own last lines, before what it prints on its way out
         if forwarder is not None:
             # the command got the same SIGTERM: let it say where it was (harmony run prints every worker
@@ -393,6 +395,12 @@ def guard(args) -> int:
             os._exit(128 + signum)
         undo_interrupted(out)
         why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
+        if why is not None and not _has_summary(out) and candidate_paths(out):
+            # a search that did not end in time to say (above): its candidates on record stand, and the
+            # next call's search goes on from them and judges its candidate in flight itself
+            print(f"guard: {out} (a microbatch search with candidates on record) stopped at the call's end; "
+                  f"no record written", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
         if why is not None and not _has_summary(out):
             partial = partial_path(out)
             if partial.exists() and not out.exists():

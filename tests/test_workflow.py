@@ -645,6 +645,12 @@ def test_a_job_the_calls_end_stops_is_over_time_only_when_it_had_the_whole_call(
     res, out = stopped_guard("search", call_began_s_ago=5, exit_code=DEFERRED_EXIT)
     assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
     assert "left for the next call at the call's end" in res.stderr
+    # a search that could not say in time (exit 143): with candidates on record it is not recorded
+    # over-time either, so they stay visible to the next call's search
+    (tmp_path / "search2.u4.jsonl").write_text('{"record": "summary", "status": "ok"}\n')
+    res, out = stopped_guard("search2", call_began_s_ago=5)
+    assert res.returncode == 128 + signal.SIGTERM and not out.exists(), res.stderr
+    assert "candidates on record" in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------

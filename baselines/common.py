@@ -124,6 +124,20 @@ def _rank_main(rank: int, entry: Callable, args: tuple) -> None:
         raise
 
 
+def rank_gather(gpus: int) -> Callable[[list], list] | None:
+    """train_loop's `gather` for a system of `gpus` spawned ranks: every rank's values, rank by rank
+    (all_gather_object over the default process group); None for one rank."""
+    if gpus == 1:
+        return None
+    import torch.distributed as dist
+
+    def gather(values: list) -> list:
+        out: list = [None] * gpus
+        dist.all_gather_object(out, values)
+        return [v for per in out for v in (per if isinstance(per, list) else [per])]
+    return gather
+
+
 def use_rank_share_of_cores(gpus: int) -> None:
     """A spawned rank's intra-op threads: the host's cores divided among the ranks (DeepSpeed's CPU Adam
     included), as for Harmony's workers."""

@@ -39,7 +39,8 @@ from torch.utils.checkpoint import checkpoint
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_microbatches, apply_cap,
                               apply_precision, free_port, is_oom, load_model, pin_batches, resolve_device,
-                              spawn_ranks, status_only, train_loop, use_rank_share_of_cores)
+                              rank_gather, spawn_ranks, status_only, train_loop,
+                              use_rank_share_of_cores)
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import make_optimizer, set_lr
@@ -189,15 +190,8 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
             total /= N
         return float(total)
 
-    def gather(values):
-        if N == 1:
-            return values
-        out = [None] * N
-        dist.all_gather_object(out, values)
-        return [v for per in out for v in (per if isinstance(per, list) else [per])]
-
     summary = train_loop(s if rank == 0 else _silent(s), writer, step, batches, devices=[dev],
-                         trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj,
+                         trace_bytes_as_counters=True, gather=rank_gather(N), model_json=mj,
                          clock=clock)
     if result is not None:
         # tests: the trained parameters (full tensors) and losses

@@ -31,7 +31,8 @@ import torch
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast,
                               free_port, is_oom, load_model, log_phase, microbatch_ranges, pin_batches,
-                              resolve_device, spawn_ranks, status_only, train_loop, use_rank_share_of_cores)
+                              rank_gather, resolve_device, spawn_ranks, status_only, train_loop,
+                              use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
@@ -152,15 +153,10 @@ def _train(rank: int, s: Settings, port: int):
             total /= N
         return float(total)
 
-    def gather(values):
-        out = [None] * N
-        dist.all_gather_object(out, values)
-        return [v for per in out for v in (per if isinstance(per, list) else [per])]
-
     import dataclasses
     mine = s if rank == 0 else dataclasses.replace(s, output=None, extra=dict(s.extra))
     return train_loop(mine, RunWriter(mine, spec.name), step, batches, devices=[dev],
-                      trace_bytes_as_counters=True, gather=gather if N > 1 else None, model_json=mj, clock=clock)
+                      trace_bytes_as_counters=True, gather=rank_gather(N), model_json=mj, clock=clock)
 
 
 def _spawn_entry(rank: int, s: Settings, port: int):

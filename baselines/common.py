@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -333,6 +333,9 @@ class RunWriter:
         return rec
 
 
+ITERATION_FIELDS = frozenset(f.name for f in fields(IterationRecord))
+
+
 def record_call_end(s: Settings, model_name: str, why: str) -> dict:
     """The record of a run that the device call's end stopped after it had the whole call (a search's
     candidate: baselines/cli.py): its iteration lines from the .partial it left, then the summary. With
@@ -346,8 +349,8 @@ def record_call_end(s: Settings, model_name: str, why: str) -> dict:
             r = json.loads(line)
         except json.JSONDecodeError:      # the line the stop tore
             continue
-        if r.get("record") == "iteration":
-            w.iteration(IterationRecord(**{k: v for k, v in r.items() if k != "record"}))
+        if r.get("record") == "iteration":     # the runtime's lines (swap-dp, swap-pp) carry more fields
+            w.iteration(IterationRecord(**{k: v for k, v in r.items() if k in ITERATION_FIELDS}))
     warmup = s.warmup + (1 if s.device.startswith("cuda") and s.memcpy_trace else 0)
     if len(w.iterations) > warmup:
         return w.summary("ok", None, warmup=warmup,

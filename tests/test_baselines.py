@@ -990,11 +990,13 @@ def test_the_calls_end_leaves_a_searchs_finished_candidates_standing(tmp_path, m
     def fake_run_one(s):
         ran.append(s.ubatch)
         w = RunWriter(s, "mlp-tiny")
-        w.iteration(IterationRecord(iteration=0, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0))
-        if s.ubatch == 8:      # the call ends during its warm-up
+        first = IterationRecord(iteration=0, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0)
+        if s.ubatch == 8:      # the call ends during its warm-up (a line as the runtime writes it, more fields)
+            w._w.write({**first.to_json(), "task_issued": [1.0]})
             os.kill(os.getpid(), signal.SIGTERM)
             _time.sleep(10)
             raise AssertionError("SIGTERM did not stop the candidate")
+        w.iteration(first)
         w.iteration(IterationRecord(iteration=1, time_s=4.0 / s.ubatch, samples_per_s=4.0 * s.ubatch, loss=1.0))
         return w.summary("ok", warmup=1)
     monkeypatch.setattr(bcli, "run_one", fake_run_one)
@@ -1024,3 +1026,22 @@ def test_the_calls_end_leaves_a_searchs_finished_candidates_standing(tmp_path, m
     statuses = {x["ubatch"]: x["status"] for x in summary["ubatch_search"]}
     assert statuses[4] == "ok" and statuses[8] == ("over-time" if call_began_s_ago < 60 else "oom")
     assert ran == ([2] if call_began_s_ago < 60 else [8, 2])
+
+
+def test_a_candidate_the_calls_end_stopped_after_timed_iterations_is_recorded_ok_cut_short(tmp_path):
+    """record_call_end: iterations past the warm-up are a result (ok, cut short by the call's end); only
+    the warm-up is over-time. Torn last lines are skipped."""
+    import json
+
+    from baselines.common import record_call_end
+    from harmony.jsonio import partial_path
+    out = tmp_path / "r.u4.jsonl"
+    s = Settings(system="resident", model="mlp-tiny", minibatch=8, ubatch=4, iters=4, output=str(out))
+    lines = [json.dumps({"record": "iteration", "iteration": i, "time_s": t, "samples_per_s": 8 / t, "loss": 1.0})
+             for i, t in enumerate((9.0, 2.0, 2.2))]
+    partial_path(out).write_text("\n".join(lines) + '\n{"record": "itera')
+    rec = record_call_end(s, "mlp-tiny", "it began 1 s into its call's 585 s")
+    validate_summary(rec)
+    assert rec["status"] == "ok" and rec["iterations"] == 3 and rec["iter_time_s"] == pytest.approx(2.1)
+    assert "stopped after iteration 2 by the device call's end" in rec["cut_short"]
+    assert read_jsonl(out)[-1] == rec and not partial_path(out).exists()

@@ -30,7 +30,7 @@ from pathlib import Path
 from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
 from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, partial_path, read_jsonl,
                             seconds_left, undo_interrupted)
-from harmony.jsonio import candidate_path, candidate_paths  # noqa: F401 (the search's record names; re-exported)
+from harmony.jsonio import candidate_path
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",

@@ -107,7 +107,8 @@ def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
 def records_seconds(final: Path, system: str) -> float:
     """A finished search's device time by its records: per candidate (`<stem>.u<U>.jsonl`, else the final
     record alone), its iterations plus SETUP_S."""
-    from baselines.cli import candidate_cost_s, candidate_paths
+    from baselines.cli import candidate_cost_s
+    from harmony.jsonio import candidate_paths
     files = candidate_paths(final) or [final]
     return sum(candidate_cost_s(str(f)) + SETUP_S.get(system, SETUP_S_OTHER) for f in files)
 

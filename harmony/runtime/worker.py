@@ -41,8 +41,8 @@ from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.task_clock import TaskClock
-from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput, check_weight_copies,
-                                      wait_marks)
+from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
+                                      check_weight_copies, wait_marks)
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
 
 
@@ -149,7 +149,8 @@ class Worker:
         # compute tasks whose loads the plan fetches only after the rank's previous task (they do not fit
         # beside it under the cap): with compute-stream buffers they are reserved after that task
         self.prefetch_waits = frozenset(job.get("prefetch_waits") or ())
-        self.per_vlayer_copies = check_weight_copies(job.get("weight_copies", DEFAULT_WEIGHT_COPIES)) == "per-vlayer"
+        copies = check_weight_copies(job.get("weight_copies", DEFAULT_WEIGHT_COPIES))
+        self.per_vlayer_copies = copies == "per-vlayer"
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2),
                                    coalesce_below=job.get("coalesce_below", COALESCE_BELOW))

@@ -330,12 +330,18 @@ def main(args) -> int:
     return 0 if ok or all(r["status"] != "error" for _, r in results) else 1
 
 
+# outcomes of the configuration that end a run before its --iters: their records stand whatever iteration
+# count they hold ("unavailable" and "error" say more of the machine or the code: those run again)
+NOT_RUN_THROUGH = ("oom", "infeasible", "over-time")
+
+
 def finished_candidate(s: Settings) -> dict | None:
     """The summary of candidate `s` when its record file already holds a finished run of these same
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
     Error records are run again; a candidate with --set overrides always runs (they are not recorded). A run
     that --max-iter-s cut short counts as finished with fewer iterations; an over-time one (it had a whole
-    call) too, until a call with a longer window than its own comes."""
+    call) too, until a call with a longer window than its own comes; so does an oom or infeasible one, whose iteration count is where it stopped, not --iters (x2-grid31 ran zero-offload resnet1026
+    D=256's u=32 out of memory a second time, two minutes of a call, because its record said 0 iterations)."""
     path = Path(s.output)
     if s.overrides or not path.is_file():
         return None
@@ -347,7 +353,7 @@ def finished_candidate(s: Settings) -> dict | None:
     same = (rec.get("record") == "summary" and rec.get("system") == s.system
             and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
             and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch
-            and (rec.get("iterations") == s.iters or rec.get("status") == "over-time"
+            and (rec.get("iterations") == s.iters or rec.get("status") in NOT_RUN_THROUGH
                  or (rec.get("cut_short") and rec.get("iterations", 0) < s.iters))
             and env.get("device") == s.device
             and env.get("precision") == s.precision and env.get("gpu_memory_cap") == s.gpu_memory_cap)
@@ -355,8 +361,7 @@ def finished_candidate(s: Settings) -> dict | None:
     window = call_window_s()
     longer = (rec.get("status") == "over-time" and window is not None
               and window > (rec.get("call_window_s") or 0) + FRESH_CALL_SLACK_S)
-    return (rec if same and rec.get("status") in ("ok", "oom", "infeasible", "unavailable", "over-time")
-            and not longer else None)
+    return rec if same and rec.get("status") in ("ok", *NOT_RUN_THROUGH) and not longer else None
 
 
 def start_index(ubatches: list[int], hint: int | None) -> int | None:

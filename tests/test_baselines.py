@@ -904,6 +904,15 @@ def test_cli_search_resumes_from_finished_candidates(tmp_path, monkeypatch, caps
     u4.write_text(json.dumps({**rec, "iterations": 3}) + "\n")
     assert harmony_main(args) == 0
     assert sorted(ran) == [2, 4]
+    # an oom at iteration 0 stands (the configuration's outcome, whatever --iters is); an unavailable
+    # record (the machine lacked a package) runs again (x2-grid31 ran an oom u=32 a second time)
+    rec = read_jsonl(u2)[-1]
+    u2.write_text(json.dumps({**rec, "status": "oom", "iterations": 0, "samples_per_s": None}) + "\n")
+    rec = read_jsonl(u4)[-1]
+    u4.write_text(json.dumps({**rec, "status": "unavailable", "iterations": 0}) + "\n")
+    ran.clear()
+    assert harmony_main(args) == 0
+    assert ran == [4] and read_jsonl(out)[-1]["ubatch"] == 4
 
 
 def test_search_estimates_a_candidate_by_its_nearest_neighbour_below(tmp_path, monkeypatch, capsys):

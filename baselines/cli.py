@@ -27,10 +27,9 @@ import threading
 import time
 from pathlib import Path
 
-from baselines.common import PRECISIONS, SYSTEMS, Settings, over_max_iter
-from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, partial_path, read_jsonl,
-                            seconds_left, undo_interrupted)
-from harmony.jsonio import candidate_path
+from baselines.common import PRECISIONS, SYSTEMS, Settings, had_whole_call, over_max_iter, record_call_end
+from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, candidate_path, partial_path,
+                            read_jsonl, seconds_left, undo_interrupted)
 from harmony.units import format_bytes, parse_bytes
 
 MODULES = {"swap-dp": "baselines.swap_dp", "swap-pp": "baselines.swap_pp",
@@ -175,7 +174,6 @@ def stopped_by_call_end(s: Settings) -> Deferred:
     before a timed iteration), which the next call's search reads as finished, so that a point's finished
     candidates are never hidden: before, the guard recorded the whole search over-time (x2-grid29). One
     begun later in its call leaves no record, and the next call runs it from its start."""
-    from baselines.common import had_whole_call, record_call_end
     undo_interrupted(s.output)      # the runtime (swap-dp, swap-pp) records SIGTERM as `interrupted`
     over = had_whole_call(s)
     if over is None:
@@ -340,8 +338,9 @@ def finished_candidate(s: Settings) -> dict | None:
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
     Error records are run again; a candidate with --set overrides always runs (they are not recorded). A run
     that --max-iter-s cut short counts as finished with fewer iterations; an over-time one (it had a whole
-    call) too, until a call with a longer window than its own comes; so does an oom or infeasible one, whose iteration count is where it stopped, not --iters (x2-grid31 ran zero-offload resnet1026
-    D=256's u=32 out of memory a second time, two minutes of a call, because its record said 0 iterations)."""
+    call) too, until a call with a longer window than its own comes; so does an oom or infeasible one,
+    whose iteration count is where it stopped, not --iters (x2-grid31 ran zero-offload resnet1026 D=256's
+    u=32 out of memory a second time, two minutes of a call, because its record said 0 iterations)."""
     path = Path(s.output)
     if s.overrides or not path.is_file():
         return None

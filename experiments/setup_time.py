@@ -54,8 +54,7 @@ def search_trace_cost(root: Path) -> tuple[float, float, int, float]:
     candidates ran in is the climb's (baselines.cli.climb, replayed on the recorded samples/s from the
     recorded start): a candidate that led when it ran could not have known it would lose."""
     from baselines.cli import climb
-    from harmony.jsonio import candidate_path
-    from harmony.jsonio import read_jsonl
+    from harmony.jsonio import candidate_path, read_jsonl
     total, lost, n, not_leading = 0.0, 0.0, 0, 0.0
     for final in sorted(root.glob("runs/*/*/*-best.jsonl")):
         summary_of_search = read_jsonl(final)[-1]

@@ -395,13 +395,13 @@ def guard(args) -> int:
             os._exit(128 + signum)
         undo_interrupted(out)
         why = had_whole_call(began) if out.suffix == ".jsonl" and args.record_failures else None
-        if why is not None and not _has_summary(out) and candidate_paths(out):
-            # a search that did not end in time to say (above): its candidates on record stand, and the
-            # next call's search goes on from them and judges its candidate in flight itself
-            print(f"guard: {out} (a microbatch search with candidates on record) stopped at the call's end; "
-                  f"no record written", file=sys.stderr, flush=True)
-            os._exit(128 + signum)
         if why is not None and not _has_summary(out):
+            if candidate_paths(out):
+                # a search that did not end in time to say (above): its candidates on record stand, and the
+                # next call's search goes on from them and judges its candidate in flight itself
+                print(f"guard: {out} (a microbatch search with candidates on record) stopped at the call's "
+                      f"end; no record written", file=sys.stderr, flush=True)
+                os._exit(128 + signum)
             partial = partial_path(out)
             if partial.exists() and not out.exists():
                 os.replace(partial, out)

@@ -9,6 +9,7 @@ summary that `harmony.metrics.validate_summary` accepts.
 """
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import os
@@ -47,6 +48,21 @@ class Infeasible(Exception):
 
 class Unavailable(Exception):
     """The system cannot run in this environment (a result: status 'unavailable')."""
+
+
+class RankFailed(Exception):
+    """An iteration failed (OOM, infeasible, error) in one rank of a system of spawned ranks. Its peers may
+    wait in a collective it will never join, so the rank does not go on to the loop's own gathers: it raises
+    this out of train_loop, and _rank_main leaves `status` and `message` for the parent and ends the
+    process at once (no teardown: destroying a process group a peer waits in can wait as long); torch's
+    spawn then ends the others, and spawn_ranks raises it again in the parent, which records `status`.
+    Before, the rank broke out of the loop as a single process does, into a gather while its peer waited
+    inside DeepSpeed's step: zero-offload gpt2-xl D=256 u=4 on 2x H200 sat silent after iteration 2 for the
+    rest of x2-grid34 (on gloo the peer's collective fails instead, and the run was recorded as an error)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status, self.message = status, message
 
 
 @dataclass
@@ -97,21 +113,41 @@ def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
     """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload and zero-offload at
     N >= 2. Their ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
     workers do (docs/performance.md entry 19); each rank calls `use_rank_share_of_cores` first."""
+    import tempfile
+
     import torch.multiprocessing as mp
     from harmony.runtime.launch import worker_omp_wait_policy
     os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
-    try:
-        mp.spawn(_rank_main, args=(entry, args), nprocs=gpus, join=True)
-    except mp.ProcessExitedException as e:
-        if e.exit_code == DEFERRED_EXIT:      # the ranks left the run for the next call (train_loop)
-            raise Deferred(f"rank {e.error_index} left the run for the next call (its log says why)") from None
-        raise
+    with tempfile.TemporaryDirectory(prefix="harmony-ranks-") as failures:
+        try:
+            mp.spawn(_rank_main, args=(entry, args, failures), nprocs=gpus, join=True)
+        except mp.ProcessExitedException as e:
+            if e.exit_code == DEFERRED_EXIT:      # the ranks left the run for the next call (train_loop)
+                raise Deferred(f"rank {e.error_index} left the run for the next call (its log says why)") from None
+            if e.exit_code == RANK_FAILED_EXIT:
+                said = json.loads(Path(failures, f"rank{e.error_index}.json").read_text())
+                raise RankFailed(said["status"], said["message"]) from None
+            raise
 
 
-def _rank_main(rank: int, entry: Callable, args: tuple) -> None:
+def failed_ranks_record(s: Settings, model_name: str, e: Exception) -> dict:
+    """The record of a spawn of ranks that failed with `e`: a rank's RankFailed as it said (oom, infeasible,
+    error), else an OOM or error read from the text of what a rank raised."""
+    if isinstance(e, RankFailed):
+        return status_only(s, model_name, e.status, e.message)
+    text = str(e).strip()
+    return status_only(s, model_name, "oom" if "out of memory" in text.lower() else "error",
+                       f"a worker failed: {text.splitlines()[-1] if text else type(e).__name__}")
+
+
+RANK_FAILED_EXIT = 76      # a rank's RankFailed: its status and message are in the spawn's failures folder
+
+
+def _rank_main(rank: int, entry: Callable, args: tuple, failures: str) -> None:
     """A spawned rank: runs entry(rank, *args). A Deferred (every rank decides it at the same iteration,
     train_loop) ends the rank with exit status DEFERRED_EXIT, which spawn_ranks turns back into Deferred in
-    the parent: an exception raised in a rank reaches the parent only as text. Other exceptions print
+    the parent: an exception raised in a rank reaches the parent only as text. A RankFailed leaves its
+    status and message in `failures` and ends the rank with RANK_FAILED_EXIT. Other exceptions print
     their traceback to the run's log and fail the spawn."""
     try:
         entry(rank, *args)
@@ -119,6 +155,12 @@ def _rank_main(rank: int, entry: Callable, args: tuple) -> None:
         print(f"rank {rank}: {e}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(DEFERRED_EXIT)      # no interpreter teardown: a process group left behind cannot stall it
+    except RankFailed as e:
+        traceback.print_exc(file=sys.stderr)
+        Path(failures, f"rank{rank}.json").write_text(json.dumps({"status": e.status, "message": e.message}))
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(RANK_FAILED_EXIT)   # as above: its peers may sit in a collective it never joins
     except Exception:  # noqa: BLE001
         traceback.print_exc(file=sys.stderr)
         raise
@@ -406,7 +448,10 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     status, message, cut, trace_skipped = "ok", None, None, None
     deadline_set = seconds_left() is not None      # the same environment on every rank
     untraced_nxt: float | None = None              # the estimate of the next iteration made before it ran
+    slowest_so_far = 0.0
     for i, batch in enumerate(batches):
+        if gather is not None:
+            watch_for_a_stall(i, slowest_so_far)
         try:
             for d in devices:
                 if d.type == "cuda":
@@ -435,7 +480,13 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                 status, message = "error", f"iteration {i}: {type(e).__name__}: {e}"
                 traceback.print_exc(file=sys.stderr)
             free_memory()
+            if gather is not None:      # a peer may wait in a collective this rank will not join
+                import torch.distributed as dist
+                rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else "?"
+                faulthandler.cancel_dump_traceback_later()
+                raise RankFailed(status, f"rank {rank}, {message}") from e
             break
+        slowest_so_far = max(slowest_so_far, dt)
         log_phase(s.system, f"iteration {i}: {dt:.2f} s, loss {float(loss):.4f}"
                   + (" (memcpy traced)" if i == trace_at else ""))
         b = dict(counted_bytes(i)) if counted_bytes else {}
@@ -512,10 +563,13 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             if gather is not None:
                 over = gather([over])[0]
             if over is None:
+                faulthandler.cancel_dump_traceback_later()
                 raise Deferred(why)
             status, message = "over-time", f"{why}; {over}"
             log_phase(s.system, message)
             break
+    if gather is not None:
+        faulthandler.cancel_dump_traceback_later()
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
         extra["call_window_s"] = call_window_s()
@@ -541,6 +595,19 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     if status == "ok" and not its:
         status, message = "error", "no iterations ran (--iters 0?)"
     return writer.summary(status, message, warmup=warmup, roofline_s=rl, **extra)
+
+
+# A spawned rank's iteration that runs this much past the slowest before it (or past the first limit, for
+# iteration 0) prints every thread's stack to the run's log: a rank stuck in a collective says where, which
+# the parent's own stacks at the call's end cannot (x2-grid34's silent hang). The log goes on as before.
+STALL_FACTOR, STALL_MIN_S, FIRST_ITERATION_STALL_S = 3.0, 120.0, 480.0
+
+
+def watch_for_a_stall(i: int, slowest_so_far: float) -> None:
+    """Arm faulthandler to dump this rank's stacks ("Timeout (0:02:00)!", then every thread) if iteration
+    i outlasts its stall limit; each iteration re-arms it, and train_loop cancels it at the end."""
+    limit = FIRST_ITERATION_STALL_S if i == 0 else max(STALL_MIN_S, STALL_FACTOR * slowest_so_far)
+    faulthandler.dump_traceback_later(limit, repeat=False, file=sys.stderr, exit=False)
 
 
 def had_whole_call(s: Settings) -> str | None:

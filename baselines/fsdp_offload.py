@@ -39,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_microbatches, apply_cap,
                               apply_precision, free_port, is_oom, load_model, pin_batches, resolve_device,
-                              rank_gather, spawn_ranks, status_only, train_loop,
+                              RankFailed, failed_ranks_record, rank_gather, spawn_ranks, status_only, train_loop,
                               use_rank_share_of_cores)
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
@@ -147,9 +147,14 @@ def _worker(rank: int, s: Settings, port: int, result: dict | None = None) -> di
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=N)
     try:
-        return _train(rank, s, dev, init_device_mesh(dev.type, (N,)), result)
-    finally:
+        summary = _train(rank, s, dev, init_device_mesh(dev.type, (N,)), result)
+    except RankFailed:
+        raise           # no teardown: a peer may wait in a collective this rank never joins (_rank_main)
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    dist.destroy_process_group()
+    return summary
 
 
 def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None):
@@ -243,10 +248,8 @@ def run(s: Settings, _result: dict | None = None) -> dict:
         spawn_ranks(_spawn_entry, (s, port, path), s.gpus)
     except Deferred:
         raise               # every rank left it for the next call (baselines/cli.py)
-    except Exception as e:  # noqa: BLE001
-        spec, _ = load_model(s.model, s.overrides)
-        return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",
-                           f"a worker failed: {str(e).strip().splitlines()[-1] if str(e).strip() else e}")
+    except Exception as e:  # noqa: BLE001 - a rank's RankFailed, or what else a rank raised
+        return failed_ranks_record(s, load_model(s.model, s.overrides)[0].name, e)
     if path:
         _result.update(torch.load(path))
         os.unlink(path)

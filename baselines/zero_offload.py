@@ -30,8 +30,8 @@ import traceback
 import torch
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast,
-                              free_port, is_oom, load_model, log_phase, microbatch_ranges, pin_batches,
-                              rank_gather, resolve_device, spawn_ranks, status_only, train_loop,
+                              failed_ranks_record, free_port, is_oom, load_model, log_phase, microbatch_ranges,
+                              pin_batches, rank_gather, resolve_device, spawn_ranks, status_only, train_loop,
                               use_rank_share_of_cores)
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
@@ -184,8 +184,6 @@ def run(s: Settings) -> dict:
         spawn_ranks(_spawn_entry, (s, port), s.gpus)
     except Deferred:
         raise               # every rank left it for the next call (baselines/cli.py)
-    except Exception as e:  # noqa: BLE001
-        spec, _ = load_model(s.model, s.overrides)
-        return status_only(s, spec.name, "oom" if "out of memory" in str(e).lower() else "error",
-                           f"a worker failed: {str(e).strip()[-300:]}")
+    except Exception as e:  # noqa: BLE001 - a rank's RankFailed, or what else a rank raised
+        return failed_ranks_record(s, load_model(s.model, s.overrides)[0].name, e)
     return read_jsonl(s.output)[-1] if s.output and os.path.exists(s.output) else {"status": "ok"}

@@ -517,9 +517,10 @@ def test_a_deadline_before_any_timed_iteration_defers_a_two_rank_run_in_the_pare
     assert rc == DEFERRED_EXIT and not out.exists() and not partial_path(out).exists()
 
 
-def _two_rank_loop(tmp_path, monkeypatch, lefts: list[float], overs: list[str | None]) -> dict:
+def _two_rank_loop(tmp_path, monkeypatch, lefts: list[float], overs: list[str | None], step=None) -> dict:
     """train_loop as rank 0 of two, in this process: `gather` returns rank 0's value and rank 1's (from
-    `overs` for the over-time verdict, else the same value); seconds_left() returns `lefts` in turn."""
+    `overs` for the over-time verdict, else the same value); seconds_left() returns `lefts` in turn; `step`
+    is the iteration (default: loss 1.0 at once)."""
     import baselines.common as bc
     it = iter(lefts)
     monkeypatch.setattr(bc, "seconds_left", lambda: next(it))
@@ -531,8 +532,8 @@ def _two_rank_loop(tmp_path, monkeypatch, lefts: list[float], overs: list[str | 
         return values * 2
     s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=4, gpus=2, ubatch=2, iters=3,
                  output=str(tmp_path / "r.jsonl"))
-    return train_loop(s, RunWriter(s, "mlp-tiny"), lambda i, b: 1.0, [()] * 3, devices=[torch.device("cpu")],
-                      gather=gather)
+    return train_loop(s, RunWriter(s, "mlp-tiny"), step or (lambda i, b: 1.0), [()] * 3,
+                      devices=[torch.device("cpu")], gather=gather)
 
 
 def test_two_ranks_stop_after_the_warm_up_when_the_deadline_comes_then(tmp_path, monkeypatch):
@@ -1054,3 +1055,76 @@ def test_a_candidate_the_calls_end_stopped_after_timed_iterations_is_recorded_ok
     assert rec["status"] == "ok" and rec["iterations"] == 3 and rec["iter_time_s"] == pytest.approx(2.1)
     assert "stopped after iteration 2 by the device call's end" in rec["cut_short"]
     assert read_jsonl(out)[-1] == rec and not partial_path(out).exists()
+
+
+# One rank's OOM at N = 2: injected into the spawned ranks through a sitecustomize module on their
+# PYTHONPATH (a spawned rank is a fresh interpreter: a monkeypatch in this process does not reach it).
+_FAIL_ONE_RANK = '''
+import os
+import torch
+_backward, _calls = torch.Tensor.backward, [0]
+
+def _backward_that_fails_on_one_rank(self, *args, **kwargs):
+    import torch.distributed as dist
+    if dist.is_initialized() and dist.get_rank() == int(os.environ["FAIL_RANK"]):
+        _calls[0] += 1
+        if _calls[0] == int(os.environ["FAIL_AT_BACKWARD"]):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (injected by the test)")
+    return _backward(self, *args, **kwargs)
+
+torch.Tensor.backward = _backward_that_fails_on_one_rank
+'''
+
+
+def test_one_ranks_oom_ends_a_two_rank_run_as_oom_instead_of_hanging(tmp_path):
+    """Rank 1 runs out of memory in iteration 1 while rank 0 goes on into that iteration's collectives. The
+    failed rank must not go on to the loop's own gathers (its peer waits in another collective: zero-offload
+    gpt2-xl D=256 u=4 sat silent after iteration 2 for the rest of x2-grid34): its process ends, torch's
+    spawn ends the other, and the parent records the run oom with the rank's message, in seconds."""
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(_FAIL_ONE_RANK)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "inject"), repo]),
+               FAIL_RANK="1", FAIL_AT_BACKWARD="3")      # u = 2 of a share of 4: iteration 1's first microbatch
+    out = tmp_path / "run.jsonl"
+    import subprocess
+    proc = subprocess.run([sys.executable, "-m", "harmony.cli", "baseline", "fsdp-offload", "mlp-tiny",
+                           "--minibatch", str(D), "--gpus", "2", "--ubatch", "2", "--iters", "4", "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=240)
+    rec = read_jsonl(out)[-1]
+    assert rec["status"] == "oom", (rec, proc.stderr[-2000:])
+    assert "rank 1" in rec["message"] and "iteration 1" in rec["message"] and "injected" in rec["message"], rec
+
+
+def test_a_rank_whose_iteration_fails_raises_instead_of_going_on_to_the_gathers(tmp_path, monkeypatch):
+    """In a system of ranks (gather set) a failed iteration ends the rank's loop with RankFailed, which
+    carries the status the record gets; a single process (no gather) still records it and returns."""
+    from baselines.common import RankFailed
+
+    def step(i, b):
+        if i == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return 1.0
+    with pytest.raises(RankFailed) as failed:
+        _two_rank_loop(tmp_path, monkeypatch, [1e9] * 20, [None, None], step=step)
+    assert failed.value.status == "oom" and failed.value.message.startswith("rank ?, iteration 1: CUDA out of")
+    s = Settings(system="fsdp-offload", model="mlp-tiny", minibatch=4, iters=3, output=str(tmp_path / "one.jsonl"))
+    summary = train_loop(s, RunWriter(s, "mlp-tiny"), step, [()] * 3, devices=[torch.device("cpu")])
+    assert summary["status"] == "oom" and summary["iterations"] == 1
+
+
+def test_a_ranks_stalled_iteration_prints_its_stacks(tmp_path, monkeypatch, capfd):
+    """A rank's iteration past its stall limit dumps every thread's stack to the log and goes on; the
+    watch is cancelled when the loop ends, so nothing is printed after it."""
+    import time
+
+    import baselines.common as bc
+    monkeypatch.setattr(bc, "FIRST_ITERATION_STALL_S", 0.2)
+    monkeypatch.setattr(bc, "STALL_MIN_S", 0.2)
+    summary = _two_rank_loop(tmp_path, monkeypatch, [1e9] * 3, [None, None],
+                             step=lambda i, b: time.sleep(0.5 if i == 0 else 0.0) or 1.0)
+    assert summary["status"] == "ok" and summary["iterations"] == 3
+    err = capfd.readouterr().err
+    assert err.count("Timeout (0:00:00.200000)!") == 1 and "most recent call first" in err, err[-1500:]
+    time.sleep(0.5)
+    assert "Timeout" not in capfd.readouterr().err

@@ -1057,34 +1057,14 @@ def test_a_candidate_the_calls_end_stopped_after_timed_iterations_is_recorded_ok
     assert read_jsonl(out)[-1] == rec and not partial_path(out).exists()
 
 
-# One rank's OOM at N = 2: injected into the spawned ranks through a sitecustomize module on their
-# PYTHONPATH (a spawned rank is a fresh interpreter: a monkeypatch in this process does not reach it).
-_FAIL_ONE_RANK = '''
-import os
-import torch
-_backward, _calls = torch.Tensor.backward, [0]
-
-def _backward_that_fails_on_one_rank(self, *args, **kwargs):
-    import torch.distributed as dist
-    if dist.is_initialized() and dist.get_rank() == int(os.environ["FAIL_RANK"]):
-        _calls[0] += 1
-        if _calls[0] == int(os.environ["FAIL_AT_BACKWARD"]):
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (injected by the test)")
-    return _backward(self, *args, **kwargs)
-
-torch.Tensor.backward = _backward_that_fails_on_one_rank
-'''
-
-
 def test_one_ranks_oom_ends_a_two_rank_run_as_oom_instead_of_hanging(tmp_path):
     """Rank 1 runs out of memory in iteration 1 while rank 0 goes on into that iteration's collectives. The
     failed rank must not go on to the loop's own gathers (its peer waits in another collective: zero-offload
     gpt2-xl D=256 u=4 sat silent after iteration 2 for the rest of x2-grid34): its process ends, torch's
-    spawn ends the other, and the parent records the run oom with the rank's message, in seconds."""
-    (tmp_path / "inject").mkdir()
-    (tmp_path / "inject" / "sitecustomize.py").write_text(_FAIL_ONE_RANK)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "inject"), repo]),
+    spawn ends the other, and the parent records the run oom with the rank's message, in seconds. The OOM
+    comes from tests/inject/sitecustomize.py, on the ranks' PYTHONPATH."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(tests, "inject"), os.path.dirname(tests)]),
                FAIL_RANK="1", FAIL_AT_BACKWARD="3")      # u = 2 of a share of 4: iteration 1's first microbatch
     out = tmp_path / "run.jsonl"
     import subprocess

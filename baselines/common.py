@@ -132,38 +132,38 @@ def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
 
 def failed_ranks_record(s: Settings, model_name: str, e: Exception) -> dict:
     """The record of a spawn of ranks that failed with `e`: a rank's RankFailed as it said (oom, infeasible,
-    error), else an OOM or error read from the text of what a rank raised."""
+    error), else an error that names what ended the rank (a signal: the host's OOM killer, say)."""
     if isinstance(e, RankFailed):
         return status_only(s, model_name, e.status, e.message)
-    text = str(e).strip()
-    return status_only(s, model_name, "oom" if "out of memory" in text.lower() else "error",
-                       f"a worker failed: {text.splitlines()[-1] if text else type(e).__name__}")
+    return status_only(s, model_name, "error", f"a rank failed: {str(e).strip() or type(e).__name__}")
 
 
-RANK_FAILED_EXIT = 76      # a rank's RankFailed: its status and message are in the spawn's failures folder
+RANK_FAILED_EXIT = 76      # a rank failed: its status and message are in the spawn's failures folder
 
 
 def _rank_main(rank: int, entry: Callable, args: tuple, failures: str) -> None:
     """A spawned rank: runs entry(rank, *args). A Deferred (every rank decides it at the same iteration,
     train_loop) ends the rank with exit status DEFERRED_EXIT, which spawn_ranks turns back into Deferred in
-    the parent: an exception raised in a rank reaches the parent only as text. A RankFailed leaves its
-    status and message in `failures` and ends the rank with RANK_FAILED_EXIT. Other exceptions print
-    their traceback to the run's log and fail the spawn."""
+    the parent: an exception raised in a rank reaches the parent only as text. Any other exception prints
+    its traceback to the run's log, leaves the status and message the run is recorded with in `failures`
+    (a RankFailed's own, else oom or error by the exception) and ends the rank with RANK_FAILED_EXIT. Both
+    end the process without interpreter teardown: its peers may sit in a collective it never joins, and
+    a process group torn down under them can wait as long."""
     try:
         entry(rank, *args)
     except Deferred as e:
         print(f"rank {rank}: {e}", file=sys.stderr, flush=True)
         sys.stdout.flush()
-        os._exit(DEFERRED_EXIT)      # no interpreter teardown: a process group left behind cannot stall it
-    except RankFailed as e:
+        os._exit(DEFERRED_EXIT)
+    except Exception as e:  # noqa: BLE001 - every failure becomes the run's record
         traceback.print_exc(file=sys.stderr)
+        if not isinstance(e, RankFailed):
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            e = RankFailed(failure_status(e), f"rank {rank}, {type(e).__name__}: {first}")
         Path(failures, f"rank{rank}.json").write_text(json.dumps({"status": e.status, "message": e.message}))
         sys.stderr.flush()
         sys.stdout.flush()
-        os._exit(RANK_FAILED_EXIT)   # as above: its peers may sit in a collective it never joins
-    except Exception:  # noqa: BLE001
-        traceback.print_exc(file=sys.stderr)
-        raise
+        os._exit(RANK_FAILED_EXIT)
 
 
 def rank_gather(gpus: int) -> Callable[[list], list] | None:
@@ -232,6 +232,11 @@ def is_oom(exc: BaseException) -> bool:
         return True
     msg = str(exc).lower()
     return isinstance(exc, RuntimeError) and ("out of memory" in msg or "can't allocate memory" in msg)
+
+
+def failure_status(exc: BaseException) -> str:
+    """The status a run that raised `exc` is recorded with: oom, infeasible or error."""
+    return "oom" if is_oom(exc) else "infeasible" if isinstance(exc, Infeasible) else "error"
 
 
 def free_memory() -> None:
@@ -472,12 +477,13 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             if clock is not None:
                 clock.disarm()
         except Exception as e:  # noqa: BLE001 - every failure becomes a record
-            if is_oom(e):
-                status, message = "oom", f"iteration {i}: {str(e).splitlines()[0][:300]}"
-            elif isinstance(e, Infeasible):
-                status, message = "infeasible", str(e)
+            status = failure_status(e)
+            if status == "oom":
+                message = f"iteration {i}: {str(e).splitlines()[0][:300]}"
+            elif status == "infeasible":
+                message = str(e)
             else:
-                status, message = "error", f"iteration {i}: {type(e).__name__}: {e}"
+                message = f"iteration {i}: {type(e).__name__}: {e}"
                 traceback.print_exc(file=sys.stderr)
             free_memory()
             if gather is not None:      # a peer may wait in a collective this rank will not join

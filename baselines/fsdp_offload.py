@@ -39,7 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_microbatches, apply_cap,
                               apply_precision, free_port, is_oom, load_model, pin_batches, resolve_device,
-                              RankFailed, failed_ranks_record, rank_gather, spawn_ranks, status_only, train_loop,
+                              failed_ranks_record, rank_gather, spawn_ranks, status_only, train_loop,
                               use_rank_share_of_cores)
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
@@ -148,10 +148,9 @@ def _worker(rank: int, s: Settings, port: int, result: dict | None = None) -> di
                             rank=rank, world_size=N)
     try:
         summary = _train(rank, s, dev, init_device_mesh(dev.type, (N,)), result)
-    except RankFailed:
-        raise           # no teardown: a peer may wait in a collective this rank never joins (_rank_main)
     except BaseException:
-        dist.destroy_process_group()
+        if N == 1:      # a spawned rank ends without teardown: a peer may wait in a collective (_rank_main)
+            dist.destroy_process_group()
         raise
     dist.destroy_process_group()
     return summary
@@ -173,8 +172,8 @@ def _train(rank: int, s: Settings, dev: torch.device, mesh, result: dict | None)
         model = build_fsdp(spec, s, dev, mesh)
         opt = fsdp_optimizer([p for p in model.parameters() if p.requires_grad], spec.optimizer)
     except Exception as e:  # noqa: BLE001
-        if is_oom(e):
-            return status_only(s, spec.name, "oom", str(e).splitlines()[0]) if rank == 0 else None
+        if is_oom(e) and N == 1:     # a spawned rank's OOM is recorded by the parent, whichever rank has it
+            return status_only(s, spec.name, "oom", str(e).splitlines()[0])
         raise
     share = s.minibatch // N
     lo = rank * share

@@ -1108,3 +1108,25 @@ def test_a_ranks_stalled_iteration_prints_its_stacks(tmp_path, monkeypatch, capf
     assert err.count("Timeout (0:00:00.200000)!") == 1 and "most recent call first" in err, err[-1500:]
     time.sleep(0.5)
     assert "Timeout" not in capfd.readouterr().err
+
+
+def _oom_in_rank_1_while_rank_0_waits(rank: int) -> None:
+    """A spawned rank's entry for the test below (module level: the spawned ranks import it by name)."""
+    import time
+    if rank == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    time.sleep(120)          # rank 0: as if it waited in a collective for rank 1
+
+
+def test_a_ranks_exception_outside_the_loop_ends_the_spawn_with_its_status():
+    """An exception anywhere in a spawned rank (building the model, say) ends that rank at once with the
+    status its record gets, and torch's spawn ends the peer instead of waiting for it."""
+    import time
+
+    from baselines.common import RankFailed, spawn_ranks
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed) as failed:
+        spawn_ranks(_oom_in_rank_1_while_rank_0_waits, (), 2)
+    assert failed.value.status == "oom"
+    assert failed.value.message.startswith("rank 1, OutOfMemoryError: CUDA out of memory"), failed.value.message
+    assert time.monotonic() - t0 < 60, "the waiting rank was waited for, not ended"

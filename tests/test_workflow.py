@@ -1521,6 +1521,18 @@ def test_pending_jobs_scales_another_machines_search_by_the_searches_done_on_bot
     assert rows[str(outs[1])].split()[0] == "13" and " x" not in rows[str(outs[1])].split("(", 1)[1], out
 
 
+def test_pending_jobs_refuses_a_like_folder_that_is_not_on_disk(tmp_path):
+    """pending_jobs.py with --like naming a folder that `slim_tree.sh on HW` took off the disk says so and
+    exits 1, instead of listing every baseline search as never run (the forty-second session read that)."""
+    out_path = Path("results/paper/hwB/runs/zero-offload/m/N2-D8-best.jsonl")
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"job baseline 'harmony baseline -o {out_path}' '{out_path}'\n")
+    p = subprocess.run([sys.executable, str(ROOT / "experiments/device/pending_jobs.py"), str(joblist), "--like",
+                        "results/paper/hwA", "--root", str(tmp_path)], capture_output=True, text=True)
+    assert p.returncode == 1 and "results/paper/hwA: no runs/ folder on disk" in p.stdout, p.stdout
+    assert "slim_tree.sh off" in p.stdout
+
+
 def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
     """experiments/deepen_profile.py: the profile of GPT-2 with 2 blocks, mapped onto the same GPT-2 with 5,
     gives every vLayer the costs the deeper model's own profile has (analytic profiles: shape-derived, so

@@ -191,6 +191,11 @@ def main(argv=None) -> int:
     if not jobs:
         print(f"{args.joblist}: no `job` lines (is it a generated job list?)")
         return 1
+    missing = [d for d in args.like if not (args.root / d / "runs").is_dir()]
+    if missing:     # slim_tree.sh on HW takes the other hardware's folders off the disk
+        print(f"--like {' '.join(map(str, missing))}: no runs/ folder on disk (after `slim_tree.sh on HW`, "
+              f"run `bash experiments/device/slim_tree.sh off` first)")
+        return 1
     left = [j for j in jobs if j.left(args.root)
             and not (args.skip and re.search(args.skip, j.outputs[0]))]
     own_dir = args.results or Path(*Path(jobs[0].outputs[0]).parts[:3])

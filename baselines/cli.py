@@ -18,6 +18,7 @@ run failed with an error, 2 on bad input.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import json
 import math
@@ -153,8 +154,6 @@ def call_end_raises():
     """While a search runs its candidates, SIGTERM raises CallEnded in the main thread, so that the search
     decides what the call's end leaves of its candidate (stopped_by_call_end). faulthandler, registered
     again on top, still prints every thread's stack first, then chains to it."""
-    import faulthandler
-
     from harmony.runtime.launch import print_stacks_on_sigterm
     if threading.current_thread() is not threading.main_thread():
         yield

@@ -454,128 +454,128 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     deadline_set = seconds_left() is not None      # the same environment on every rank
     untraced_nxt: float | None = None              # the estimate of the next iteration made before it ran
     slowest_so_far = 0.0
-    for i, batch in enumerate(batches):
-        if gather is not None:
-            watch_for_a_stall(i, slowest_so_far)
-        try:
-            for d in devices:
-                if d.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(d)
-            retries0 = [alloc_retries(d) for d in gpus]
-            _sync(devices)
-            t0 = time.perf_counter()
-            if clock is not None and i == 0 and deadline_set:
-                clock.arm()
-            if i == trace_at:
-                out: dict = {}
-                traced = measure_memcpy_bytes(lambda: out.setdefault("loss", step(i, batch)))
-                loss = out["loss"]
-            else:
-                loss = step(i, batch)
-            _sync(devices)
-            dt = time.perf_counter() - t0
-            if clock is not None:
-                clock.disarm()
-        except Exception as e:  # noqa: BLE001 - every failure becomes a record
-            status = failure_status(e)
-            if status == "oom":
-                message = f"iteration {i}: {str(e).splitlines()[0][:300]}"
-            elif status == "infeasible":
-                message = str(e)
-            else:
-                message = f"iteration {i}: {type(e).__name__}: {e}"
-                traceback.print_exc(file=sys.stderr)
-            free_memory()
-            if gather is not None:      # a peer may wait in a collective this rank will not join
-                import torch.distributed as dist
-                rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else "?"
-                faulthandler.cancel_dump_traceback_later()
-                raise RankFailed(status, f"rank {rank}, {message}") from e
-            break
-        slowest_so_far = max(slowest_so_far, dt)
-        log_phase(s.system, f"iteration {i}: {dt:.2f} s, loss {float(loss):.4f}"
-                  + (" (memcpy traced)" if i == trace_at else ""))
-        b = dict(counted_bytes(i)) if counted_bytes else {}
-        if trace_bytes_as_counters and traced is not None:
-            b = {"h2d": traced["h2d"] or 0, "d2h": traced["d2h"] or 0, "p2p": traced["p2p"] or 0,
-                 "allreduce": b.get("allreduce", 0)}
-        alloc = [torch.cuda.max_memory_allocated(d) for d in gpus]
-        resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
-        retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
-        pss = host_pss(gather) if i == 0 else None      # once, outside the timed iterations (a page walk)
-        if gather is not None:
-            alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
-        writer.iteration(IterationRecord(
-            iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
-            bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
-            bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
-            peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss))
-        # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
-        # system's first iteration builds what the later ones reuse) the smaller of its own microbatches'
-        # estimate (MicrobatchClock: one-time work in the first microbatch) and iteration 0 scaled as the
-        # search's nearest candidate on record ran (one-time work anywhere in it). The clock alone said
-        # 252 s for zero-offload resnet1026 D=256 u=8 after a 261 s iteration 0, where u=16 had run 213 s
-        # then 48 s (x2-grid29): DeepSpeed's one-time work is spread over the microbatches.
-        own = clock.next_iteration_s(dt) if (clock is not None and i == 0 and deadline_set) else None
-        ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
-        if own is not None and own > dt * ratio:
-            own = None       # the nearest candidate's ratio finds more one-time work: it estimates
-        nxt = own if own is not None else dt * ratio
-        if own is not None:
-            log_phase(s.system, f"iteration 1 estimated at {own:.1f} s: iteration 0 less its first "
-                                f"microbatch's one-time work")
-        # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
-        sync_ranks = gather is not None and (s.max_iter_s is not None or deadline_set)
-        slowest, nxt = (tuple(max(v) for v in zip(*gather([(dt, nxt)]))) if sync_ranks else (dt, nxt))
-        if i == trace_at and untraced_nxt is not None:
-            # the profiler slowed this iteration, and the next runs untraced: it is estimated as this one was
-            # before its trace (resident resnet1026 D=1024 u=32 ran 31 s, then 108 s traced; estimated at
-            # 108 s, the untraced iteration 2 was left for another call with 74 s to go, x2-grid3)
-            nxt = untraced_nxt
-        untraced_nxt = nxt
-        if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
-            # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
-            # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
-            trace_skipped = (f"warm-up iteration {i} took {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}: "
-                             f"the next iteration is timed untraced")
-            log_phase(s.system, trace_skipped)
-            trace_at, warmup = None, s.warmup
-        if cut_short(s, i, slowest, warmup, len(batches)):
-            cut = (f"stopped after iteration {i}: {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
-                   f"state is this one iteration")
-            log_phase(s.system, cut)
-            break
-        left = seconds_left() if deadline_set and i < len(batches) - 1 else None
-        if left is not None and gather is not None:
-            left = min(gather([left]))
-        if outlasts_deadline(nxt, left):
-            if i >= warmup:
-                cut = (f"stopped after iteration {i}: the next (about {nxt:.0f} s) would end after "
-                       f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
+    try:      # the stall watch (watch_for_a_stall) ends with the loop, however it ends
+        for i, batch in enumerate(batches):
+            if gather is not None:
+                watch_for_a_stall(i, slowest_so_far)
+            try:
+                for d in devices:
+                    if d.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(d)
+                retries0 = [alloc_retries(d) for d in gpus]
+                _sync(devices)
+                t0 = time.perf_counter()
+                if clock is not None and i == 0 and deadline_set:
+                    clock.arm()
+                if i == trace_at:
+                    out: dict = {}
+                    traced = measure_memcpy_bytes(lambda: out.setdefault("loss", step(i, batch)))
+                    loss = out["loss"]
+                else:
+                    loss = step(i, batch)
+                _sync(devices)
+                dt = time.perf_counter() - t0
+                if clock is not None:
+                    clock.disarm()
+            except Exception as e:  # noqa: BLE001 - every failure becomes a record
+                status = failure_status(e)
+                if status == "oom":
+                    message = f"iteration {i}: {str(e).splitlines()[0][:300]}"
+                elif status == "infeasible":
+                    message = str(e)
+                else:
+                    message = f"iteration {i}: {type(e).__name__}: {e}"
+                    traceback.print_exc(file=sys.stderr)
+                free_memory()
+                if gather is not None:      # a peer may wait in a collective this rank will not join
+                    import torch.distributed as dist
+                    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else "?"
+                    raise RankFailed(status, f"rank {rank}, {message}") from e
+                break
+            slowest_so_far = max(slowest_so_far, dt)
+            log_phase(s.system, f"iteration {i}: {dt:.2f} s, loss {float(loss):.4f}"
+                      + (" (memcpy traced)" if i == trace_at else ""))
+            b = dict(counted_bytes(i)) if counted_bytes else {}
+            if trace_bytes_as_counters and traced is not None:
+                b = {"h2d": traced["h2d"] or 0, "d2h": traced["d2h"] or 0, "p2p": traced["p2p"] or 0,
+                     "allreduce": b.get("allreduce", 0)}
+            alloc = [torch.cuda.max_memory_allocated(d) for d in gpus]
+            resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
+            retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
+            pss = host_pss(gather) if i == 0 else None      # once, outside the timed iterations (a page walk)
+            if gather is not None:
+                alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
+            writer.iteration(IterationRecord(
+                iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
+                bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
+                bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
+                peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss))
+            # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
+            # system's first iteration builds what the later ones reuse) the smaller of its own microbatches'
+            # estimate (MicrobatchClock: one-time work in the first microbatch) and iteration 0 scaled as the
+            # search's nearest candidate on record ran (one-time work anywhere in it). The clock alone said
+            # 252 s for zero-offload resnet1026 D=256 u=8 after a 261 s iteration 0, where u=16 had run 213 s
+            # then 48 s (x2-grid29): DeepSpeed's one-time work is spread over the microbatches.
+            own = clock.next_iteration_s(dt) if (clock is not None and i == 0 and deadline_set) else None
+            ratio = s.first_iter_ratio if i == 0 and s.first_iter_ratio else 1.0
+            if own is not None and own > dt * ratio:
+                own = None       # the nearest candidate's ratio finds more one-time work: it estimates
+            nxt = own if own is not None else dt * ratio
+            if own is not None:
+                log_phase(s.system, f"iteration 1 estimated at {own:.1f} s: iteration 0 less its first "
+                                    f"microbatch's one-time work")
+            # every rank must stop at the same iteration (a rank left in a collective hangs): the slowest decides
+            sync_ranks = gather is not None and (s.max_iter_s is not None or deadline_set)
+            slowest, nxt = (tuple(max(v) for v in zip(*gather([(dt, nxt)]))) if sync_ranks else (dt, nxt))
+            if i == trace_at and untraced_nxt is not None:
+                # the profiler slowed this iteration, and the next runs untraced: it is estimated as this one was
+                # before its trace (resident resnet1026 D=1024 u=32 ran 31 s, then 108 s traced; estimated at
+                # 108 s, the untraced iteration 2 was left for another call with 74 s to go, x2-grid3)
+                nxt = untraced_nxt
+            untraced_nxt = nxt
+            if trace_at is not None and i < trace_at and over_max_iter(s, slowest):
+                # The traced iteration runs about 2x slower and counts as warm-up: at 140 s a warm-up iteration,
+                # trace plus one timed iteration outlast a device call (fsdp-offload vgg416 D=256, h100-grid7).
+                trace_skipped = (f"warm-up iteration {i} took {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}: "
+                                 f"the next iteration is timed untraced")
+                log_phase(s.system, trace_skipped)
+                trace_at, warmup = None, s.warmup
+            if cut_short(s, i, slowest, warmup, len(batches)):
+                cut = (f"stopped after iteration {i}: {slowest:.1f} s > --max-iter-s {s.max_iter_s:g}; the steady "
+                       f"state is this one iteration")
                 log_phase(s.system, cut)
                 break
-            # nothing timed yet: the next call runs it afresh. Ranks (gather) decide together, since `left`
-            # and `nxt` are gathered and `over` is rank 0's: every rank raises Deferred (spawn_ranks hands
-            # it to the parent) or stops over-time at the same iteration. Before, a run at N > 1 went on
-            # and the call's end cut it off: the guard then recorded the whole search over-time
-            # (zero-offload resnet1026 D=256 u=8 on 2x H200, x2-grid29, with u=16 on record).
-            how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
-                   if own is not None else f"as estimated before iteration {i}, which the memcpy trace slowed"
-                   if i == trace_at else f"as iteration {i}" if ratio == 1.0 else
-                   f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
-            why = (f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after HARMONY_DEADLINE, "
-                   f"{max(left, 0):.0f} s away, before any timed iteration")
-            over = had_whole_call(s)
-            if gather is not None:
-                over = gather([over])[0]
-            if over is None:
-                faulthandler.cancel_dump_traceback_later()
-                raise Deferred(why)
-            status, message = "over-time", f"{why}; {over}"
-            log_phase(s.system, message)
-            break
-    if gather is not None:
-        faulthandler.cancel_dump_traceback_later()
+            left = seconds_left() if deadline_set and i < len(batches) - 1 else None
+            if left is not None and gather is not None:
+                left = min(gather([left]))
+            if outlasts_deadline(nxt, left):
+                if i >= warmup:
+                    cut = (f"stopped after iteration {i}: the next (about {nxt:.0f} s) would end after "
+                           f"HARMONY_DEADLINE, {max(left, 0):.0f} s away; the steady state is what ran")
+                    log_phase(s.system, cut)
+                    break
+                # nothing timed yet: the next call runs it afresh. Ranks (gather) decide together, since `left`
+                # and `nxt` are gathered and `over` is rank 0's: every rank raises Deferred (spawn_ranks hands
+                # it to the parent) or stops over-time at the same iteration. Before, a run at N > 1 went on
+                # and the call's end cut it off: the guard then recorded the whole search over-time
+                # (zero-offload resnet1026 D=256 u=8 on 2x H200, x2-grid29, with u=16 on record).
+                how = (f"iteration {i}'s {slowest:.0f} s less its first microbatch's excess over the others"
+                       if own is not None else f"as estimated before iteration {i}, which the memcpy trace slowed"
+                       if i == trace_at else f"as iteration {i}" if ratio == 1.0 else
+                       f"{ratio:.2f}x iteration {i}'s {slowest:.0f} s, as the nearest candidate on record ran")
+                why = (f"iteration {i + 1} (about {nxt:.0f} s, {how}) would end after HARMONY_DEADLINE, "
+                       f"{max(left, 0):.0f} s away, before any timed iteration")
+                over = had_whole_call(s)
+                if gather is not None:
+                    over = gather([over])[0]
+                if over is None:
+                    raise Deferred(why)
+                status, message = "over-time", f"{why}; {over}"
+                log_phase(s.system, message)
+                break
+    finally:
+        if gather is not None:
+            faulthandler.cancel_dump_traceback_later()
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
         extra["call_window_s"] = call_window_s()

@@ -38,12 +38,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, accumulate_microbatches, apply_cap,
-                              apply_precision, free_port, is_oom, load_model, pin_batches, resolve_device,
-                              failed_ranks_record, rank_gather, spawn_ranks, status_only, train_loop,
-                              use_rank_share_of_cores)
+                              apply_precision, is_oom, load_model, pin_batches, resolve_device, status_only,
+                              train_loop)
+from baselines.ranks import failed_ranks_record, rank_gather, spawn_ranks, use_rank_share_of_cores
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import make_optimizer, set_lr
+from harmony.runtime.launch import free_port
 
 
 class Checkpointed(nn.Module):

@@ -30,13 +30,14 @@ import traceback
 import torch
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast,
-                              failed_ranks_record, free_port, is_oom, load_model, log_phase, microbatch_ranges,
-                              pin_batches, rank_gather, resolve_device, spawn_ranks, status_only, train_loop,
-                              use_rank_share_of_cores)
+                              is_oom, load_model, log_phase, microbatch_ranges, pin_batches, resolve_device,
+                              status_only, train_loop)
+from baselines.ranks import failed_ranks_record, rank_gather, spawn_ranks, use_rank_share_of_cores
 from baselines.fsdp_offload import Chain, Checkpointed
 from harmony.data import load_batches
 from harmony.jsonio import Deferred
 from harmony.optim import set_lr
+from harmony.runtime.launch import free_port
 
 INSTALL = "pip install -e .[deepspeed]"
 

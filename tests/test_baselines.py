@@ -345,7 +345,6 @@ def test_the_deadline_discounts_a_slow_first_iteration_as_the_nearest_candidate_
     """Settings.first_iter_ratio: after iteration 0 alone, the next iteration is estimated at that ratio of
     it (zero-offload resnet1026 D=64 u=8 ran 180 s then 74 s; u=16's 235 s first iteration, estimated as its
     own next, was left twice for a call that never had the time). Without the ratio the same run is left."""
-    import baselines.common as bc
     from harmony.jsonio import Deferred
     clock = loop_clock(monkeypatch, deadline_s=15.0)
 
@@ -370,7 +369,6 @@ def test_the_deadline_estimates_iteration_one_from_iteration_zeros_own_microbatc
     then 23 s). Iteration 0 here: microbatches of 5, 1, 1, 1 s = 8 s, so iteration 1 is estimated at 4 s,
     which fits the 7 s left, where iteration 0 as its own estimate does not. Later iterations are not
     timed per microbatch (the clock is disarmed), and with fewer than three microbatches it gives none."""
-    import baselines.common as bc
     from harmony.jsonio import Deferred
     from baselines.common import MicrobatchClock
     clock = loop_clock(monkeypatch, deadline_s=15.0)
@@ -1123,7 +1121,8 @@ def test_a_ranks_exception_outside_the_loop_ends_the_spawn_with_its_status():
     status its record gets, and torch's spawn ends the peer instead of waiting for it."""
     import time
 
-    from baselines.common import RankFailed, spawn_ranks
+    from baselines.common import RankFailed
+    from baselines.ranks import spawn_ranks
     t0 = time.monotonic()
     with pytest.raises(RankFailed) as failed:
         spawn_ranks(_oom_in_rank_1_while_rank_0_waits, (), 2)

@@ -53,9 +53,10 @@ class Unavailable(Exception):
 class RankFailed(Exception):
     """An iteration failed (OOM, infeasible, error) in one rank of a system of spawned ranks. Its peers may
     wait in a collective it will never join, so the rank does not go on to the loop's own gathers: it raises
-    this out of train_loop, and _rank_main leaves `status` and `message` for the parent and ends the
-    process at once (no teardown: destroying a process group a peer waits in can wait as long); torch's
-    spawn then ends the others, and spawn_ranks raises it again in the parent, which records `status`.
+    this out of train_loop, and baselines/ranks.py's _rank_main leaves `status` and `message` for the parent
+    and ends the process at once (no teardown: destroying a process group a peer waits in can wait as
+    long); torch's spawn then ends the others, and spawn_ranks raises it again in the parent, which
+    records `status`.
     Before, the rank broke out of the loop as a single process does, into a gather while its peer waited
     inside DeepSpeed's step: zero-offload gpt2-xl D=256 u=4 on 2x H200 sat silent after iteration 2 for the
     rest of x2-grid34 (on gloo the peer's collective fails instead, and the run was recorded as an error)."""

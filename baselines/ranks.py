@@ -20,6 +20,9 @@ import torch
 from baselines.common import RankFailed, Settings, failure_status, status_only
 from harmony.jsonio import DEFERRED_EXIT, Deferred
 
+RANK_FAILED_EXIT = 76      # a rank failed: its status and message are in the spawn's failures folder
+
+
 def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
     """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload and zero-offload at
     N >= 2. Their ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
@@ -47,9 +50,6 @@ def failed_ranks_record(s: Settings, model_name: str, e: Exception) -> dict:
     if isinstance(e, RankFailed):
         return status_only(s, model_name, e.status, e.message)
     return status_only(s, model_name, "error", f"a rank failed: {str(e).strip() or type(e).__name__}")
-
-
-RANK_FAILED_EXIT = 76      # a rank failed: its status and message are in the spawn's failures folder
 
 
 def _rank_main(rank: int, entry: Callable, args: tuple, failures: str) -> None:

@@ -202,7 +202,13 @@ def predicted_bytes(res: Results, scale: str):
     return max(errs), f"worst relative byte difference {max(errs):.2%} over {n} runs (h2d, d2h, p2p)", max(errs) <= 0.01
 
 
-REFERENCE, REORDERED = ("pytorch", "1"), ("pytorch-reorder", "1")
+REFERENCE = ("pytorch", "1")
+CONTROL_PREFIX = "pytorch-reorder"     # `pytorch-reorder` (2u or u/2) and `pytorch-reorder-u<k>` (u = k)
+
+
+def is_control(system: str) -> bool:
+    """A C6 control: plain PyTorch again at another microbatch size (the same SGD, summed in another order)."""
+    return system == CONTROL_PREFIX or system.startswith(CONTROL_PREFIX + "-u")
 
 
 def _rel(a: float, b: float) -> float:
@@ -245,14 +251,17 @@ def start_mismatch(c: dict[int, float], ref: dict[int, float], tol: float = STAR
 def loss_curves_agree(res: Results, scale: str):
     """Each curve against plain PyTorch, iteration by iteration, within `tol`.
 
-    Where the figure also has `pytorch-reorder` (plain PyTorch again at another microbatch size: the same
-    SGD, its gradients summed in another order), that curve measures how far rounding alone carries the
-    reference. Past the first iteration where it differs from the reference by more than `tol` (the
-    horizon), no run of the same SGD can be held to the reference pointwise: a TF32 trajectory through an
-    unstable stretch amplifies last-bit differences into loss differences of tens of percent (4x H100,
-    figure 13: Harmony's own equivalent modes differ from one another by 0.4 at iteration 222). From the
-    horizon on, the curve's mean loss must be within `tol` of the reference's instead. A curve that drifts
-    before the reference itself does still fails; without the control the whole curve is compared."""
+    Where the figure also has controls (`pytorch-reorder`, `pytorch-reorder-u<k>`: plain PyTorch again at
+    another microbatch size, the same SGD with its gradients summed in another order), they measure how far
+    rounding alone carries the reference. Past the first iteration where any of them differs from the
+    reference by more than `tol` (the horizon), no run of the same SGD can be held to the reference
+    pointwise: a TF32 trajectory through an unstable stretch amplifies last-bit differences into loss
+    differences of tens of percent (figure 13 on 4x H100 and 4x H200: Harmony's own equivalent modes differ
+    from one another by 0.4 at iteration 222, plain PyTorch at u = 16 from u = 8 by 0.16). Each control is
+    one draw of where rounding takes the reference away, so the earliest of them is the horizon (a rule
+    fixed before the second and third controls ran: device README item 28). From the horizon on, a curve's
+    mean loss must be within `tol` of the reference's instead. A curve that drifts before every control
+    does still fails; without a control the whole curve is compared."""
     tol = 1e-4 if scale == "smoke" else 2e-2
     worst, where, n, notes, first_left = 0.0, "", 0, [], None
     for fig in ("figure13", "figure21"):
@@ -263,34 +272,40 @@ def loss_curves_agree(res: Results, scale: str):
         ref = curves.get(REFERENCE)
         if not ref:
             continue
-        control = curves.get(REORDERED, {})
-        mismatch = start_mismatch(control, ref, tol)
-        if mismatch:
-            # before any update the control computes the reference's loss on the same weights and data; a
-            # miss there is another starting point (records from before a change of initialisation or data,
-            # 2x H200's figure 13 in the thirty-fifth session), not rounding: it cannot set a horizon
-            notes.append(f"{fig}: pytorch-reorder ignored, {mismatch}")
-            control = {}
-        horizon = _first_past(control, ref, tol)
-        if control:
-            spread = max(_rel(control[i], ref[i]) for i in set(control) & set(ref))
-            notes.append(f"{fig}: plain PyTorch at another microbatch differs from itself by up to {spread:.2e}"
-                         + (f", past {tol:g} from iteration {horizon} (compared by mean loss from there)"
-                            if horizon is not None else ""))
+        controls = {}
+        for key in sorted(k for k in curves if is_control(k[0]) and k[1] == REFERENCE[1]):
+            mismatch = start_mismatch(curves[key], ref, tol)
+            if mismatch:
+                # before any update a control computes the reference's loss on the same weights and data; a
+                # miss there is another starting point (records from before a change of initialisation or
+                # data, 2x H200's figure 13 in the thirty-fifth session), not rounding: it sets no horizon
+                notes.append(f"{fig}: {key[0]} ignored, {mismatch}")
+            else:
+                controls[key[0]] = curves[key]
+        left_at = {name: _first_past(c, ref, tol) for name, c in controls.items()}
+        horizon = min((i for i in left_at.values() if i is not None), default=None)
+        for name, c in controls.items():
+            spread = max(_rel(c[i], ref[i]) for i in set(c) & set(ref))
+            notes.append(f"{fig}: plain PyTorch at another microbatch ({name}) differs from itself by up to "
+                         f"{spread:.2e}" + (f", past {tol:g} from iteration {left_at[name]}"
+                                             if left_at[name] is not None else ""))
+        if horizon is not None:
+            notes.append(f"{fig}: compared by mean loss from iteration {horizon}")
         for key, c in curves.items():
-            if key in (REFERENCE, REORDERED) or not set(c) & set(ref):
+            if key == REFERENCE or is_control(key[0]) or not set(c) & set(ref):
                 continue
             n += 1
             d = max(_curve_gap(c, ref, horizon))
             if d >= worst:
                 worst, where = d, f"{fig} {key[0]} N={key[1]}"
-                left = None if control else _first_past(c, ref, tol)
-                # no control: say where the curve left the reference and how its mean loss compares from
-                # there, which tells a trajectory that diverged late (rounding, amplified) from a wrong one
+                left = _first_past(c, ref, tol)
+                # say where the curve left the reference and how its mean loss compares from there, which
+                # tells a trajectory that diverged late (rounding, amplified) from a wrong one
                 mismatch = start_mismatch(c, ref, tol)
                 first_left = (None if left is None else f"{where} {mismatch}" if mismatch else
                               f"{where} first past {tol:g} at iteration {left}, its mean loss from there "
-                              f"{_curve_gap(c, ref, left)[1]:.2e} off (no pytorch-reorder control to judge it)")
+                              f"{_curve_gap(c, ref, left)[1]:.2e} off"
+                              + ("" if controls else " (no pytorch-reorder control to judge it)"))
     if not n:
         return None, "no convergence curves next to a plain-PyTorch reference", None
     detail = f"max relative loss difference to plain PyTorch {worst:.2e} ({where}), tolerance {tol:g}, {n} curves"

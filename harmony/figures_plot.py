@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harmony.checks import start_mismatch  # noqa: E402
+from harmony.checks import is_control, start_mismatch  # noqa: E402
 
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000",
@@ -239,6 +239,11 @@ def _model_name(model: str, rows) -> str:
     return f"{model} ({n / 1e9:.2f} B)" if n >= 1e8 else f"{model} ({n / 1e6:.2f} M)"
 
 
+def _control_label(system: str) -> str:
+    """'plain PyTorch, u = 4 (its rounding spread)' for the control `pytorch-reorder-u4`."""
+    return f"plain PyTorch, u = {system.rsplit('-u', 1)[1]} (its rounding spread)"
+
+
 def _convergence(exp, rows):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = defaultdict(list)
@@ -253,12 +258,12 @@ def _convergence(exp, rows):
     for i, key in enumerate(status):
         system, n = key
         pts = sorted(curves.get(key, []))
-        label = CURVE_LABELS.get(system, f"{system} N={n}")
-        if system == "pytorch-reorder" and start_mismatch(dict(pts), ref):
+        label = CURVE_LABELS.get(system) or (_control_label(system) if is_control(system) else f"{system} N={n}")
+        if is_control(system) and start_mismatch(dict(pts), ref):
             label = "plain PyTorch, other microbatch (another starting point: no control, check C6)"
         if pts and status[key] == "ok":
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[i % len(styles)],
-                    color=COLORS.get(system, "#999"), label=label, lw=1.3)
+                    color=COLORS.get(system, "#999" if not is_control(system) else "#bdbdbd"), label=label, lw=1.3)
         else:
             ax.plot([], [], "x", color="red", label=f"{label}: {SHORT.get(status[key], status[key])}")
     data = next((r.get("data") for r in rows if r.get("data")), "unknown")

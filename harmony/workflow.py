@@ -12,7 +12,8 @@ under results/<scale>/<hardware>/ is defined once:
 
 <cfg> is `auto` (schedule searched) or `u<fwd>-<bwd>-p<pack>` (fixed microbatch sizes and pack size).
 <system> is `harmony-vPP`, `harmony-vDP`, a baseline name, or `pytorch` (plain PyTorch, convergence;
-`pytorch-reorder`: plain PyTorch at another microbatch size, check C6's control for rounding).
+`pytorch-reorder`, `pytorch-reorder-u<k>`: plain PyTorch at another microbatch size, check C6's controls
+for rounding).
 
 It also has three small commands used by the rules (`python -m harmony.workflow ...`):
   guard      run a stage command; if it fails, still leave a record saying so (status error/oom/infeasible)

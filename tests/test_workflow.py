@@ -268,6 +268,39 @@ def test_c6_holds_curves_to_plain_pytorch_pointwise_up_to_its_own_rounding_horiz
     assert not ok and "harmony-vDP N=1 differs from plain PyTorch before any update" in detail, detail
 
 
+def test_c6_takes_the_earliest_horizon_among_several_controls(tmp_path):
+    """Each control (`pytorch-reorder`, `pytorch-reorder-u<k>`) is one draw of where rounding takes plain
+    PyTorch away from itself; the earliest sets the horizon (4x H200's figure 13: the u = 16 control left at
+    iteration 217, Harmony vDP N = 2 at 213). A Harmony curve leaving at iteration 4 passes when some control
+    also leaves there, fails when the only control leaves later, and a control from another starting point
+    sets no horizon."""
+    from harmony.checks import Results, loss_curves_agree
+    from harmony.figures import CURVE_COLUMNS
+    ref = [0.70, 0.71, 0.69, 0.70, 0.72, 0.70, 0.60, 0.80, 0.70, 0.70]
+    late = ref[:6] + [0.80, 0.60, 0.70, 0.70]                      # leaves at iteration 6
+    early = ref[:4] + [0.62, 0.80] + ref[6:]                        # leaves at 4, the same mean from 4 on
+
+    def verdict(curves: dict):
+        R = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        R.mkdir()
+        rows = [{"figure": "figure13", "system": s, "gpus": 1, "status": "ok", "iteration": i, "loss": x}
+                for s, losses in {"pytorch": ref, "harmony-vDP": early, **curves}.items() for i, x in enumerate(losses)]
+        with open(R / "figure13.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        return loss_curves_agree(Results(R), "paper")
+
+    worst, detail, ok = verdict({"pytorch-reorder": late})
+    assert not ok and worst == pytest.approx(0.10 / 0.70), detail
+    assert "harmony-vDP N=1 first past 0.02 at iteration 4" in detail, detail
+    worst, detail, ok = verdict({"pytorch-reorder": late, "pytorch-reorder-u4": early})
+    assert ok and worst == pytest.approx(0.0, abs=1e-12), detail
+    assert "(pytorch-reorder-u4) differs from itself" in detail and "mean loss from iteration 4" in detail, detail
+    worst, detail, ok = verdict({"pytorch-reorder": late, "pytorch-reorder-u4": [ref[0] * 1.01] + early[1:]})
+    assert not ok and "pytorch-reorder-u4 ignored" in detail, detail
+
+
 def test_convergence_plot_labels_a_control_from_another_starting_point_as_no_control():
     """Figure 13/21's plot names the control by the same rule as C6: 2x H200's controls started 24% and
     1.6% away from that folder's older curves before any update, and their legend said 'rounding spread'."""
@@ -283,6 +316,11 @@ def test_convergence_plot_labels_a_control_from_another_starting_point_as_no_con
         return out
     assert "plain PyTorch, other microbatch (its rounding spread)" in labels(0.71)
     assert any("another starting point" in t for t in labels(0.88))
+    rows = [{"system": s, "gpus": "1", "status": "ok", "iteration": i, "loss": x}
+            for s in ("pytorch", "pytorch-reorder-u4") for i, x in enumerate([0.71, 0.69])]
+    fig = figures_plot._convergence({}, rows)
+    assert "plain PyTorch, u = 4 (its rounding spread)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    figures_plot.plt.close(fig)
 
 
 def test_c8_counts_each_missing_point_once_and_lists_it(tmp_path):

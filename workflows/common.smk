@@ -27,7 +27,7 @@ logger.info(f"harmony workflow: {PLAN.describe()} -> {R}")
 wildcard_constraints:
     model=r"[A-Za-z0-9_.+-]+",
     system=r"harmony-vPP|harmony-vDP|swap-dp|swap-pp|fsdp-offload|zero-offload|resident|pytorch",
-    reference=r"pytorch|pytorch-reorder",
+    reference=r"pytorch|pytorch-reorder(-u\d+)?",
     baseline=r"swap-dp|swap-pp|fsdp-offload|zero-offload|resident",
     mode=r"vPP|vDP",
     gpus=r"\d+",
@@ -76,12 +76,14 @@ def convergence_minibatch(wildcards):
 
 def convergence_ubatch(wildcards):
     """Plain PyTorch accumulates over the figure's u_bwd (same SGD; fits the GPU at the paper's D).
-    `pytorch-reorder` runs the same SGD at twice that microbatch (half where u_bwd is the whole minibatch):
-    its gradients are summed in another order, so its distance from `pytorch` is what rounding alone does
-    to the reference (check C6)."""
+    `pytorch-reorder` runs the same SGD at twice that microbatch (half where u_bwd is the whole minibatch),
+    `pytorch-reorder-u<k>` at microbatch k: their gradients are summed in another order, so their distance
+    from `pytorch` is what rounding alone does to the reference (check C6)."""
     u = PLAN.grid(wildcards.figure)["schedule"]["ubatch_bwd"]
     if wildcards.reference == "pytorch":
         return u
+    if "-u" in wildcards.reference:
+        return int(wildcards.reference.rsplit("-u", 1)[1])
     D = convergence_minibatch(wildcards)
     return 2 * u if 2 * u <= D else max(u // 2, 1)
 

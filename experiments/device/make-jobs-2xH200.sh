@@ -2,8 +2,8 @@
 # Writes experiments/device/jobs-2xH200.sh (with HW=2xH100-80GB-HBM3: jobs-2xH100.sh, below): issue 8's
 # runs on nvidia-h200-x2 (N = 2), one job list in priority order, for device budgets that cannot hold the
 # whole grids. Run here, where snakemake is.
-#   priority: 0 plain PyTorch at another microbatch beside figures 13 and 21's references (check C6's
-#               control: how far rounding alone carries the reference), then figure 21 at N = 2
+#   priority: 0 plain PyTorch at other microbatches beside figures 13 and 21's references (check C6's
+#               controls: how far rounding alone carries the reference), then figure 21 at N = 2
 #             1 the figure-10 profiles, one at a time      2 Harmony vPP/vDP at figure 10's middle D
 #             3 swap-dp there (u = the best of its N = 1 search on the H100)
 #             4 figures 17/18 at N = 1, 2 for 1.6 B and 2.8 B
@@ -21,8 +21,11 @@ HW=${HW:-2xH200}; FIGURE10_ONLY=0; [ "$HW" = 2xH200 ] || FIGURE10_ONLY=1
 CONF=(scale=paper hardware=$HW gpus_present=2 iters=4 convergence_iters=20
       baseline_ubatch_start_from=results/paper/1xH100-80GB-HBM3)   # each search climbs from the H100's best u
 source "$(dirname "$0")/joblist_lib.sh"
-[ $FIGURE10_ONLY = 1 ] || listing convergence_iters=300 -- "$R/convergence/figure13/bert-large-mrpc/pytorch-reorder-N1.jsonl"
-[ $FIGURE10_ONLY = 1 ] || listing -- "$R/convergence/figure21/gpt2-medium-ft/pytorch-reorder-N1.jsonl"
+C13=$R/convergence/figure13/bert-large-mrpc; C21=$R/convergence/figure21/gpt2-medium-ft
+[ $FIGURE10_ONLY = 1 ] || listing convergence_iters=300 -- "$C13/pytorch-reorder-N1.jsonl" \
+           "$C13/pytorch-reorder-u4-N1.jsonl" "$C13/pytorch-reorder-u32-N1.jsonl"
+[ $FIGURE10_ONLY = 1 ] || listing -- "$C21/pytorch-reorder-N1.jsonl" "$C21/pytorch-reorder-u1-N1.jsonl" \
+           "$C21/pytorch-reorder-u8-N1.jsonl"
 [ $FIGURE10_ONLY = 1 ] || listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
            "$R/convergence/figure21/gpt2-medium-ft/harmony-vDP-N2.jsonl"
 FIG10=("bert96 64 16" "vgg416 64 16" "resnet1026 256 32" "gpt2-xl 64 8")

@@ -9,18 +9,23 @@
 #                                               --move) or reading them; git refuses to add paths outside a
 #                                               sparse checkout
 set -euo pipefail
-#   bash experiments/device/slim_tree.sh on HW  also leaves out every results/paper/ folder but HW (e.g. 2xH200):
+#   bash experiments/device/slim_tree.sh on HW [HW...]  also leaves out every results/paper/ folder but HW (e.g.
+#                                               2xH200; name two for a call that may get either card):
 #                                               a call's job list reads only its own hardware's folder, and
 #                                               the tree with all of them had grown to 60 MiB by the
 #                                               twenty-eighth session
 case ${1:-} in
   on)  if [ -n "${2:-}" ]; then
-         [ -d "results/paper/$2" ] || { echo "$0: no folder results/paper/$2 (one of: $(ls results/paper | tr '\n' ' '))" >&2; exit 2; }
-         git sparse-checkout set --no-cone '/*' '!/results/paper/*/' "/results/paper/$2/" "!/results/paper/$2/superseded/"
+         keep=()
+         for hw in "${@:2}"; do
+           [ -d "results/paper/$hw" ] || { echo "$0: no folder results/paper/$hw (one of: $(ls results/paper | tr '\n' ' '))" >&2; exit 2; }
+           keep+=("/results/paper/$hw/" "!/results/paper/$hw/superseded/")
+         done
+         git sparse-checkout set --no-cone '/*' '!/results/paper/*/' "${keep[@]}"
        else
          git sparse-checkout set --no-cone '/*' '!/results/paper/*/superseded/' '!/results/paper/4xH200/'
        fi ;;
   off) git sparse-checkout disable ;;
-  *)   echo "usage: $0 on [HW]|off" >&2; exit 2 ;;
+  *)   echo "usage: $0 on [HW...]|off" >&2; exit 2 ;;
 esac
 python3 experiments/device/tree_size.py --carry .whl --top 3 | tail -1 || true    # the size with the wheels carried

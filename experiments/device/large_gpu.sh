@@ -15,7 +15,8 @@
 # calls, each takes minutes), PROFILE (a profile.json made earlier; default: profile here, ~2 min),
 # DEEPEN_FROM (a profile of the same family with fewer layers, e.g. the committed 24-layer one: its costs are
 # mapped onto this NL by experiments/deepen_profile.py instead of profiling here, which at 72 layers would
-# take minutes of the call; the profile says where it came from),
+# take minutes of the call; the profile says where it came from, and carries this machine's host memory, the
+# schedule's host budget, in place of the profiled host's),
 # CALIBRATION (results/paper/1xH100-80GB-HBM3/calibration.json: same machine kind; it gives the roofline),
 # HEADROOM (0.05 of the GPU's memory left out of the plan: GPT-2 5.25 B planned 67.97 GiB and peaked at 67.91
 # allocated, 67.96 reserved, no retry, on the 252 GiB host; with entry 51's search 5% is 1.2% faster than 10%),
@@ -46,7 +47,7 @@ P=${PROFILE:-$OUT/profile.json}
 case " $SYSTEMS " in *" harmony "*)
   if [ ! -f "$P" ] && [ -n "${DEEPEN_FROM:-}" ]; then
     stamp "profile $ID: $DEEPEN_FROM's costs on $NL layers (experiments/deepen_profile.py)"
-    python3 experiments/deepen_profile.py "$DEEPEN_FROM" "$M" -o "$P" > "$OUT/profile.log" 2>&1
+    python3 experiments/deepen_profile.py "$DEEPEN_FROM" "$M" -o "$P" --host-here > "$OUT/profile.log" 2>&1
     stamp "deepen rc=$?"; tail -2 "$OUT/profile.log"
   fi
   if [ ! -f "$P" ]; then

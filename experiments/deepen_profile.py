@@ -31,7 +31,7 @@ def with_host_here(rec: dict) -> dict:
     """REC with this machine's host memory (`harmony.metrics.host_memory_record`) in place of its own."""
     from harmony.metrics import host_memory_record
     theirs = {k: rec.get(k) for k in ("host_memory_bytes", "host_memory_available_bytes")}
-    return {**rec, **host_memory_record(), "host_memory_from": {"this host": True, "profiled host": theirs}}
+    return {**rec, **host_memory_record(), "host_memory_from": {"measured_here": True, "profiled_host": theirs}}
 
 
 def deepen(profile: dict, model: dict, source: str = "") -> dict:

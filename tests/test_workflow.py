@@ -1601,7 +1601,7 @@ def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
     elsewhere = {**got, "host_memory_bytes": 2 ** 40, "host_memory_available_bytes": 2 ** 39}
     here = mod.with_host_here(elsewhere)
     assert here["host_memory_bytes"] == psutil.virtual_memory().total
-    assert here["host_memory_from"]["profiled host"]["host_memory_bytes"] == 2 ** 40
+    assert here["host_memory_from"]["profiled_host"]["host_memory_bytes"] == 2 ** 40
 
 
 def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
@@ -1625,7 +1625,7 @@ def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
     prof = json.loads((out / "profile.json").read_text())
     assert prof["derived_from"] and len(prof["vlayers"]) == 4 + 4       # embedding, 4 blocks, norm, head, loss
     # the plan is for this machine: its host memory, not the shallow profile's host's, is the search's budget
-    assert prof["host_memory_from"]["this host"] and prof["host_memory_bytes"] == psutil.virtual_memory().total
+    assert prof["host_memory_from"]["measured_here"] and prof["host_memory_bytes"] == psutil.virtual_memory().total
     assert "deepen_profile.py" in (out / "steps.txt").read_text()
     from harmony.jsonio import read_jsonl
     summary = read_jsonl(out / "harmony.jsonl")[-1]

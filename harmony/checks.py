@@ -211,6 +211,12 @@ def is_control(system: str) -> bool:
     return system == CONTROL_PREFIX or system.startswith(CONTROL_PREFIX + "-u")
 
 
+def control_ubatch(system: str) -> int | None:
+    """The microbatch a control names (`pytorch-reorder-u4` -> 4); None for `pytorch-reorder`, whose
+    microbatch follows from the figure's (workflows/common.smk, convergence_ubatch)."""
+    return int(system.removeprefix(CONTROL_PREFIX + "-u")) if system.startswith(CONTROL_PREFIX + "-u") else None
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 

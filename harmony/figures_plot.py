@@ -17,11 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harmony.checks import is_control, start_mismatch  # noqa: E402
+from harmony.checks import control_ubatch, is_control, start_mismatch  # noqa: E402
 
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000",
           "pytorch-reorder": "#969696"}
+CONTROL_COLOR = "#bdbdbd"     # the controls `pytorch-reorder-u<k>` (C6), lighter than `pytorch-reorder`
 CURVE_LABELS = {"pytorch": "plain PyTorch", "pytorch-reorder": "plain PyTorch, other microbatch (its rounding spread)"}
 SHORT = {"oom": "OOM", "infeasible": "infeas.", "unavailable": "n/a", "error": "error", "missing": "not run",
          "interrupted": "interr.", "over-time": "> call"}
@@ -239,11 +240,6 @@ def _model_name(model: str, rows) -> str:
     return f"{model} ({n / 1e9:.2f} B)" if n >= 1e8 else f"{model} ({n / 1e6:.2f} M)"
 
 
-def _control_label(system: str) -> str:
-    """'plain PyTorch, u = 4 (its rounding spread)' for the control `pytorch-reorder-u4`."""
-    return f"plain PyTorch, u = {system.rsplit('-u', 1)[1]} (its rounding spread)"
-
-
 def _convergence(exp, rows):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = defaultdict(list)
@@ -258,12 +254,14 @@ def _convergence(exp, rows):
     for i, key in enumerate(status):
         system, n = key
         pts = sorted(curves.get(key, []))
-        label = CURVE_LABELS.get(system) or (_control_label(system) if is_control(system) else f"{system} N={n}")
+        u = control_ubatch(system)
+        label = CURVE_LABELS.get(system) or (f"plain PyTorch, u = {u} (its rounding spread)" if u
+                                             else f"{system} N={n}")
         if is_control(system) and start_mismatch(dict(pts), ref):
             label = "plain PyTorch, other microbatch (another starting point: no control, check C6)"
         if pts and status[key] == "ok":
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[i % len(styles)],
-                    color=COLORS.get(system, "#999" if not is_control(system) else "#bdbdbd"), label=label, lw=1.3)
+                    color=COLORS.get(system, CONTROL_COLOR if is_control(system) else "#999"), label=label, lw=1.3)
         else:
             ax.plot([], [], "x", color="red", label=f"{label}: {SHORT.get(status[key], status[key])}")
     data = next((r.get("data") for r in rows if r.get("data")), "unknown")

@@ -224,29 +224,34 @@ def test_checks_claims_on_handmade_rows(tmp_path):
     assert res["C6"]["verdict"] == "pass" and float(res["C6"]["measured"]) == 0.0
 
 
+def _c6_on(tmp_path: Path, curves: dict[str, list[float]]):
+    """C6 at paper scale on a figure 13 of these loss curves (system -> losses, one GPU each), written to a
+    fresh results folder under tmp_path as the figure's CSV."""
+    from harmony.checks import Results, loss_curves_agree
+    from harmony.figures import CURVE_COLUMNS
+    R = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+    R.mkdir()
+    rows = [{"figure": "figure13", "system": s, "gpus": 1, "status": "ok", "iteration": i, "loss": x}
+            for s, losses in curves.items() for i, x in enumerate(losses)]
+    with open(R / "figure13.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return loss_curves_agree(Results(R), "paper")
+
+
 def test_c6_holds_curves_to_plain_pytorch_pointwise_up_to_its_own_rounding_horizon(tmp_path):
     """C6 at paper scale (TF32 tolerance 2e-2). `pytorch-reorder` (plain PyTorch at another microbatch: the
     same SGD summed in another order) leaves the reference by 30% from iteration 6 on, as the 4x H100 figure
     13 trajectory did through an unstable stretch. A Harmony curve that does the same passes (pointwise before
     the horizon, by mean loss after it); one that drifts before the horizon fails, one whose mean loss after
     it is 10% off fails, and without the control the whole curve is held pointwise, so the first fails."""
-    from harmony.checks import Results, loss_curves_agree
-    from harmony.figures import CURVE_COLUMNS
     ref = [0.70, 0.71, 0.69, 0.70, 0.72, 0.70, 0.60, 0.80, 0.70, 0.70]
     chaotic = ref[:6] + [0.80, 0.60, 0.70, 0.70]       # the same mean from iteration 6 on
     curves = {"pytorch": ref, "pytorch-reorder": chaotic, "harmony-vPP": chaotic}
 
     def verdict(extra: dict, control: bool = True):
-        R = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
-        R.mkdir()
-        chosen = {k: v for k, v in {**curves, **extra}.items() if control or k != "pytorch-reorder"}
-        rows = [{"figure": "figure13", "system": s, "gpus": 1, "status": "ok", "iteration": i, "loss": x}
-                for s, losses in chosen.items() for i, x in enumerate(losses)]
-        with open(R / "figure13.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        return loss_curves_agree(Results(R), "paper")
+        return _c6_on(tmp_path, {k: v for k, v in {**curves, **extra}.items() if control or k != "pytorch-reorder"})
 
     worst, detail, ok = verdict({})
     assert ok and worst == pytest.approx(0.0, abs=1e-12), detail
@@ -275,22 +280,12 @@ def test_c6_takes_the_earliest_horizon_among_several_controls(tmp_path):
     iteration 217, Harmony vDP N = 2 at 213). A Harmony curve leaving at iteration 4 passes when some control
     also leaves there, fails when the only control leaves later, and a control from another starting point
     sets no horizon."""
-    from harmony.checks import Results, loss_curves_agree
-    from harmony.figures import CURVE_COLUMNS
     ref = [0.70, 0.71, 0.69, 0.70, 0.72, 0.70, 0.60, 0.80, 0.70, 0.70]
     late = ref[:6] + [0.80, 0.60, 0.70, 0.70]                      # leaves at iteration 6
     early = ref[:4] + [0.62, 0.80] + ref[6:]                        # leaves at 4, the same mean from 4 on
 
-    def verdict(curves: dict):
-        R = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
-        R.mkdir()
-        rows = [{"figure": "figure13", "system": s, "gpus": 1, "status": "ok", "iteration": i, "loss": x}
-                for s, losses in {"pytorch": ref, "harmony-vDP": early, **curves}.items() for i, x in enumerate(losses)]
-        with open(R / "figure13.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        return loss_curves_agree(Results(R), "paper")
+    def verdict(controls: dict):
+        return _c6_on(tmp_path, {"pytorch": ref, "harmony-vDP": early, **controls})
 
     worst, detail, ok = verdict({"pytorch-reorder": late})
     assert not ok and worst == pytest.approx(0.10 / 0.70), detail

@@ -5,6 +5,7 @@ import os
 
 from snakemake.utils import validate
 
+from harmony.checks import control_ubatch
 from harmony.workflow import FIGURES, Plan, cfg_args
 
 
@@ -82,8 +83,8 @@ def convergence_ubatch(wildcards):
     u = PLAN.grid(wildcards.figure)["schedule"]["ubatch_bwd"]
     if wildcards.reference == "pytorch":
         return u
-    if "-u" in wildcards.reference:
-        return int(wildcards.reference.rsplit("-u", 1)[1])
+    if (k := control_ubatch(wildcards.reference)) is not None:
+        return k
     D = convergence_minibatch(wildcards)
     return 2 * u if 2 * u <= D else max(u // 2, 1)
 

@@ -1621,7 +1621,8 @@ def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
     assert prof["derived_from"] and len(prof["vlayers"]) == 4 + 4       # embedding, 4 blocks, norm, head, loss
     # the plan is for this machine: its host memory, not the shallow profile's host's, is the search's budget
     assert prof["host_memory_from"]["measured_here"] and prof["host_memory_bytes"] == psutil.virtual_memory().total
-    assert "deepen_profile.py" in (out / "steps.txt").read_text()
+    steps = (out / "steps.txt").read_text()
+    assert "deepen_profile.py" in steps and "deepen rc=0" in steps, steps   # not the fallback to profiling
     from harmony.jsonio import read_jsonl
     summary = read_jsonl(out / "harmony.jsonl")[-1]
     assert summary["status"] == "ok" and summary["host_pss_bytes"] > 0, summary.get("message")

@@ -33,7 +33,8 @@ ID=$([ "$BASE" = gpt2-10b ] && echo "gpt2-4096x$NL" || echo "$BASE-x$NL")
 OUT="$OUTROOT/$ID-D$D-N1"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-if ! python3 -c "import harmony" 2>/dev/null; then export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
+# checked from / : `python3 -c` would find harmony in the working directory, a script under experiments/ does not
+if ! (cd / && python3 -c "import harmony") 2>/dev/null; then export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"; fi
 H="python3 -m harmony.cli"
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/steps.txt"; }

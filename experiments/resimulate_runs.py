@@ -200,6 +200,12 @@ def main(argv: list[str]) -> int:
         params = overridden(params, args, s.get("p2p_receive") or "lazy")
         for line in task_span_lines(s, graph, task_spans(graph, costs, params, planned_cap(rec))):
             print(line)
+        # a task longer than profiled: was the GPU's clock lower in the run than in the profile?
+        from harmony.gpu_clocks import line as clock_line
+        prof = json.loads(require_profile(profiles, s["model"]).read_text())
+        print(clock_line("profile's GPU", prof.get("gpu_clocks")))
+        for r, clocks in enumerate(s.get("gpu_clocks") or [None]):
+            print(clock_line(f"run's GPU {r}", clocks))
         return 0
     if args.breakdown:
         sched = Path(args.breakdown)

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from harmony import gpumem
+from harmony.gpu_clocks import ClockSampler
 from harmony.jsonio import ArtifactError, write_json
 from harmony.metrics import host_memory_record
 from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp
@@ -549,6 +550,10 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
     x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, g))
     results: dict[int, dict] = {}
     bar = Progress(len(unique), desc=f"profile {model_json['model']}", enabled=opts.progress)
+    # the GPU's clock while the trials ran, to set beside a run's (harmony/gpu_clocks.py)
+    clocks = ClockSampler.for_device(dev)
+    if clocks is not None:
+        clocks.start()
     with bar:
         for i in range(len(vl)):
             layer = source.get(i)
@@ -574,6 +579,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
             with torch.no_grad(), gpumem.autocast(dev, opts.precision):
                 x = layer(*x)
             del layer
+    gpu_clocks = clocks.stop() if clocks is not None else None
     us = sorted({u for r in results.values() for u in r["_meas"]})
     out_layers = []
     for r in vl:
@@ -612,6 +618,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "issue_statistic": "min" if dev.type == "cuda" else "median (the time)",
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
                           else "live tensor storages (TorchDispatchMode tracker)"),
+        "gpu_clocks": gpu_clocks,
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
         "wall_s": time.perf_counter() - t_start, "vlayers": out_layers,
     }

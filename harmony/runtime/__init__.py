@@ -164,7 +164,8 @@ class Prepared:
                 host_pss_bytes=m.get("pss"))
             self.records.append(rec)
             if writer is not None:
-                extra = ("host_phases", "task_spans", "task_issued", "task_spans_error", "reserved_by_stream")
+                extra = ("host_phases", "task_spans", "task_issued", "task_spans_error", "reserved_by_stream",
+                         "gpu_clocks")
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
                               **{k: m[k] for k in extra if k in m}})
         return cb
@@ -371,6 +372,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             task_spans=_median_per_task(merged, warmup, "task_spans"),
             task_issued=_median_per_task(merged, warmup, "task_issued"),
             reserved_by_stream=merged[-1].get("reserved_by_stream") if merged else None,
+            gpu_clocks=_gpu_clocks(merged, warmup),
             predicted_bytes=predicted_bytes,
             host_arena_bytes=layout.total_bytes if layout else None,
             host_arena_parts=layout.bytes_by_part if layout else None, host_pinned_bytes=pinned,
@@ -481,6 +483,17 @@ def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | Non
         return statistics.median_low(vals) if isinstance(vals[0], int) else round(statistics.median(vals), 6)
     return [{k: med([m["host_phases"][r][k] for m in steady]) for k in steady[0]["host_phases"][r]}
             for r in range(ranks)]
+
+
+def _gpu_clocks(iterations: list[dict], warmup: int) -> list[dict | None] | None:
+    """Per rank, its GPU's clock over the steady-state iterations (harmony/gpu_clocks.py); null when the
+    workers sampled none (CPU, no NVML)."""
+    from harmony.gpu_clocks import combine
+    from harmony.metrics import steady_state
+    steady = [m for m in steady_state(iterations, warmup) if m.get("gpu_clocks")]
+    if not steady:
+        return None
+    return [combine([m["gpu_clocks"][r] for m in steady]) for r in range(len(steady[0]["gpu_clocks"]))]
 
 
 def _median_per_task(iterations: list[dict], warmup: int, key: str) -> list[list] | None:

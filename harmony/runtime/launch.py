@@ -71,6 +71,7 @@ def merge_iteration(parts: dict[int, dict]) -> dict:
         **next(({"task_spans_error": parts[r]["task_spans_error"]} for r in ranks
                 if "task_spans_error" in parts[r]), {}),
         **per_rank("reserved_by_stream"),
+        **per_rank("gpu_clocks"),
         **per_rank("memcpy_trace", _sum_traces),
         **({"memcpy_trace_skipped": parts[ranks[0]]["memcpy_trace_skipped"]}   # every rank decided alike
            if "memcpy_trace_skipped" in parts[ranks[0]] else {}),

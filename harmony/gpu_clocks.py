@@ -1,0 +1,168 @@
+"""The GPU's SM clock, power, temperature and clock-event reasons, sampled beside timed work (NVML).
+
+Kernels that take longer in a run than in its profile (docs/performance.md entries 52 and 65: 3-7% on the
+`large` GPT-2, every task alike) have two explanations that the records could not tell apart: the clock
+fell under sustained load (a power or thermal limit), or the copy engines' traffic shared the GPU's memory.
+A profile trial lasts at most 0.25 s, a run's backward task seconds. With the clock sampled beside both,
+the profile's `gpu_clocks` and the run's say which.
+
+Samples taken while NVML reports the GPU idle are counted but left out of the clock statistics: between
+trials and during CPU optimizer steps the clock drops to its idle value, which says nothing about the
+kernels' speed.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+from typing import Any
+
+# NVML's clock-event ("throttle") reason bits (nvml.h nvmlClocksEventReason*), named as nvidia-smi names them
+REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+           0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+           0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+IDLE = 0x1
+INTERVAL_S = 0.1
+
+# one sample: (SM clock MHz, power W, temperature C, reason bits); None where NVML could not say
+Sample = tuple[float | None, float | None, float | None, int | None]
+
+
+def summarize(samples: list[Sample], sm_limit_mhz: float | None = None) -> dict[str, Any] | None:
+    """What a stretch of samples says: the SM clock's median, minimum and maximum over the busy samples
+    (NVML's idle bit clear), the power's median and maximum, the hottest temperature, and for each clock-event
+    reason the fraction of all samples it was set in. None without samples."""
+    if not samples:
+        return None
+    busy = [s for s in samples if not ((s[3] or 0) & IDLE)]
+    sm = [s[0] for s in busy if s[0] is not None]
+    power = [s[1] for s in busy if s[1] is not None]
+    temp = [s[2] for s in samples if s[2] is not None]
+    reasons: dict[str, float] = {}
+    for bit, name in REASONS.items():
+        n = sum(1 for s in samples if (s[3] or 0) & bit)
+        if n:
+            reasons[name] = round(n / len(samples), 3)
+    return {
+        "samples": len(samples), "busy_samples": len(busy), "interval_s": INTERVAL_S,
+        "sm_mhz_median": statistics.median(sm) if sm else None, "sm_mhz_min": min(sm) if sm else None,
+        "sm_mhz_max": max(sm) if sm else None, "sm_mhz_limit": sm_limit_mhz,
+        "power_w_median": round(statistics.median(power), 1) if power else None,
+        "power_w_max": round(max(power), 1) if power else None,
+        "temperature_c_max": max(temp) if temp else None, "reasons": reasons,
+    }
+
+
+def combine(parts: list[dict | None]) -> dict[str, Any] | None:
+    """Several stretches' summaries as one (a run's steady iterations): medians of the medians, the lowest
+    minimum, the highest maximum, each reason's fraction weighted by the stretches' samples."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+
+    def vals(key: str) -> list:
+        return [p[key] for p in parts if p.get(key) is not None]
+    n = sum(p["samples"] for p in parts)
+    reasons: dict[str, float] = {}
+    for p in parts:
+        for name, frac in p["reasons"].items():
+            reasons[name] = reasons.get(name, 0.0) + frac * p["samples"] / n
+    med = vals("sm_mhz_median")
+    pw = vals("power_w_median")
+    return {
+        "samples": n, "busy_samples": sum(p["busy_samples"] for p in parts), "interval_s": parts[0]["interval_s"],
+        "sm_mhz_median": statistics.median(med) if med else None,
+        "sm_mhz_min": min(vals("sm_mhz_min"), default=None), "sm_mhz_max": max(vals("sm_mhz_max"), default=None),
+        "sm_mhz_limit": parts[0].get("sm_mhz_limit"),
+        "power_w_median": round(statistics.median(pw), 1) if pw else None,
+        "power_w_max": max(vals("power_w_max"), default=None),
+        "temperature_c_max": max(vals("temperature_c_max"), default=None),
+        "reasons": {k: round(v, 3) for k, v in sorted(reasons.items())},
+    }
+
+
+class ClockSampler:
+    """Samples one GPU every INTERVAL_S on a daemon thread; `take()` returns the summary of the samples since
+    the last `take()` and starts a new stretch. Build it with `for_device`, which gives None where there is
+    nothing to sample (a CPU device, no NVML): callers then record nothing."""
+
+    def __init__(self, nvml, handle, interval_s: float = INTERVAL_S):
+        self._nvml, self._handle, self._interval = nvml, handle, interval_s
+        self._samples: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sm_limit_mhz = self._read(lambda: float(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM)))
+
+    @classmethod
+    def for_device(cls, device) -> "ClockSampler | None":
+        import torch
+        dev = torch.device(device)
+        if dev.type != "cuda" or not torch.cuda.is_available():
+            return None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            # NVML numbers GPUs whatever CUDA_VISIBLE_DEVICES hides: find this device by its UUID
+            uuid = str(torch.cuda.get_device_properties(dev).uuid)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            return cls(pynvml, handle)
+        except Exception:  # noqa: BLE001 - no NVML here: the record goes without clocks
+            return None
+
+    @staticmethod
+    def _read(fn):
+        try:
+            return fn()
+        except Exception:  # noqa: BLE001 - a metric this GPU or driver does not report
+            return None
+
+    def sample(self) -> Sample:
+        nvml, h = self._nvml, self._handle
+        reasons_fn = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                      or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"))
+        return (self._read(lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))),
+                self._read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                self._read(lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))),
+                self._read(lambda: int(reasons_fn(h))))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            s = self.sample()
+            with self._lock:
+                self._samples.append(s)
+
+    def start(self) -> "ClockSampler":
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="gpu-clocks", daemon=True)
+            self._thread.start()
+        return self
+
+    def take(self) -> dict[str, Any] | None:
+        with self._lock:
+            samples, self._samples = self._samples, []
+        return summarize(samples, self.sm_limit_mhz)
+
+    def stop(self) -> dict[str, Any] | None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self._interval + 1.0)
+            self._thread = None
+        return self.take()
+
+    def __enter__(self) -> "ClockSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def line(name: str, clocks: dict | None) -> str:
+    """One line for a report: the SM clock and what held it down."""
+    if not clocks or clocks.get("sm_mhz_median") is None:
+        return f"{name}: no GPU clock samples"
+    held = ", ".join(f"{k} {v:.0%}" for k, v in clocks["reasons"].items() if k != "gpu_idle") or "none"
+    limit = f" of {clocks['sm_mhz_limit']:.0f}" if clocks.get("sm_mhz_limit") else ""
+    return (f"{name}: SM clock median {clocks['sm_mhz_median']:.0f}{limit} MHz (min {clocks['sm_mhz_min']:.0f}), "
+            f"power median {clocks['power_w_median']} W, max {clocks['temperature_c_max']} C, "
+            f"{clocks['busy_samples']} busy of {clocks['samples']} samples; clock-event reasons: {held}")

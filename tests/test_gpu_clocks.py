@@ -1,0 +1,102 @@
+"""harmony/gpu_clocks.py: the GPU's clock sampled beside profiles and runs (docs/performance.md entry 65).
+The summaries and the sampling thread are tested on the CPU with a stand-in for NVML; one test on CUDA
+samples a real GPU under load."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from harmony.gpu_clocks import IDLE, ClockSampler, combine, line, summarize
+
+
+def test_summary_leaves_idle_samples_out_of_the_clock_and_counts_each_reason():
+    samples = [(1980.0, 600.0, 60.0, 0), (1755.0, 700.0, 70.0, 0x4), (345.0, 70.0, 50.0, IDLE),
+               (1800.0, None, 65.0, 0x4 | 0x20)]
+    s = summarize(samples, sm_limit_mhz=1980.0)
+    assert (s["samples"], s["busy_samples"]) == (4, 3)
+    assert (s["sm_mhz_median"], s["sm_mhz_min"], s["sm_mhz_max"]) == (1800.0, 1755.0, 1980.0)   # 345 idle
+    assert (s["power_w_median"], s["power_w_max"], s["temperature_c_max"]) == (650.0, 700.0, 70.0)
+    assert s["reasons"] == {"gpu_idle": 0.25, "sw_power_cap": 0.5, "sw_thermal_slowdown": 0.25}
+    assert summarize([]) is None
+    assert "SM clock median 1800 of 1980 MHz (min 1755)" in line("run", s) and "sw_power_cap 50%" in line("run", s)
+    assert line("run", None) == "run: no GPU clock samples"
+
+
+def test_combine_weights_reasons_by_samples_and_keeps_the_extremes():
+    a = summarize([(1980.0, 600.0, 60.0, 0)] * 3, 1980.0)
+    b = summarize([(1700.0, 700.0, 80.0, 0x4)], 1980.0)
+    c = combine([a, None, b])
+    assert c["samples"] == 4 and c["sm_mhz_min"] == 1700.0 and c["sm_mhz_max"] == 1980.0
+    assert c["sm_mhz_median"] == (1980.0 + 1700.0) / 2 and c["temperature_c_max"] == 80.0
+    assert c["reasons"] == {"sw_power_cap": 0.25}
+    assert combine([None, None]) is None
+
+
+class FakeNVML:
+    """The few NVML calls ClockSampler makes, with a clock that falls by 10 MHz per sample."""
+    NVML_CLOCK_SM, NVML_TEMPERATURE_GPU = 1, 0
+
+    def __init__(self):
+        self.mhz = 1980
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return 1980
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        self.mhz -= 10
+        return self.mhz
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 650_000                      # milliwatts
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        raise RuntimeError("not supported")  # a metric the driver does not report: None, not a failure
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x4
+
+
+def test_sampler_thread_takes_stretches_and_survives_a_missing_metric():
+    s = ClockSampler(FakeNVML(), handle=None, interval_s=0.01)
+    assert s.sm_limit_mhz == 1980.0
+    with s:
+        time.sleep(0.2)
+        first = s.take()
+        time.sleep(0.1)
+    assert first["samples"] >= 5 and first["sm_mhz_max"] < 1980.0
+    assert first["power_w_median"] == 650.0 and first["temperature_c_max"] is None
+    assert first["reasons"] == {"sw_power_cap": 1.0}
+    assert s.take() is None                                     # stop() took the last stretch
+    assert not any(t.name == "gpu-clocks" and t.is_alive() for t in __import__("threading").enumerate())
+
+
+def test_no_sampler_on_the_cpu():
+    assert ClockSampler.for_device("cpu") is None
+
+
+def test_a_runs_summary_combines_each_ranks_steady_iterations():
+    from harmony.runtime import _gpu_clocks
+    it = lambda mhz: {"gpu_clocks": [summarize([(mhz, 500.0, 60.0, 0)]), summarize([(mhz - 100, 500.0, 60.0, 0)])]}
+    merged = [it(1000.0), it(1900.0), it(1800.0)]          # iteration 0 is the warm-up
+    got = _gpu_clocks(merged, warmup=1)
+    assert [g["sm_mhz_median"] for g in got] == [1850.0, 1750.0]
+    assert _gpu_clocks([{"time_s": 1.0}], warmup=0) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sampler_reads_a_busy_gpu():
+    s = ClockSampler.for_device("cuda:0")
+    assert s is not None, "NVML did not find this GPU by its UUID"
+    a = torch.randn(4096, 4096, device="cuda")
+    for _ in range(2):        # a sampler restarts after stop()
+        with s:
+            t_end = time.perf_counter() + 1.0
+            while time.perf_counter() < t_end:
+                a = (a @ a).clamp_(-1, 1)
+            torch.cuda.synchronize()
+            busy = s.take()
+        assert busy["busy_samples"] >= 5 and busy["sm_mhz_median"] > 100, busy
+        assert 0 < busy["sm_mhz_median"] <= busy["sm_mhz_limit"] and busy["power_w_median"] > 0, busy

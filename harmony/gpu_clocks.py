@@ -27,7 +27,8 @@ INTERVAL_S = 0.1
 Sample = tuple[float | None, float | None, float | None, int | None]
 
 
-def summarize(samples: list[Sample], sm_limit_mhz: float | None = None) -> dict[str, Any] | None:
+def summarize(samples: list[Sample], sm_limit_mhz: float | None = None,
+              interval_s: float = INTERVAL_S) -> dict[str, Any] | None:
     """What a stretch of samples says: the SM clock's median, minimum and maximum over the busy samples
     (NVML's idle bit clear), the power's median and maximum, the hottest temperature, and for each clock-event
     reason the fraction of all samples it was set in. None without samples."""
@@ -43,7 +44,7 @@ def summarize(samples: list[Sample], sm_limit_mhz: float | None = None) -> dict[
         if n:
             reasons[name] = round(n / len(samples), 3)
     return {
-        "samples": len(samples), "busy_samples": len(busy), "interval_s": INTERVAL_S,
+        "samples": len(samples), "busy_samples": len(busy), "interval_s": interval_s,
         "sm_mhz_median": statistics.median(sm) if sm else None, "sm_mhz_min": min(sm) if sm else None,
         "sm_mhz_max": max(sm) if sm else None, "sm_mhz_limit": sm_limit_mhz,
         "power_w_median": round(statistics.median(power), 1) if power else None,
@@ -141,7 +142,7 @@ class ClockSampler:
     def take(self) -> dict[str, Any] | None:
         with self._lock:
             samples, self._samples = self._samples, []
-        return summarize(samples, self.sm_limit_mhz)
+        return summarize(samples, self.sm_limit_mhz, self._interval)
 
     def stop(self) -> dict[str, Any] | None:
         self._stop.set()

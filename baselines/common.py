@@ -22,11 +22,12 @@ from typing import Any, Callable
 
 import torch
 
+from harmony.gpu_clocks import ClockSampler, per_gpu
 from harmony.gpumem import alloc_retries
 from harmony.jsonio import (Deferred, JsonlWriter, call_window_s, outlasts_deadline, partial_path,
                             seconds_left)
 from harmony.jsonio import had_whole_call as began_with_whole_call
-from harmony.metrics import IterationRecord, env_record, make_summary, validate_summary
+from harmony.metrics import IterationRecord, env_record, make_summary, steady_state, validate_summary
 
 _T0 = time.time()      # about process start (this module is imported first by every baseline)
 
@@ -377,6 +378,11 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     deadline_set = seconds_left() is not None      # the same environment on every rank
     untraced_nxt: float | None = None              # the estimate of the next iteration made before it ran
     slowest_so_far = 0.0
+    # each GPU's clock beside each iteration, as Harmony's runs record it (harmony/gpu_clocks.py)
+    samplers = [ClockSampler.for_device(d) for d in gpus]
+    for smp in samplers:
+        if smp is not None:
+            smp.start()
     try:      # the stall watch (watch_for_a_stall) ends with the loop, however it ends
         for i, batch in enumerate(batches):
             if gather is not None:
@@ -387,6 +393,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                         torch.cuda.reset_peak_memory_stats(d)
                 retries0 = [alloc_retries(d) for d in gpus]
                 _sync(devices)
+                for smp in samplers:
+                    if smp is not None:
+                        smp.take()        # the samples since the last iteration: not this one's
                 t0 = time.perf_counter()
                 if clock is not None and i == 0 and deadline_set:
                     clock.arm()
@@ -426,13 +435,15 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
             retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
             pss = host_pss(gather) if i == 0 else None      # once, outside the timed iterations (a page walk)
+            clocks = [smp.take() if smp is not None else None for smp in samplers]
             if gather is not None:
-                alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
+                alloc, resv, retries, clocks = gather(alloc), gather(resv), gather(retries), gather(clocks)
             writer.iteration(IterationRecord(
                 iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
                 bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
                 bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
-                peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss))
+                peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss,
+                gpu_clocks=clocks if any(clocks) else None))
             # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
             # system's first iteration builds what the later ones reuse) the smaller of its own microbatches'
             # estimate (MicrobatchClock: one-time work in the first microbatch) and iteration 0 scaled as the
@@ -499,6 +510,9 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     finally:
         if gather is not None:
             faulthandler.cancel_dump_traceback_later()
+        for smp in samplers:
+            if smp is not None:
+                smp.stop()
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
         extra["call_window_s"] = call_window_s()
@@ -517,6 +531,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
         if trace_bytes_as_counters:    # no counters of its own and no trace: the bytes are unknown, not 0
             extra.update(bytes_source=None, bytes_h2d=None, bytes_d2h=None, bytes_p2p=None)
     its = writer.iterations
+    extra["gpu_clocks"] = per_gpu([it.gpu_clocks for it in steady_state(its, warmup)])
     rl = roofline_s(model_json, s, offload=cpu_update) if model_json else None
     if rl is not None:
         extra["roofline_terms"] = rl["terms"]

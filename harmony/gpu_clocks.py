@@ -81,6 +81,15 @@ def combine(parts: list[dict | None]) -> dict[str, Any] | None:
     }
 
 
+def per_gpu(iterations: list[list[dict | None] | None]) -> list[dict | None] | None:
+    """A run's clocks per GPU from its iterations' (each a list per GPU, or None): each GPU's stretches
+    combined; None where no iteration sampled any."""
+    rows = [row for row in iterations if row and any(row)]
+    if not rows:
+        return None
+    return [combine([row[g] for row in rows if g < len(row)]) for g in range(max(len(r) for r in rows))]
+
+
 class ClockSampler:
     """Samples one GPU every INTERVAL_S on a daemon thread; `take()` returns the summary of the samples since
     the last `take()` and starts a new stretch. Build it with `for_device`, which gives None where there is

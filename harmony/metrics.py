@@ -48,6 +48,8 @@ class IterationRecord:
     # host memory in use, shared pages counted once: the processes' proportional set sizes summed
     # (process_pss), measured after iteration 0 only (it walks the page tables); None on other iterations
     host_pss_bytes: int | None = None
+    # per GPU, its clock during this iteration (harmony/gpu_clocks.py); None where none was sampled
+    gpu_clocks: list[dict | None] | None = None
 
     def to_json(self) -> dict:
         return {"record": "iteration", **dataclasses.asdict(self)}

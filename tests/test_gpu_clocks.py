@@ -100,3 +100,12 @@ def test_sampler_reads_a_busy_gpu():
             busy = s.take()
         assert busy["busy_samples"] >= 5 and busy["sm_mhz_median"] > 100, busy
         assert 0 < busy["sm_mhz_median"] <= busy["sm_mhz_limit"] and busy["power_w_median"] > 0, busy
+
+
+def test_per_gpu_combines_each_gpu_over_the_iterations_that_sampled():
+    from harmony.gpu_clocks import per_gpu
+    s = lambda mhz: summarize([(mhz, 500.0, 60.0, 0)])
+    rows = [None, [s(1900.0), s(1500.0)], [None, None], [s(1700.0), s(1300.0)]]
+    got = per_gpu(rows)
+    assert [g["sm_mhz_median"] for g in got] == [1800.0, 1400.0] and [g["samples"] for g in got] == [2, 2]
+    assert per_gpu([None, [None]]) is None and per_gpu([]) is None

@@ -161,11 +161,10 @@ class Prepared:
                 peak_reserved_bytes=m["peak_reserved"] if device == "cuda" else [],
                 alloc_retries=m["alloc_retries"] if device == "cuda" else [],
                 host_rss_bytes=m["rss"] + _rss(), host_pinned_bytes=m["pinned"],
-                host_pss_bytes=m.get("pss"))
+                host_pss_bytes=m.get("pss"), gpu_clocks=m.get("gpu_clocks"))
             self.records.append(rec)
             if writer is not None:
-                extra = ("host_phases", "task_spans", "task_issued", "task_spans_error", "reserved_by_stream",
-                         "gpu_clocks")
+                extra = ("host_phases", "task_spans", "task_issued", "task_spans_error", "reserved_by_stream")
                 writer.write({**rec.to_json(), "bytes_by_kind": b, "rank_time_s": m["rank_time_s"],
                               **{k: m[k] for k in extra if k in m}})
         return cb
@@ -488,12 +487,9 @@ def _median_host_phases(iterations: list[dict], warmup: int) -> list[dict] | Non
 def _gpu_clocks(iterations: list[dict], warmup: int) -> list[dict | None] | None:
     """Per rank, its GPU's clock over the steady-state iterations (harmony/gpu_clocks.py); null when the
     workers sampled none (CPU, no NVML)."""
-    from harmony.gpu_clocks import combine
+    from harmony.gpu_clocks import per_gpu
     from harmony.metrics import steady_state
-    steady = [m for m in steady_state(iterations, warmup) if m.get("gpu_clocks")]
-    if not steady:
-        return None
-    return [combine([m["gpu_clocks"][r] for m in steady]) for r in range(len(steady[0]["gpu_clocks"]))]
+    return per_gpu([m.get("gpu_clocks") for m in steady_state(iterations, warmup)])
 
 
 def _median_per_task(iterations: list[dict], warmup: int, key: str) -> list[list] | None:

@@ -128,8 +128,9 @@ class ClockSampler:
 
     def sample(self) -> Sample:
         nvml, h = self._nvml, self._handle
+        # newer NVML names "throttle reasons" "clocks event reasons": either, else none (the sample reads None)
         reasons_fn = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                      or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"))
+                      or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
         return (self._read(lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))),
                 self._read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
                 self._read(lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))),

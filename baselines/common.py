@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from harmony.gpu_clocks import ClockSampler, per_gpu
+from harmony.gpu_clocks import DeviceClocks, per_gpu
 from harmony.gpumem import alloc_retries
 from harmony.jsonio import (Deferred, JsonlWriter, call_window_s, outlasts_deadline, partial_path,
                             seconds_left)
@@ -378,11 +378,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     deadline_set = seconds_left() is not None      # the same environment on every rank
     untraced_nxt: float | None = None              # the estimate of the next iteration made before it ran
     slowest_so_far = 0.0
-    # each GPU's clock beside each iteration, as Harmony's runs record it (harmony/gpu_clocks.py)
-    samplers = [ClockSampler.for_device(d) for d in gpus]
-    for smp in samplers:
-        if smp is not None:
-            smp.start()
+    gpu_clock = DeviceClocks(gpus)     # each GPU's SM clock beside each iteration, as in Harmony's runs
     try:      # the stall watch (watch_for_a_stall) ends with the loop, however it ends
         for i, batch in enumerate(batches):
             if gather is not None:
@@ -393,9 +389,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
                         torch.cuda.reset_peak_memory_stats(d)
                 retries0 = [alloc_retries(d) for d in gpus]
                 _sync(devices)
-                for smp in samplers:
-                    if smp is not None:
-                        smp.take()        # the samples since the last iteration: not this one's
+                gpu_clock.take()     # the samples since the last iteration: not this one's
                 t0 = time.perf_counter()
                 if clock is not None and i == 0 and deadline_set:
                     clock.arm()
@@ -435,15 +429,16 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
             resv = [torch.cuda.max_memory_reserved(d) for d in gpus]
             retries = [alloc_retries(d) - r0 for d, r0 in zip(gpus, retries0)]
             pss = host_pss(gather) if i == 0 else None      # once, outside the timed iterations (a page walk)
-            clocks = [smp.take() if smp is not None else None for smp in samplers]
+            clock_row = gpu_clock.take() or [None] * len(gpus)
             if gather is not None:
-                alloc, resv, retries, clocks = gather(alloc), gather(resv), gather(retries), gather(clocks)
+                alloc, resv, retries = gather(alloc), gather(resv), gather(retries)
+                clock_row = gather(clock_row)
             writer.iteration(IterationRecord(
                 iteration=i, time_s=dt, samples_per_s=s.minibatch / dt if dt > 0 else 0.0, loss=float(loss),
                 bytes_h2d=int(b.get("h2d", 0)), bytes_d2h=int(b.get("d2h", 0)), bytes_p2p=int(b.get("p2p", 0)),
                 bytes_allreduce=int(b.get("allreduce", 0)), peak_allocated_bytes=alloc,
                 peak_reserved_bytes=resv, alloc_retries=retries, host_rss_bytes=host_rss(), host_pss_bytes=pss,
-                gpu_clocks=clocks if any(clocks) else None))
+                gpu_clocks=clock_row if any(clock_row) else None))
             # the next iteration's estimate for the deadline rule: this one, but after iteration 0 alone (a
             # system's first iteration builds what the later ones reuse) the smaller of its own microbatches'
             # estimate (MicrobatchClock: one-time work in the first microbatch) and iteration 0 scaled as the
@@ -510,9 +505,7 @@ def train_loop(settings: Settings, writer: RunWriter, step: StepFn, batches: lis
     finally:
         if gather is not None:
             faulthandler.cancel_dump_traceback_later()
-        for smp in samplers:
-            if smp is not None:
-                smp.stop()
+        gpu_clock.stop()
     extra: dict[str, Any] = {"cut_short": cut} if cut else {}
     if status == "over-time":      # what call it had: a longer one runs it again (baselines/cli.py)
         extra["call_window_s"] = call_window_s()

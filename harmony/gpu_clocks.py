@@ -168,6 +168,26 @@ class ClockSampler:
         self.stop()
 
 
+class DeviceClocks:
+    """A ClockSampler per device of a process (none for a CPU device), started at once and taken together:
+    `take()` gives one summary per device, in the devices' order, or None when none has samples."""
+
+    def __init__(self, devices):
+        self._samplers = [ClockSampler.for_device(d) for d in devices]
+        for smp in self._samplers:
+            if smp is not None:
+                smp.start()
+
+    def take(self) -> list[dict | None] | None:
+        row = [smp.take() if smp is not None else None for smp in self._samplers]
+        return row if any(row) else None
+
+    def stop(self) -> None:
+        for smp in self._samplers:
+            if smp is not None:
+                smp.stop()
+
+
 def line(name: str, clocks: dict | None) -> str:
     """One line for a report: the SM clock and what held it down."""
     if not clocks or clocks.get("sm_mhz_median") is None:

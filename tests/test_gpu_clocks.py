@@ -109,3 +109,10 @@ def test_per_gpu_combines_each_gpu_over_the_iterations_that_sampled():
     got = per_gpu(rows)
     assert [g["sm_mhz_median"] for g in got] == [1800.0, 1400.0] and [g["samples"] for g in got] == [2, 2]
     assert per_gpu([None, [None]]) is None and per_gpu([]) is None
+
+
+def test_device_clocks_of_cpu_devices_sample_nothing():
+    from harmony.gpu_clocks import DeviceClocks
+    dc = DeviceClocks([torch.device("cpu"), torch.device("cpu")])
+    assert dc.take() is None
+    dc.stop()

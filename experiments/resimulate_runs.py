@@ -202,8 +202,7 @@ def main(argv: list[str]) -> int:
             print(line)
         # a task longer than profiled: was the GPU's clock lower in the run than in the profile?
         from harmony.gpu_clocks import line as clock_line
-        prof = json.loads(require_profile(profiles, s["model"]).read_text())
-        print(clock_line("profile's GPU", prof.get("gpu_clocks")))
+        print(clock_line("profile's GPU", costs.profile.raw.get("gpu_clocks")))
         for r, clocks in enumerate(s.get("gpu_clocks") or [None]):
             print(clock_line(f"run's GPU {r}", clocks))
         return 0

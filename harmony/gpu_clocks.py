@@ -170,10 +170,12 @@ class ClockSampler:
 
 class DeviceClocks:
     """A ClockSampler per device of a process (none for a CPU device), started at once and taken together:
-    `take()` gives one summary per device, in the devices' order, or None when none has samples."""
+    `take()` gives one summary per device, in the devices' order, or None when none has samples; `stop()`
+    ends the sampling and takes the last stretch. `active`: whether any device is sampled at all."""
 
     def __init__(self, devices):
         self._samplers = [ClockSampler.for_device(d) for d in devices]
+        self.active = any(smp is not None for smp in self._samplers)
         for smp in self._samplers:
             if smp is not None:
                 smp.start()
@@ -182,10 +184,9 @@ class DeviceClocks:
         row = [smp.take() if smp is not None else None for smp in self._samplers]
         return row if any(row) else None
 
-    def stop(self) -> None:
-        for smp in self._samplers:
-            if smp is not None:
-                smp.stop()
+    def stop(self) -> list[dict | None] | None:
+        row = [smp.stop() if smp is not None else None for smp in self._samplers]
+        return row if any(row) else None
 
 
 def line(name: str, clocks: dict | None) -> str:

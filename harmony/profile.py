@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from harmony import gpumem
-from harmony.gpu_clocks import ClockSampler
+from harmony.gpu_clocks import DeviceClocks
 from harmony.jsonio import ArtifactError, write_json
 from harmony.metrics import host_memory_record
 from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp
@@ -551,9 +551,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
     results: dict[int, dict] = {}
     bar = Progress(len(unique), desc=f"profile {model_json['model']}", enabled=opts.progress)
     # the GPU's clock while the trials ran, to set beside a run's (harmony/gpu_clocks.py)
-    clocks = ClockSampler.for_device(dev)
-    if clocks is not None:
-        clocks.start()
+    clocks = DeviceClocks([dev])
     with bar:
         for i in range(len(vl)):
             layer = source.get(i)
@@ -579,7 +577,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
             with torch.no_grad(), gpumem.autocast(dev, opts.precision):
                 x = layer(*x)
             del layer
-    gpu_clocks = clocks.stop() if clocks is not None else None
+    gpu_clocks = (clocks.stop() or [None])[0]
     us = sorted({u for r in results.values() for u in r["_meas"]})
     out_layers = []
     for r in vl:

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from harmony.gpu_clocks import ClockSampler
+from harmony.gpu_clocks import DeviceClocks
 from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
@@ -587,10 +587,8 @@ class Worker:
         proc = psutil.Process()
         probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
         self.start_run(probe=bool(probe_dir))
-        # this GPU's clock beside each iteration (None on the CPU or without NVML; harmony/gpu_clocks.py)
-        clocks = ClockSampler.for_device(self.device)
-        if clocks is not None:
-            clocks.start()
+        # this GPU's clock beside each iteration (none on the CPU or without NVML; harmony/gpu_clocks.py)
+        clocks = DeviceClocks([self.device])
         self.results.put(("ready", self.rank, {"pinned_bytes": self.pinned, "setup_s": self.setup_s}))
         self._barrier()
         trace_it = self.job.get("memcpy_trace_iteration")
@@ -601,8 +599,7 @@ class Worker:
                 torch.cuda.reset_peak_memory_stats(self.device)
             retries0 = alloc_retries(self.device)
             traced = None
-            if clocks is not None:
-                clocks.take()             # the samples since the last iteration: not this one's
+            clocks.take()                 # the samples since the last iteration: not this one's
             t0 = time.perf_counter()
             if it == trace_it and self.device.type == "cuda":
                 # one steady-state iteration under torch.profiler (CUDA activity): the copies the GPU saw.
@@ -630,8 +627,8 @@ class Worker:
                 payload["task_issued"] = self.task_clock.issued_at()
             except Exception as e:          # noqa: BLE001
                 payload["task_spans_error"] = f"{type(e).__name__}: {e}"[:300]
-            if clocks is not None:
-                payload["gpu_clocks"] = clocks.take()
+            if clocks.active:
+                payload["gpu_clocks"] = (clocks.take() or [None])[0]
             if self.device.type == "cuda":   # after the iteration's end, outside its time
                 payload["reserved_by_stream"] = reserved_by_stream(self.device, self.stream_names())
             if traced is not None:

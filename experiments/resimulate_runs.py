@@ -107,14 +107,18 @@ def run_worker_opt_rate(summary: dict) -> float | None:
 
 
 def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
-    """The schedule a run record ran: named after the record under runs/harmony-*, else matched by plan."""
+    """The schedule a run record ran: named after the record under runs/harmony-*, else the device scripts'
+    `harmony.schedule.json` beside a `harmony.jsonl` (large_gpu.sh's folders) when its plan is the record's,
+    else matched by plan under SCHEDULES."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
     if Path(run).parent.parent.name.startswith("harmony-"):
         cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
         sched = schedules / m / f"{mode}-N{N}-D{D}-{cfg}.json"
         return sched if sched.exists() else None
     plan = [s.get(k) for k in PLAN_KEYS]
-    for sched in sorted((schedules / m).glob(f"{mode}-N{N}-D{D}-*.json")):
+    beside = Path(run).with_name(Path(run).stem + ".schedule.json")
+    candidates = [beside] if beside.exists() else []
+    for sched in candidates + sorted((schedules / m).glob(f"{mode}-N{N}-D{D}-*.json")):
         c = json.loads(sched.read_text())["graph"]["config"]
         if [c.get(k) for k in PLAN_KEYS] == plan:
             return sched
@@ -196,7 +200,10 @@ def main(argv: list[str]) -> int:
         sched = find_schedule(run, s, schedules)
         if sched is None:
             sys.exit(f"resimulate_runs.py: no schedule in {schedules} matches {run}; pass --schedules")
-        rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, s["model"]), cal)
+        # a device folder (large_gpu.sh) keeps the profile beside the record; --profiles still wins
+        profile = (profile_path(profiles, s["model"]) if args.profiles else None) \
+            or profile_path(Path(run).parent, s["model"]) or require_profile(profiles, s["model"])
+        rec, graph, costs, params = sim_inputs(sched, profile, cal)
         params = overridden(params, args, s.get("p2p_receive") or "lazy")
         for line in task_span_lines(s, graph, task_spans(graph, costs, params, planned_cap(rec))):
             print(line)

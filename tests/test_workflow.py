@@ -1107,6 +1107,16 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     table = sh([sys.executable, script, str(R)]).stdout           # the folder's table: its `host-b` column
     row = next(line.split() for line in table.splitlines() if line.startswith("gpt2-tiny") and " vPP " in line)
     assert row[-1] == "1.00", table
+    # a device folder as large_gpu.sh writes it: the record with its schedule and profile beside it, no
+    # runs/ or schedules/ layout; --task-spans finds both there
+    dev = tmp_path / "device" / "gpt2-tiny-D8-N2"
+    dev.mkdir(parents=True)
+    shutil.copy(run, dev / "harmony.jsonl")
+    shutil.copy(sched, dev / "harmony.schedule.json")
+    shutil.copy(prof, dev / "profile.json")
+    out_dev = sh([sys.executable, script, str(tmp_path / "device"), "--calibration", str(R / "calibration.json"),
+                  "--task-spans", str(dev / "harmony.jsonl")]).stdout
+    assert out_dev.split("\n", 1)[1] == out.split("\n", 1)[1], (out_dev, out)   # same rows as from the layout
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "summary", "status": "ok", "model": "gpt2-tiny"}) + "\n")
     res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(bare)], capture_output=True,

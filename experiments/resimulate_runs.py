@@ -130,13 +130,14 @@ def sim_inputs(sched: Path, profile: Path, cal: dict):
     from the calibration, with the model's optimizer and the schedule's receive mode)."""
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
-    from harmony.schedule.io import load_schedule, planned_receive_mode
+    from harmony.schedule.io import load_schedule, planned_compute_scale, planned_receive_mode
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams
     rec, graph = load_schedule(sched)
     params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"),
                                         p2p_receive=planned_receive_mode(rec))
-    return rec, graph, LayerCosts(Profile.load(profile), sizes=model_sizes(rec["model"])), params
+    prof = dataclasses.replace(Profile.load(profile), compute_scale=planned_compute_scale(rec))
+    return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"])), params
 
 
 def main(argv: list[str]) -> int:

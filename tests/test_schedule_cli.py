@@ -84,6 +84,28 @@ def test_the_schedule_records_the_receive_mode_its_search_chose_and_simulate_use
         assert fixed_rec["prediction"]["iter_time_s"] >= rec["prediction"]["iter_time_s"] * (1 - 1e-9)
 
 
+def test_compute_scale_multiplies_the_gpu_compute_and_simulate_reproduces_it(gpt2xl, capsys):
+    """`--compute-scale F` (a run's GPU below the profile's clock, docs/performance.md entry 65): the same plan's
+    compute term is F times the unscaled one, the schedule records F and `harmony simulate` of it predicts the
+    recorded time; without the flag nothing is recorded; a scale outside [0.5, 2] is refused by name."""
+    d = gpt2xl
+    fixed = ["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--ubatch-fwd", "2", "--ubatch-bwd",
+             "1", "--pack-size", "13"]
+    assert main(fixed + ["-o", str(d / "one.json")]) == 0
+    assert main(fixed + ["--compute-scale", "1.5", "-o", str(d / "slow.json")]) == 0
+    one, _ = load_schedule(d / "one.json")
+    slow, _ = load_schedule(d / "slow.json")
+    assert "compute_scale" not in one["search"] and slow["search"]["compute_scale"] == 1.5
+    c1, c15 = one["prediction"]["terms"]["compute_s"], slow["prediction"]["terms"]["compute_s"]
+    assert c15 == pytest.approx(1.5 * c1, rel=1e-9)
+    assert slow["prediction"]["iter_time_s"] > one["prediction"]["iter_time_s"]
+    assert main(["simulate", str(d / "slow.json"), "--profile", str(d / "profile.json"), "-o", str(d / "p.json")]) == 0
+    p = json.load(open(d / "p.json"))["prediction"]
+    assert p["iter_time_s"] == pytest.approx(slow["prediction"]["iter_time_s"])
+    assert main(fixed + ["--compute-scale", "5", "-o", str(d / "x.json")]) == 2
+    assert "--compute-scale 5.0" in capsys.readouterr().err
+
+
 def test_schedule_errors(gpt2xl, capsys):
     d = gpt2xl
     assert main(["schedule", str(d / "profile.json"), "-D", "64", "-N", "4", "--gpu-memory", "100MiB",

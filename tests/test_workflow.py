@@ -1612,7 +1612,8 @@ def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
 def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
     """experiments/device/large_gpu.sh with DEEPEN_FROM (device README item 19): the deeper GPT-2 is planned
     from a shallower one's profile (experiments/deepen_profile.py, in the call) instead of profiled, then
-    Harmony trains it; the run records its host memory with the shared arena once. On the CPU with
+    Harmony trains it; the run records its host memory with the shared arena once; COMPUTE_SCALE reaches the
+    search. On the CPU with
     gpt2-tiny: a 2-block model profiled, then a 4-block one planned from it and run."""
     env = {**os.environ, "BASE": "gpt2-tiny", "DEVICE": "cpu", "PRECISION": "fp32", "D": "4", "ITERS": "2",
            "SYSTEMS": "harmony", "CALIBRATION": ""}
@@ -1625,8 +1626,10 @@ def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
     large(tmp_path / "a", NL="2")
     shallow = tmp_path / "a" / "gpt2-tiny-x2-D4-N1" / "profile.json"
     assert shallow.is_file()
-    large(tmp_path / "b", NL="4", DEEPEN_FROM=str(shallow))
+    large(tmp_path / "b", NL="4", DEEPEN_FROM=str(shallow), COMPUTE_SCALE="1.05")
     out = tmp_path / "b" / "gpt2-tiny-x4-D4-N1"
+    # COMPUTE_SCALE reaches Harmony's search (a plan for a GPU at its power cap, docs/performance.md entry 65)
+    assert json.loads((out / "harmony.schedule.json").read_text())["search"]["compute_scale"] == 1.05
     prof = json.loads((out / "profile.json").read_text())
     assert prof["derived_from"] and len(prof["vlayers"]) == 4 + 4       # embedding, 4 blocks, norm, head, loss
     # the plan is for this machine: its host memory, not the shallow profile's host's, is the search's budget

@@ -114,7 +114,7 @@ case " $SYSTEMS " in *" harmony "*)
   PROF=${PROFILE:-$P/$MODEL.profile.json}
   stamp "harmony: schedule from $PROF, then harmony run (limit ${HARMONY_LIMIT_S:-200}s)"
   $H schedule "$PROF" --model "${MODEL_JSON:-$P/$MODEL.model.json}" --calibration "${CALIBRATION:-$P/calibration.json}" \
-    --minibatch "$D" --gpus 1 --mode vPP "${CAPARG[@]}" --headroom "${HEADROOM:-0.03}" \
+    --minibatch "$D" --gpus 1 --mode vPP "${CAPARG[@]}" --headroom "${HEADROOM:-0.03}" --compute-scale "${COMPUTE_SCALE:-1}" \
     -o "$OUT/harmony.schedule.json" --candidates "$OUT/harmony.search.csv" > "$OUT/harmony.log" 2>&1
   timeout "${HARMONY_LIMIT_S:-200}" $H run "$OUT/harmony.schedule.json" --device "$DEVICE" --iters "${HARMONY_ITERS:-5}" \
     --warmup 1 --memcpy-trace "${CAPARG[@]}" --precision "$PRECISION" -o "$OUT/harmony.jsonl" >> "$OUT/harmony.log" 2>&1

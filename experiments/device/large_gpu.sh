@@ -22,7 +22,9 @@
 # allocated, 67.96 reserved, no retry, on the 252 GiB host; with entry 51's search 5% is 1.2% faster than 10%),
 # ITERS (4: warm-up, traced, 2 timed),
 # FSDP_UBATCH / ZERO_UBATCH (32,16: no cap, so the largest microbatches, fewest re-fetches, are tried),
-# HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run).
+# HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run),
+# COMPUTE_SCALE (1: Harmony's search takes the profile's GPU times; 1.05 plans for a run at the H100's power
+# cap, where the 36-layer model's tasks ran 5% over their profile: docs/performance.md entry 65).
 set -uo pipefail
 OUTROOT=${1:?usage: large_gpu.sh OUTDIR}
 NL=${NL:-24}; D=${D:-32}; BASE=${BASE:-gpt2-10b}
@@ -63,7 +65,7 @@ esac
 # (searched microbatch), no cap: the same steps as the paper-scale script, with this model's files
 stamp "systems: $SYSTEMS (no cap)"
 MODEL="$ID" MODEL_JSON="$M" PROFILE="$P" CALIBRATION="$CALIBRATION" CAP= D="$D" DEVICE="$DEVICE" \
-  PRECISION="$PRECISION" SYSTEMS="$SYSTEMS" HEADROOM="${HEADROOM:-0.05}" \
+  PRECISION="$PRECISION" SYSTEMS="$SYSTEMS" HEADROOM="${HEADROOM:-0.05}" COMPUTE_SCALE="${COMPUTE_SCALE:-1}" \
   HARMONY_ITERS="${ITERS:-4}" HARMONY_LIMIT_S="${HARMONY_LIMIT_S:-420}" \
   ITERS="${ITERS:-4}" FSDP_UBATCH="${FSDP_UBATCH:-32,16}" ZERO_UBATCH="${ZERO_UBATCH:-32,16}" \
   FSDP_LIMIT_S="${FSDP_LIMIT_S:-270}" ZERO_LIMIT_S="${ZERO_LIMIT_S:-240}" \

@@ -62,6 +62,11 @@ def add_arguments(p):
     p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
                    "forward packs then reuse the backward ones")
     p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
+    p.add_argument("--compute-scale", type=float, default=1.0,
+                   help="multiply every profiled GPU compute time by this (default 1): the run's GPU holds a "
+                        "lower clock than the profile's short trials saw, e.g. 1.05 for minutes of dense TF32 "
+                        "matmuls at an H100's power cap (docs/performance.md entry 65; compare the profile's "
+                        "and a run's `gpu_clocks`). Recorded in the schedule; host times are not scaled")
     p.add_argument("--p2p-receive", choices=("auto",) + RECEIVE_MODES, default="auto",
                    help="when the plan's tasks post their receives from another GPU (vPP, N > 1): auto "
                         "(default) simulates each candidate both ways and keeps the faster, which the schedule "
@@ -193,6 +198,10 @@ def main(args) -> int:
 
     ppath = Path(args.profile)
     prof = Profile.load(ppath)
+    if not 0.5 <= args.compute_scale <= 2.0:
+        raise ValueError(f"--compute-scale {args.compute_scale}: give the run's compute time over the profile's, "
+                         f"between 0.5 and 2 (1.05: tasks 5% slower than profiled)")
+    prof = replace(prof, compute_scale=args.compute_scale)
     model_json = load_model_record(args.model, ppath, prof.raw)
     if model_json["num_vlayers"] != prof.num_layers:
         raise ValueError(f"{args.profile} has {prof.num_layers} vLayers but the model record has "
@@ -238,6 +247,8 @@ def main(args) -> int:
                                  "host_bytes": fastest.host_bytes}}
     srch.update({"warnings": warnings, "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
+    if args.compute_scale != 1.0:
+        srch["compute_scale"] = args.compute_scale
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
                                search=srch)
     save_schedule(args.output, rec)
@@ -250,6 +261,7 @@ def main(args) -> int:
           f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
           f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer})"
           f"{f', {params.p2p_receive} receives' if c.mode == 'vPP' and c.gpus > 1 else ''}; predicted "
+          f"{'' if args.compute_scale == 1.0 else f'(compute x{args.compute_scale:g}) '}"
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "

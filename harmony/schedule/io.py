@@ -38,6 +38,12 @@ def planned_receive_mode(record: dict) -> str:
     return (record.get("prediction") or {}).get("p2p_receive") or DEFAULT_RECEIVE_MODE
 
 
+def planned_compute_scale(record: dict) -> float:
+    """The factor on the profile's GPU compute times the search simulated with (`--compute-scale`; 1 for
+    schedules before it): simulating with it reproduces the recorded prediction."""
+    return float((record.get("search") or {}).get("compute_scale") or 1.0)
+
+
 def save_schedule(path, record: dict) -> None:
     write_json(path, record, indent=None)           # large: one line (see experiments/compact_results.py)
 

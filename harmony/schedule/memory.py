@@ -132,6 +132,10 @@ class LayerCosts:
             keys += ("bwd_peak_held_bytes",) if self.profile.has_held_peaks else ()
             keys += ("fwd_issue_s", "bwd_issue_s") if self.profile.has_issue_times else ()
             series = {k: [_interp(us, v[k], u) for v in lay] for k in keys}
+            f = self.profile.compute_scale                  # Profile.fwd_time / bwd_time's scale
+            if f != 1.0:
+                series["fwd_s"] = [x * f for x in series["fwd_s"]]
+                series["bwd_s"] = [x * f for x in series["bwd_s"]]
             held = series.get("bwd_peak_held_bytes")
             zeros = [0.0] * len(lay)
             p = self.profile

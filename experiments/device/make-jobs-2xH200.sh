@@ -28,6 +28,10 @@ C13=$R/convergence/figure13/bert-large-mrpc; C21=$R/convergence/figure21/gpt2-me
            "$C21/pytorch-reorder-u8-N1.jsonl"
 [ $FIGURE10_ONLY = 1 ] || listing -- "$R/convergence/figure21/gpt2-medium-ft/harmony-vPP-N2.jsonl" \
            "$R/convergence/figure21/gpt2-medium-ft/harmony-vDP-N2.jsonl"
+# every curve of figures 13 and 21 (device README item 24: after their old records move to superseded/, the
+# whole figure again on one commit; nothing here while they are on record)
+[ $FIGURE10_ONLY = 1 ] || listing convergence_iters=300 -- figure13
+[ $FIGURE10_ONLY = 1 ] || listing -- figure21
 FIG10=("bert96 64 16" "vgg416 64 16" "resnet1026 256 32" "gpt2-xl 64 8")
 t=(); for mdu in "${FIG10[@]}"; do set -- $mdu; t+=("$R/profiles/$1.json"); done
 listing -- "${t[@]}"

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from harmony import gpumem
-from harmony.gpu_clocks import DeviceClocks
+from harmony.gpu_clocks import DeviceClocks, combine
 from harmony.jsonio import ArtifactError, write_json
 from harmony.metrics import host_memory_record
 from harmony.profile_data import PROFILE_ARTIFACT, PROFILE_SCHEMA, Profile, _interp
@@ -64,6 +64,7 @@ class ProfileOptions:
     threads: int | None = None           # CPU threads of the optimizer step; None: update_threads_default()
     seed: int = 0
     materialize: str = "auto"            # auto | full | stream (see LayerSource)
+    sustain_s: float = 0.0               # > 0: time the heaviest vLayer's backward back to back this long (sustained)
     progress: bool = True
     calls: list = field(default_factory=list)   # (index, kind) of every vLayer actually measured (tests)
 
@@ -441,6 +442,54 @@ def sweep_layer(layer, x0, rec: dict, first: bool, opts: ProfileOptions, limit: 
     return meas, stop
 
 
+def heaviest_signature(vlayers: list[dict]) -> str:
+    """The vLayer kind that carries most of the model's forward FLOPs (its count times its FLOPs per sample):
+    GPT-2's and BERT's block. Its backward, run back to back, is what a run's GPU does for most of its time."""
+    weight: dict[str, float] = {}
+    for v in vlayers:
+        weight[v["signature"]] = weight.get(v["signature"], 0.0) + float(v.get("flops_fwd_per_sample") or 0.0)
+    return max(weight, key=lambda s: (weight[s], -min(v["index"] for v in vlayers if v["signature"] == s)))
+
+
+def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
+    """The vLayer's backward (recompute forward + backward) back to back for opts.sustain_s seconds, at the
+    largest swept u whose profiled backward is within opts.max_trial_s, against its profiled time.
+
+    The sweep's trials each follow a spin kernel and last at most max_trial_s, so the GPU is timed at the
+    clock it boosts to. A run computes for seconds without a pause, and an H100 doing that in TF32 sits at
+    its power cap at a lower clock (docs/performance.md entry 65: 1,748 against 1,980 MHz, tasks 1.05x their
+    profile). `factor` is the median of the second half of the back-to-back repetitions over the profiled
+    median: what `harmony schedule --compute-scale profile` multiplies the profile's GPU times by."""
+    dev = torch.device(opts.device)
+    fits = [u for u in sorted(meas) if meas[u]["bwd_s"] <= opts.max_trial_s] or [min(meas)]
+    u = fits[-1]
+    profiled = meas[u]["bwd_s"]
+    r = Runner([layer], interior_inputs(x0, u, needs_grad=not first), dev, opts.precision)
+    r.bwd()                                                   # output gradients and dW exist
+    reps = max(4, int(opts.sustain_s / max(profiled, 1e-6)) + 1)
+    times: list[float] = []
+    if dev.type == "cuda":
+        # queued without a pause between repetitions, as a task's microbatches are; timed by events
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+        torch.cuda.synchronize(dev)
+        ev[0].record()
+        for k in range(reps):
+            r.bwd()
+            ev[k + 1].record()
+        ev[-1].synchronize()
+        times = [ev[k].elapsed_time(ev[k + 1]) / 1e3 for k in range(reps)]
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            r.bwd()
+            times.append(time.perf_counter() - t0)
+    for p in layer.parameters():
+        p.grad = None
+    late = statistics.median(times[len(times) // 2:])
+    return {"u": u, "repetitions": reps, "seconds": round(sum(times), 3), "profiled_bwd_s": profiled,
+            "first_bwd_s": times[0], "sustained_bwd_s": late, "factor": round(late / profiled, 4)}
+
+
 def _geometric(top: int) -> list[int]:
     out, u = [], 1
     while u <= top:
@@ -545,13 +594,17 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
     for r in vl:
         first_of.setdefault(r["signature"], r["index"])
     unique = sorted(set(first_of.values()))
+    heavy = heaviest_signature(vl) if opts.sustain_s > 0 else None
+    sustain = None
 
     g = torch.Generator().manual_seed(opts.seed)
     x = tuple(t.to(dev) for t in spec.synthetic_batch(WALK_BATCH, g))
     results: dict[int, dict] = {}
     bar = Progress(len(unique), desc=f"profile {model_json['model']}", enabled=opts.progress)
-    # the GPU's clock while the trials ran, to set beside a run's (harmony/gpu_clocks.py)
+    # the GPU's clock while the trials ran, to set beside a run's (harmony/gpu_clocks.py); the sustained
+    # stretch (--sustain) is summarised on its own and left out of the trials'
     clocks = DeviceClocks([dev])
+    trial_clocks: list = []
     with bar:
         for i in range(len(vl)):
             layer = source.get(i)
@@ -573,11 +626,18 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
                 rec.update(optimizer_cost(layer, cfg, opts.opt_trials))
                 rec["_meas"], rec["sweep_stop"] = meas, stop
                 results[i] = rec
+                if vl[i]["signature"] == heavy:
+                    if bar:
+                        bar.set_note(f"vLayer {i} {vl[i]['kind']}: backward back to back, {opts.sustain_s:g} s")
+                    trial_clocks.append((clocks.take() or [None])[0])
+                    sustain = {"vlayer": i, "kind": vl[i]["kind"],
+                               **sustained(layer, x, meas, first=(i == 0), opts=opts),
+                               "gpu_clocks": (clocks.take() or [None])[0]}
                 bar.update()
             with torch.no_grad(), gpumem.autocast(dev, opts.precision):
                 x = layer(*x)
             del layer
-    gpu_clocks = (clocks.stop() or [None])[0]
+    gpu_clocks = combine(trial_clocks + [(clocks.stop() or [None])[0]])
     us = sorted({u for r in results.values() for u in r["_meas"]})
     out_layers = []
     for r in vl:
@@ -617,6 +677,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         "memory_method": ("torch.cuda.max_memory_allocated deltas" if dev.type == "cuda"
                           else "live tensor storages (TorchDispatchMode tracker)"),
         "gpu_clocks": gpu_clocks,
+        # the heaviest vLayer's backward back to back (--sustain): the clock a run holds against the trials'
+        "sustained": sustain,
         "cudnn_benchmark": torch.backends.cudnn.benchmark, "materialize": source.mode, "ubatch_sizes": us, "unique_vlayers": len(unique),
         "wall_s": time.perf_counter() - t_start, "vlayers": out_layers,
     }
@@ -679,6 +741,11 @@ def add_arguments(p) -> None:
                    "measured u whose predicted pack peak is under 80%% of the cap)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the timed optimizer step (default: "
                    "CPU cores / GPUs of the host on CUDA, a run worker's share; torch's default on CPU)")
+    p.add_argument("--sustain", type=float, default=0.0, metavar="SECONDS",
+                   help="after its sweep, run the heaviest vLayer's backward back to back this long and record "
+                        "its time against the profiled one (`sustained.factor`: the GPU's sustained clock, e.g. "
+                        "at its power cap, against the boost clock the short trials see; `harmony schedule "
+                        "--compute-scale profile` plans with it). 10 s is ample on an H100; default 0: off")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -688,11 +755,13 @@ def main(args) -> int:
         raise ValueError("--trials must be >= 1 and --warmup >= 0")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: give a positive number of CPU threads (or leave it out)")
+    if not 0 <= args.sustain <= 600:
+        raise ValueError(f"--sustain {args.sustain}: give seconds between 0 (off) and 600 (10 s is ample)")
     opts = ProfileOptions(device=args.device, ubatch=parse_ubatch(args.ubatch), trials=args.trials,
                           warmup=args.warmup, precision=args.precision,
                           gpu_memory=gpumem.parse_cap(args.gpu_memory), max_ubatch=args.max_ubatch,
                           max_trial_s=args.max_trial_s, materialize=args.materialize, progress=not args.quiet,
-                          threads=args.threads)
+                          threads=args.threads, sustain_s=args.sustain)
     rng = parse_range(args.check_pack) if args.check_pack else None
     mj = load_model_json(args.model_json)
     prof = profile_model(mj, opts)
@@ -738,6 +807,15 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
           f"fwd {sum(P.fwd_time(i, hi) for i in L) / hi * 1e3:.2f} ms, "
           f"bwd {sum(P.bwd_time(i, hi) for i in L) / hi * 1e3:.2f} ms; "
           f"CPU optimizer {sum(P.opt_time(i) for i in L) * 1e3:.1f} ms/iteration", file=file)
+    sus = prof.get("sustained")
+    if sus:
+        from harmony.gpu_clocks import line as clock_line
+        print(f"sustained: vLayer {sus['vlayer']} ({sus['kind']}) backward at u={sus['u']} back to back, "
+              f"{sus['repetitions']} times in {sus['seconds']:.1f} s: {sus['sustained_bwd_s'] * 1e3:.2f} ms "
+              f"against {sus['profiled_bwd_s'] * 1e3:.2f} ms profiled, factor {sus['factor']:.3f} "
+              f"(`harmony schedule --compute-scale profile`)", file=file)
+        if sus.get("gpu_clocks"):
+            print("  " + clock_line("meanwhile the GPU", sus["gpu_clocks"]), file=file)
     pc = prof.get("pack_check")
     if pc and pc.get("status") == "oom":
         print(f"pack {pc['range'][0]}:{pc['range'][1]} at u={pc['u']}: predicted "

@@ -187,6 +187,33 @@ def test_gpt2_and_vgg_tiny_profile_in_seconds(tmp_path):
             assert all(v["optim_bytes"] == v["grad_bytes"] for v in prof["vlayers"])
 
 
+def test_sustain_times_the_heaviest_vlayers_backward_back_to_back(tmp_path):
+    """`harmony profile --sustain S` (docs/performance.md entry 66): the vLayer kind with most of the FLOPs
+    (GPT-2's block) has its backward run back to back for about S seconds at the largest swept u within the
+    trial limit, and the profile records that time against the profiled one; `harmony schedule
+    --compute-scale profile` then plans with exactly that factor. Without --sustain nothing is recorded."""
+    mj = _model_json(tmp_path, "gpt2-tiny")
+    vl = json.loads(mj.read_text())["vlayers"]
+    heavy = hp.heaviest_signature(vl)
+    assert {v["kind"] for v in vl if v["signature"] == heavy} == {"gpt2.block"}
+    out = tmp_path / "p.json"
+    assert cli(["profile", str(mj), "-o", str(out), "--ubatch", "1,2,4", "--sustain", "0.3", "--quiet"]) == 0
+    prof = json.loads(out.read_text())
+    sus = prof["sustained"]
+    assert vl[sus["vlayer"]]["signature"] == heavy and sus["kind"] == "gpt2.block" and sus["u"] == 4
+    assert sus["profiled_bwd_s"] == prof["vlayers"][sus["vlayer"]]["bwd_s"][2]
+    assert sus["repetitions"] >= 4 and sus["seconds"] >= 0.2, sus
+    assert sus["factor"] == pytest.approx(sus["sustained_bwd_s"] / sus["profiled_bwd_s"], rel=1e-3) and sus["factor"] > 0
+    prof["sustained"]["factor"] = 1.25          # the CPU's own factor is noise around 1; the plumbing is the test
+    write_json(out, prof)
+    assert cli(["schedule", str(out), "--model", str(mj), "-D", "8", "-N", "1", "--compute-scale", "profile",
+                "--calibration", "analytic:paper", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["search"]["compute_scale"] == 1.25
+    plain = tmp_path / "plain.json"
+    assert cli(["profile", str(mj), "-o", str(plain), "--ubatch", "1", "--quiet"]) == 0
+    assert json.loads(plain.read_text())["sustained"] is None
+
+
 def test_gpu_memory_flag_on_cpu_is_recorded(tmp_path):
     mj = _model_json(tmp_path, "mlp-tiny", n_layer=1)
     out = tmp_path / "p.json"
@@ -431,7 +458,7 @@ def test_pack_check_records_an_oom_as_its_result(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("extra", [["--ubatch", "0,2"], ["--ubatch", "1,x"], ["--gpu-memory", "11 potatoes"],
                                    ["--gpu-memory=-5GiB"], ["--trials", "0"], ["--check-pack", "3"],
-                                   ["--threads", "0"]])
+                                   ["--threads", "0"], ["--sustain=-1"]])
 def test_bad_arguments_are_errors(tmp_path, extra, capsys):
     mj = _model_json(tmp_path, "mlp-tiny", n_layer=1)
     assert cli(["profile", str(mj), "-o", str(tmp_path / "p.json"), "--quiet", *extra]) == 2

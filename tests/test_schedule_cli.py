@@ -103,7 +103,18 @@ def test_compute_scale_multiplies_the_gpu_compute_and_simulate_reproduces_it(gpt
     p = json.load(open(d / "p.json"))["prediction"]
     assert p["iter_time_s"] == pytest.approx(slow["prediction"]["iter_time_s"])
     assert main(fixed + ["--compute-scale", "5", "-o", str(d / "x.json")]) == 2
-    assert "--compute-scale 5.0" in capsys.readouterr().err
+    assert "--compute-scale 5: 5 is the run's compute time over the profile's" in capsys.readouterr().err
+    # `profile`: the factor `harmony profile --sustain` recorded, refused by name where there is none
+    capsys.readouterr()
+    assert main(fixed + ["--compute-scale", "profile", "-o", str(d / "x.json")]) == 2
+    assert "has no sustained measurement" in capsys.readouterr().err
+    prof = json.loads((d / "profile.json").read_text())
+    prof["sustained"] = {"vlayer": 3, "seconds": 10.0, "factor": 1.5}
+    write_json(d / "profile.json", prof)
+    assert main(fixed + ["--compute-scale", "profile", "-o", str(d / "measured.json")]) == 0
+    measured, _ = load_schedule(d / "measured.json")
+    assert measured["search"]["compute_scale"] == 1.5 and "vLayer 3" in measured["search"]["compute_scale_source"]
+    assert measured["prediction"]["iter_time_s"] == pytest.approx(slow["prediction"]["iter_time_s"])
 
 
 def test_schedule_errors(gpt2xl, capsys):

@@ -24,7 +24,9 @@
 # FSDP_UBATCH / ZERO_UBATCH (32,16: no cap, so the largest microbatches, fewest re-fetches, are tried),
 # HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run),
 # COMPUTE_SCALE (1: Harmony's search takes the profile's GPU times; 1.05 plans for a run at the H100's power
-# cap, where the 36-layer model's tasks ran 5% over their profile: docs/performance.md entry 65).
+# cap, where the 36-layer model's tasks ran 5% over their profile, docs/performance.md entry 65; `profile`:
+# the factor the profile measured with --sustain), SUSTAIN_S (10 on a GPU, 0 on the CPU: the profile runs
+# the block's backward back to back this long and records its sustained time, entry 66).
 set -uo pipefail
 OUTROOT=${1:?usage: large_gpu.sh OUTDIR}
 NL=${NL:-24}; D=${D:-32}; BASE=${BASE:-gpt2-10b}
@@ -56,7 +58,8 @@ case " $SYSTEMS " in *" harmony "*)
   if [ ! -f "$P" ]; then
     stamp "profile $ID (no cap, $DEVICE, $PRECISION)"
     timeout "${PROFILE_LIMIT_S:-240}" $H profile "$M" -o "$P" --device "$DEVICE" --precision "$PRECISION" \
-      --trials 5 --max-trial-s 0.25 > "$OUT/profile.log" 2>&1
+      --trials 5 --max-trial-s 0.25 --sustain "${SUSTAIN_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 10)}" \
+      > "$OUT/profile.log" 2>&1
     stamp "profile rc=$?"; tail -2 "$OUT/profile.log"
   fi ;;
 esac

@@ -62,11 +62,12 @@ def add_arguments(p):
     p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
                    "forward packs then reuse the backward ones")
     p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
-    p.add_argument("--compute-scale", type=float, default=1.0,
+    p.add_argument("--compute-scale", default="1",
                    help="multiply every profiled GPU compute time by this (default 1): the run's GPU holds a "
                         "lower clock than the profile's short trials saw, e.g. 1.05 for minutes of dense TF32 "
-                        "matmuls at an H100's power cap (docs/performance.md entry 65; compare the profile's "
-                        "and a run's `gpu_clocks`). Recorded in the schedule; host times are not scaled")
+                        "matmuls at an H100's power cap (docs/performance.md entries 65 and 66; compare the "
+                        "profile's and a run's `gpu_clocks`). `profile`: the factor `harmony profile --sustain` "
+                        "measured. Recorded in the schedule; host times are not scaled")
     p.add_argument("--p2p-receive", choices=("auto",) + RECEIVE_MODES, default="auto",
                    help="when the plan's tasks post their receives from another GPU (vPP, N > 1): auto "
                         "(default) simulates each candidate both ways and keeps the faster, which the schedule "
@@ -170,6 +171,26 @@ def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict, gpus: int 
     return None, "none recorded"
 
 
+def compute_scale(arg: str, profile: dict, path) -> tuple[float, str]:
+    """(factor on the profile's GPU compute times, where it came from) for --compute-scale: a number, or
+    `profile` for the factor `harmony profile --sustain` recorded (profile["sustained"]["factor"])."""
+    if str(arg).strip().lower() == "profile":
+        sus = profile.get("sustained") or {}
+        if not sus.get("factor"):
+            raise ValueError(f"--compute-scale profile: {path} has no sustained measurement; profile again with "
+                             f"`harmony profile --sustain 10`, or give a number such as 1.05")
+        scale, src = float(sus["factor"]), f"profile: vLayer {sus.get('vlayer')} back to back {sus.get('seconds')} s"
+    else:
+        try:
+            scale, src = float(arg), "--compute-scale"
+        except ValueError:
+            raise ValueError(f"--compute-scale {arg!r}: give a number such as 1.05, or `profile`") from None
+    if not 0.5 <= scale <= 2.0:
+        raise ValueError(f"--compute-scale {arg}: {scale:g} is the run's compute time over the profile's and must "
+                         f"lie between 0.5 and 2 (1.05: tasks 5% slower than profiled)")
+    return scale, src
+
+
 def optimizer_threads_mismatch(profile: dict, gpus: int) -> str | None:
     """A run's worker steps the optimizer with cpu_count // N threads (harmony/runtime/worker.py). A profile
     timed with more threads than that on its host predicts update times it will not see (4x H200: 64 threads
@@ -198,10 +219,8 @@ def main(args) -> int:
 
     ppath = Path(args.profile)
     prof = Profile.load(ppath)
-    if not 0.5 <= args.compute_scale <= 2.0:
-        raise ValueError(f"--compute-scale {args.compute_scale}: give the run's compute time over the profile's, "
-                         f"between 0.5 and 2 (1.05: tasks 5% slower than profiled)")
-    prof = replace(prof, compute_scale=args.compute_scale)
+    scale, scale_src = compute_scale(args.compute_scale, prof.raw, ppath)
+    prof = replace(prof, compute_scale=scale)
     model_json = load_model_record(args.model, ppath, prof.raw)
     if model_json["num_vlayers"] != prof.num_layers:
         raise ValueError(f"{args.profile} has {prof.num_layers} vLayers but the model record has "
@@ -247,8 +266,8 @@ def main(args) -> int:
                                  "host_bytes": fastest.host_bytes}}
     srch.update({"warnings": warnings, "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
-    if args.compute_scale != 1.0:
-        srch["compute_scale"] = args.compute_scale
+    if scale != 1.0:
+        srch.update(compute_scale=scale, compute_scale_source=scale_src)
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
                                search=srch)
     save_schedule(args.output, rec)
@@ -261,7 +280,7 @@ def main(args) -> int:
           f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
           f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer})"
           f"{f', {params.p2p_receive} receives' if c.mode == 'vPP' and c.gpus > 1 else ''}; predicted "
-          f"{'' if args.compute_scale == 1.0 else f'(compute x{args.compute_scale:g}) '}"
+          f"{'' if scale == 1.0 else f'(compute x{scale:g}, {scale_src}) '}"
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "

@@ -594,3 +594,17 @@ def test_profiling_leaves_no_tensor_alive(tmp_path):
     prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[2], trials=1, progress=False))
     assert prof["vlayers"]
     assert live() == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sustain_times_the_block_by_events_beside_the_clock(tmp_path):
+    """On CUDA the sustained stretch is timed by events, back to back, and its clock summary is kept apart
+    from the trials': a factor in a plausible range, the repetitions adding up to about the seconds asked."""
+    mj = json.loads(_model_json(tmp_path, "gpt2-tiny").read_text())
+    prof = hp.profile_model(mj, hp.ProfileOptions(device="cuda", ubatch=[4, 8], progress=False, sustain_s=1.0))
+    sus = prof["sustained"]
+    assert sus["kind"] == "gpt2.block" and sus["u"] == 8 and 0.5 < sus["factor"] < 2, sus
+    assert 0.5 < sus["seconds"] < 5, sus
+    if prof["gpu_clocks"] is not None:       # NVML present: the stretch has its own summary
+        assert sus["gpu_clocks"] is not None and sus["gpu_clocks"]["samples"] >= 1, sus

@@ -459,7 +459,9 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
     clock it boosts to. A run computes for seconds without a pause, and an H100 doing that in TF32 sits at
     its power cap at a lower clock (docs/performance.md entry 65: 1,748 against 1,980 MHz, tasks 1.05x their
     profile). `factor` is the median of the second half of the back-to-back repetitions over the profiled
-    median: what `harmony schedule --compute-scale profile` multiplies the profile's GPU times by."""
+    median: what `harmony schedule --compute-scale profile` multiplies the profile's GPU times by. Where the
+    host's issue of a repetition takes as long as its kernels (a small vLayer), the GPU waits for the host
+    between repetitions and the stretch says nothing about the clock: `factor` is then None, with the reason."""
     dev = torch.device(opts.device)
     fits = [u for u in sorted(meas) if meas[u]["bwd_s"] <= opts.max_trial_s] or [min(meas)]
     u = fits[-1]
@@ -468,13 +470,16 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
     r.bwd()                                                   # output gradients and dW exist
     reps = max(4, int(opts.sustain_s / max(profiled, 1e-6)) + 1)
     times: list[float] = []
+    issued: list[float] = []
     if dev.type == "cuda":
         # queued without a pause between repetitions, as a task's microbatches are; timed by events
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
         torch.cuda.synchronize(dev)
         ev[0].record()
         for k in range(reps):
+            t0 = time.perf_counter()
             r.bwd()
+            issued.append(time.perf_counter() - t0)
             ev[k + 1].record()
         ev[-1].synchronize()
         times = [ev[k].elapsed_time(ev[k + 1]) / 1e3 for k in range(reps)]
@@ -486,8 +491,15 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
     for p in layer.parameters():
         p.grad = None
     late = statistics.median(times[len(times) // 2:])
-    return {"u": u, "repetitions": reps, "seconds": round(sum(times), 3), "profiled_bwd_s": profiled,
-            "first_bwd_s": times[0], "sustained_bwd_s": late, "factor": round(late / profiled, 4)}
+    rec = {"u": u, "repetitions": reps, "seconds": round(sum(times), 3), "profiled_bwd_s": profiled,
+           "first_bwd_s": times[0], "sustained_bwd_s": late, "factor": round(late / profiled, 4)}
+    if issued:
+        rec["issue_s"] = statistics.median(issued[len(issued) // 2:])
+        if rec["issue_s"] >= 0.8 * late:
+            rec["factor"] = None
+            rec["factor_missing"] = (f"host-bound: issuing a repetition took {rec['issue_s'] * 1e3:.2f} ms of its "
+                                     f"{late * 1e3:.2f} ms, so the GPU waited for the host; no clock to read")
+    return rec
 
 
 def _geometric(top: int) -> list[int]:
@@ -810,10 +822,11 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
     sus = prof.get("sustained")
     if sus:
         from harmony.gpu_clocks import line as clock_line
+        factor = (f"factor {sus['factor']:.3f} (`harmony schedule --compute-scale profile`)" if sus.get("factor")
+                  else f"no factor: {sus.get('factor_missing')}")
         print(f"sustained: vLayer {sus['vlayer']} ({sus['kind']}) backward at u={sus['u']} back to back, "
               f"{sus['repetitions']} times in {sus['seconds']:.1f} s: {sus['sustained_bwd_s'] * 1e3:.2f} ms "
-              f"against {sus['profiled_bwd_s'] * 1e3:.2f} ms profiled, factor {sus['factor']:.3f} "
-              f"(`harmony schedule --compute-scale profile`)", file=file)
+              f"against {sus['profiled_bwd_s'] * 1e3:.2f} ms profiled, {factor}", file=file)
         if sus.get("gpu_clocks"):
             print("  " + clock_line("meanwhile the GPU", sus["gpu_clocks"]), file=file)
     pc = prof.get("pack_check")

@@ -177,8 +177,9 @@ def compute_scale(arg: str, profile: dict, path) -> tuple[float, str]:
     if str(arg).strip().lower() == "profile":
         sus = profile.get("sustained") or {}
         if not sus.get("factor"):
-            raise ValueError(f"--compute-scale profile: {path} has no sustained measurement; profile again with "
-                             f"`harmony profile --sustain 10`, or give a number such as 1.05")
+            why = (f"its sustained stretch gave no factor ({sus['factor_missing']})" if sus.get("factor_missing")
+                   else "it has no sustained measurement; profile again with `harmony profile --sustain 10`")
+            raise ValueError(f"--compute-scale profile: {path}: {why}; or give a number such as 1.05")
         scale, src = float(sus["factor"]), f"profile: vLayer {sus.get('vlayer')} back to back {sus.get('seconds')} s"
     else:
         try:

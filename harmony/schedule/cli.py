@@ -62,7 +62,7 @@ def add_arguments(p):
     p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
                    "forward packs then reuse the backward ones")
     p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
-    p.add_argument("--compute-scale", default="1",
+    p.add_argument("--compute-scale", default="1", metavar="F|profile",
                    help="multiply every profiled GPU compute time by this (default 1): the run's GPU holds a "
                         "lower clock than the profile's short trials saw, e.g. 1.05 for minutes of dense TF32 "
                         "matmuls at an H100's power cap (docs/performance.md entries 65 and 66; compare the "

@@ -198,3 +198,30 @@ def line(name: str, clocks: dict | None) -> str:
     return (f"{name}: SM clock median {clocks['sm_mhz_median']:.0f}{limit} MHz (min {clocks['sm_mhz_min']:.0f}), "
             f"power median {clocks['power_w_median']} W, max {clocks['temperature_c_max']} C, "
             f"{clocks['busy_samples']} busy of {clocks['samples']} samples; clock-event reasons: {held}")
+
+
+SLOWER_CLOCK = 0.05     # a run's median SM clock this far under the profile's is worth a note
+
+
+def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | None] | None,
+                         compute_scale: float = 1.0) -> str | None:
+    """A note when a run's GPU held a clock well under the one its profile was timed at (a power or thermal
+    limit under sustained load: the `large` GPT-2 ran at 1,748 MHz on an H100 whose profile saw 1,980, and its
+    tasks took 1.05x their profiled time, docs/performance.md entry 65), unless the schedule already plans
+    with a compute scale. None when either side has no samples or the clocks agree."""
+    if compute_scale != 1.0 or not profile_clocks or not profile_clocks.get("sm_mhz_median"):
+        return None
+    ref = profile_clocks["sm_mhz_median"]
+    worst = None
+    for rank, c in enumerate(run_clocks or []):
+        if c and c.get("sm_mhz_median") and c["sm_mhz_median"] < ref * (1 - SLOWER_CLOCK):
+            if worst is None or c["sm_mhz_median"] < worst[1]["sm_mhz_median"]:
+                worst = (rank, c)
+    if worst is None:
+        return None
+    rank, c = worst
+    held = ", ".join(f"{k} {v:.0%}" for k, v in c["reasons"].items() if k != "gpu_idle") or "no reason NVML gave"
+    return (f"harmony run: note: GPU {rank} ran at {c['sm_mhz_median']:.0f} MHz ({held}) against the "
+            f"{ref:.0f} MHz its profile was timed at, so its tasks run slower than the prediction assumes. "
+            f"`harmony profile --sustain 10` measures the factor and `harmony schedule --compute-scale profile` "
+            f"plans with it (docs/performance.md entries 65 and 66)")

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from harmony.gpu_clocks import IDLE, ClockSampler, combine, line, summarize
+from harmony.gpu_clocks import IDLE, ClockSampler, combine, line, slower_than_profiled, summarize
 
 
 def test_summary_leaves_idle_samples_out_of_the_clock_and_counts_each_reason():
@@ -116,3 +116,19 @@ def test_device_clocks_of_cpu_devices_sample_nothing():
     dc = DeviceClocks([torch.device("cpu"), torch.device("cpu")])
     assert dc.take() is None
     dc.stop()
+
+
+def test_a_run_under_its_profiles_clock_gets_a_note_naming_the_remedy():
+    """`harmony run` notes a GPU whose median clock was 5% or more under its profile's (entry 65's 1,748
+    against 1,980 MHz at the power cap), the slowest rank named, unless the schedule already plans with a
+    compute scale; no note without samples on either side or when the clocks agree."""
+    profile = summarize([(1980.0, 485.0, 60.0, 0)] * 5, 1980.0)
+    capped = summarize([(1748.0, 691.0, 70.0, 0x4)] * 5, 1980.0)
+    near = summarize([(1950.0, 600.0, 65.0, 0)] * 5, 1980.0)
+    note = slower_than_profiled(profile, [near, capped])
+    assert note and "GPU 1 ran at 1748 MHz (sw_power_cap 100%)" in note and "1980 MHz" in note
+    assert "--compute-scale profile" in note
+    assert slower_than_profiled(profile, [near, near]) is None                  # within 5%
+    assert slower_than_profiled(profile, [capped], compute_scale=1.05) is None   # already planned for
+    assert slower_than_profiled(None, [capped]) is None and slower_than_profiled(profile, None) is None
+    assert slower_than_profiled(profile, [None, {"sm_mhz_median": None}]) is None

@@ -110,10 +110,13 @@ def test_compute_scale_multiplies_the_gpu_compute_and_simulate_reproduces_it(gpt
     assert "has no sustained measurement" in capsys.readouterr().err
     prof = json.loads((d / "profile.json").read_text())
     prof["sustained"] = {"vlayer": 3, "seconds": 10.0, "factor": 1.5}
+    prof["gpu_clocks"] = {"sm_mhz_median": 1980.0}       # the clock the profile was timed at, for `harmony run`
     write_json(d / "profile.json", prof)
     assert main(fixed + ["--compute-scale", "profile", "-o", str(d / "measured.json")]) == 0
     measured, _ = load_schedule(d / "measured.json")
     assert measured["search"]["compute_scale"] == 1.5 and "vLayer 3" in measured["search"]["compute_scale_source"]
+    assert measured["search"]["profile_gpu_clocks"] == {"sm_mhz_median": 1980.0}
+    assert "profile_gpu_clocks" not in one["search"]        # a profile without clocks (the CPU's) adds none
     assert measured["prediction"]["iter_time_s"] == pytest.approx(slow["prediction"]["iter_time_s"])
 
 

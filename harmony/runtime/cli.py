@@ -151,9 +151,13 @@ def main(args) -> int:
           + (f" ({summary['message']})" if summary.get("message") else "") + f"; wrote {args.output}",
           file=sys.stderr)
     from harmony.metrics import allocator_warning, format_host_phases, format_reserved_by_stream
-    warning = allocator_warning(summary)
-    if warning:
-        print(warning, file=sys.stderr)
+    from harmony.gpu_clocks import slower_than_profiled
+    from harmony.schedule.io import planned_compute_scale
+    for warning in (allocator_warning(summary), slower_than_profiled(
+            (record.get("search") or {}).get("profile_gpu_clocks"), summary.get("gpu_clocks"),
+            planned_compute_scale(record))):
+        if warning:
+            print(warning, file=sys.stderr)
     for line in format_host_phases(summary.get("host_phases")) + format_reserved_by_stream(
             summary.get("reserved_by_stream")):
         print(line, file=sys.stderr)

@@ -269,6 +269,8 @@ def main(args) -> int:
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
     if scale != 1.0:
         srch.update(compute_scale=scale, compute_scale_source=scale_src)
+    if prof.raw.get("gpu_clocks"):          # the clock the profile was timed at, for `harmony run` to compare
+        srch["profile_gpu_clocks"] = prof.raw["gpu_clocks"]
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
                                search=srch)
     save_schedule(args.output, rec)

@@ -220,7 +220,8 @@ def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | No
     if worst is None:
         return None
     rank, c = worst
-    held = ", ".join(f"{k} {v:.0%}" for k, v in (c.get("reasons") or {}).items() if k != "gpu_idle") or "no reason NVML gave"
+    reasons = (c.get("reasons") or {}).items()
+    held = ", ".join(f"{k} {v:.0%}" for k, v in reasons if k != "gpu_idle") or "no reason NVML gave"
     return (f"harmony run: note: GPU {rank} ran at {c['sm_mhz_median']:.0f} MHz ({held}) against the "
             f"{ref:.0f} MHz its profile was timed at, so its tasks run slower than the prediction assumes. "
             f"`harmony profile --sustain 10` measures the factor and `harmony schedule --compute-scale profile` "

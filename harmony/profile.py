@@ -639,8 +639,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
                 rec["_meas"], rec["sweep_stop"] = meas, stop
                 results[i] = rec
                 if vl[i]["signature"] == heavy:
-                    if bar:
-                        bar.set_note(f"vLayer {i} {vl[i]['kind']}: backward back to back, {opts.sustain_s:g} s")
+                    bar.set_note(f"vLayer {i} {vl[i]['kind']}: backward back to back, {opts.sustain_s:g} s")
                     trial_clocks.append((clocks.take() or [None])[0])
                     sustain = {"vlayer": i, "kind": vl[i]["kind"],
                                **sustained(layer, x, meas, first=(i == 0), opts=opts),

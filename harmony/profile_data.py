@@ -83,6 +83,9 @@ def _interp(us: list[int], ys: list[float], u: float) -> float:
     return max(0.0, y0 + (y1 - y0) * (u - x0) / (x1 - x0))
 
 
+COMPUTE_KEYS = ("fwd_s", "bwd_s")       # the GPU compute times Profile.compute_scale multiplies
+
+
 @dataclass
 class Profile:
     raw: dict
@@ -110,31 +113,34 @@ class Profile:
     def max_ubatch(self) -> int:
         return max(self.ubatch_sizes)
 
-    def _series(self, i: int, key: str, u: float) -> float:
-        return _interp(self.ubatch_sizes, self.raw["vlayers"][i][key], u)
+    def series(self, i: int, key: str, u: float) -> float:
+        """vLayer i's `key` at microbatch u, interpolated between the profiled sizes; the GPU compute times
+        (COMPUTE_KEYS) times compute_scale, so every reader of the profile sees them scaled alike."""
+        y = _interp(self.ubatch_sizes, self.raw["vlayers"][i][key], u)
+        return y * self.compute_scale if key in COMPUTE_KEYS else y
 
     def fwd_time(self, i: int, u: float) -> float:
-        return self._series(i, "fwd_s", u) * self.compute_scale
+        return self.series(i, "fwd_s", u)
 
     def bwd_time(self, i: int, u: float) -> float:
         """Recompute forward + backward."""
-        return self._series(i, "bwd_s", u) * self.compute_scale
+        return self.series(i, "bwd_s", u)
 
     def fwd_peak(self, i: int, u: float) -> float:
-        return self._series(i, "fwd_peak_bytes", u)
+        return self.series(i, "fwd_peak_bytes", u)
 
     def saved(self, i: int, u: float) -> float:
-        return self._series(i, "saved_bytes", u)
+        return self.series(i, "saved_bytes", u)
 
     def bwd_peak(self, i: int, u: float) -> float:
-        return self._series(i, "bwd_peak_bytes", u)
+        return self.series(i, "bwd_peak_bytes", u)
 
     def fwd_grad_peak(self, i: int, u: float) -> float:
         """Peak above the input during vLayer i's forward with grad. Profiles without it: bwd_peak, whose
         recompute forward is that same forward, so it bounds it from above."""
         if "fwd_grad_peak_bytes" not in self.raw["vlayers"][i]:
             return self.bwd_peak(i, u)
-        return self._series(i, "fwd_grad_peak_bytes", u)
+        return self.series(i, "fwd_grad_peak_bytes", u)
 
     def retains_input(self, i: int) -> bool:
         """Whether vLayer i keeps its floating input alive past its forward (harmony.profile.retention).
@@ -173,7 +179,7 @@ class Profile:
         return all("bwd_peak_held_bytes" in v for v in self.raw["vlayers"])
 
     def bwd_peak_held(self, i: int, u: float) -> float:
-        return self._series(i, "bwd_peak_held_bytes", u)
+        return self.series(i, "bwd_peak_held_bytes", u)
 
     def weight_bytes(self, i: int) -> int:
         v = self.raw["vlayers"][i]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harmony.profile_data import Profile, _interp, pack_bwd_memory, pack_fwd_memory
+from harmony.profile_data import Profile, pack_bwd_memory, pack_fwd_memory
 
 
 @dataclass
@@ -126,16 +126,11 @@ class LayerCosts:
     def at(self, u: int) -> UCosts:
         c = self._us.get(u)
         if c is None:
-            us = self.profile.ubatch_sizes
             lay = self.profile.layers
             keys = ("fwd_s", "bwd_s", "fwd_peak_bytes", "saved_bytes", "bwd_peak_bytes")
             keys += ("bwd_peak_held_bytes",) if self.profile.has_held_peaks else ()
             keys += ("fwd_issue_s", "bwd_issue_s") if self.profile.has_issue_times else ()
-            series = {k: [_interp(us, v[k], u) for v in lay] for k in keys}
-            f = self.profile.compute_scale                  # Profile.fwd_time / bwd_time's scale
-            if f != 1.0:
-                series["fwd_s"] = [x * f for x in series["fwd_s"]]
-                series["bwd_s"] = [x * f for x in series["bwd_s"]]
+            series = {k: [self.profile.series(i, k, u) for i in range(len(lay))] for k in keys}
             held = series.get("bwd_peak_held_bytes")
             zeros = [0.0] * len(lay)
             p = self.profile

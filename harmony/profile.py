@@ -460,8 +460,9 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
     its power cap at a lower clock (docs/performance.md entry 65: 1,748 against 1,980 MHz, tasks 1.05x their
     profile). `factor` is the median of the second half of the back-to-back repetitions over the profiled
     median: what `harmony schedule --compute-scale profile` multiplies the profile's GPU times by. Where the
-    host's issue of a repetition takes as long as its kernels (a small vLayer), the GPU waits for the host
-    between repetitions and the stretch says nothing about the clock: `factor` is then None, with the reason."""
+    host's issue of one backward takes as long as its kernels (a small vLayer), the GPU waits for the host
+    between repetitions and the stretch says nothing about the clock: `factor` is then None, with the reason
+    (host_bound_reason)."""
     dev = torch.device(opts.device)
     fits = [u for u in sorted(meas) if meas[u]["bwd_s"] <= opts.max_trial_s] or [min(meas)]
     u = fits[-1]
@@ -494,12 +495,25 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
     rec = {"u": u, "repetitions": reps, "seconds": round(sum(times), 3), "profiled_bwd_s": profiled,
            "first_bwd_s": times[0], "sustained_bwd_s": late, "factor": round(late / profiled, 4)}
     if issued:
-        rec["issue_s"] = statistics.median(issued[len(issued) // 2:])
-        if rec["issue_s"] >= 0.8 * late:
-            rec["factor"] = None
-            rec["factor_missing"] = (f"host-bound: issuing a repetition took {rec['issue_s'] * 1e3:.2f} ms of its "
-                                     f"{late * 1e3:.2f} ms, so the GPU waited for the host; no clock to read")
+        # the sweep's issue time (behind a spin, the launch queue empty), not the stretch's own: back to back,
+        # once the launch queue is full every launch waits for a slot, so issuing a repetition takes as long as
+        # its kernels however fast the host is (item 32's first call: 184.6 ms of 185.1 on the 36-layer block,
+        # whose sweep issue is far less)
+        rec["issue_s"] = meas[u]["bwd_issue_s"]
+        rec["issue_back_to_back_s"] = statistics.median(issued[len(issued) // 2:])
+        reason = host_bound_reason(rec["issue_s"], profiled)
+        if reason:
+            rec["factor"], rec["factor_missing"] = None, reason
     return rec
+
+
+def host_bound_reason(issue_s: float, device_s: float) -> str | None:
+    """Why a back-to-back stretch of a pass whose host issue takes issue_s and whose kernels take device_s
+    cannot time the GPU, or None when it can: at 80% or more the GPU waits for the host between passes."""
+    if issue_s < 0.8 * device_s:
+        return None
+    return (f"host-bound: issuing a backward took {issue_s * 1e3:.2f} ms of its {device_s * 1e3:.2f} ms of "
+            f"kernels, so back to back the GPU would wait for the host; no clock to read")
 
 
 def _geometric(top: int) -> list[int]:

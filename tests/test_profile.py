@@ -621,7 +621,7 @@ def test_cuda_sustain_times_the_block_by_events_beside_the_clock(tmp_path):
     """On CUDA the sustained stretch is timed by events, back to back, and its clock summary is kept apart
     from the trials': a factor in a plausible range, the repetitions adding up to about the seconds asked."""
     # blocks wide enough that their kernels outlast their launches (gpt2-tiny's do not: host-bound, no factor)
-    mj = json.loads(_model_json(tmp_path, "gpt2-tiny", n_embd=2048, n_head=16, seq_len=128).read_text())
+    mj = json.loads(_model_json(tmp_path, "gpt2-tiny", n_embd=2048, n_head=16, n_ctx=128, seq_len=128).read_text())
     prof = hp.profile_model(mj, hp.ProfileOptions(device="cuda", ubatch=[16, 32], progress=False, sustain_s=1.0))
     sus = prof["sustained"]
     assert sus["kind"] == "gpt2.block" and sus["u"] == 32 and sus["issue_s"] < 0.8 * sus["profiled_bwd_s"], sus

@@ -544,8 +544,9 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
 def _device_model_id(run: Path, src: Path, model: str | None, gpus, D) -> str | None:
     """The grid's model id of a device-layout record: the folder `<id>-D<D>-N<N>` names it when its D and N
     are the record's own. An alias (zoo model + overrides, e.g. gpt2-4096x24) decomposed without --name
-    carries its base's name (gpt2-10b) in the record; the folder says which grid point it is."""
-    m = re.fullmatch(r"(.+)-D(\d+)-N(\d+)", run.parent.name) if run.parent != src else None
+    carries its base's name (gpt2-10b) in the record; the folder says which grid point it is, also when it is
+    the folder imported itself (`--import-device R/gpt2-4096x36-D32-N1`)."""
+    m = re.fullmatch(r"(.+)-D(\d+)-N(\d+)", run.parent.name)
     if m and int(m.group(2)) == D and int(m.group(3)) == gpus:
         return m.group(1)
     return model

@@ -454,6 +454,10 @@ def test_import_device_names_aliases_by_folder_and_skips_remeasure(tmp_path):
     assert (dev / "runs" / "fsdp-offload" / "gpt2-tiny-x8" / "N1-D8-best.jsonl").exists()
     # the folder's D (16) is not the record's (8): the record's own model name is kept
     assert (dev / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D8-best.jsonl").exists()
+    # the grid point's folder imported on its own names it too
+    into = tmp_path / "into"
+    import_device(dev / "gpt2-tiny-x8-D8-N1", into)
+    assert (into / "runs" / "fsdp-offload" / "gpt2-tiny-x8" / "N1-D8-best.jsonl").exists()
 
 
 def test_record_killed_writes_a_valid_oom_summary(tmp_path):

@@ -38,13 +38,25 @@ def _find(profiles: Path, name: str):
                             f"{name}.profile.json); or pass --analytic for analytic ones")
 
 
+def packer_names(label: str) -> list[str]:
+    """The packers a candidate's packing came from, without the search's tags: `greedy-reverse+dp+budget0.9+
+    split-bottom` -> [greedy-reverse, dp]. The tags (budget0.9, split-bottom, send-room) say what the search
+    did to the packing, not which packer made it; counted as packers, they made every tagged DP plan a
+    "heuristic" one."""
+    from harmony.schedule.packing import PACKERS_BWD, PACKERS_FWD
+    known = set(PACKERS_BWD) | set(PACKERS_FWD)
+    return [n for n in label.split("+") if n in known]
+
+
 def dp_vs_heuristics(cands) -> tuple[float | None, float | None]:
+    """The best simulated time of the plans whose backward and forward packings dp made, and of those whose
+    backward and forward packings a heuristic made (the same packing from both counts for both; a plan that
+    mixes dp with a heuristic counts for neither)."""
     def best(pred):
-        ts = [c.iter_time_s for c in cands if c.feasible and pred(c)]
+        ts = [c.iter_time_s for c in cands if c.feasible and pred(packer_names(c.bwd_packer), packer_names(c.fwd_packer))]
         return min(ts) if ts else None
-    dp = best(lambda c: "dp" in c.bwd_packer.split("+") and "dp" in c.fwd_packer.split("+"))
-    heur = best(lambda c: any(n != "dp" for n in c.bwd_packer.split("+"))
-                and any(n != "dp" for n in c.fwd_packer.split("+")))
+    dp = best(lambda b, f: "dp" in b and "dp" in f)
+    heur = best(lambda b, f: any(n != "dp" for n in b) and any(n != "dp" for n in f))
     return dp, heur
 
 

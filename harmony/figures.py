@@ -488,7 +488,7 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
             notes.append((str(f), "", f"skipped: system {summ.get('system')!r} is not a throughput system"))
             continue
         model, gpus, D = summ.get("model"), summ.get("gpus"), summ.get("minibatch")
-        model = _device_model_id(f, src, model, gpus, D)
+        model = _device_model_id(f, model, gpus, D)
         if not (model and isinstance(gpus, int) and isinstance(D, int)):
             notes.append((str(f), "", "skipped: summary lacks model/gpus/minibatch"))
             continue
@@ -541,7 +541,7 @@ def import_device(src: Path, root: Path) -> list[tuple[str, str, str]]:
     return notes
 
 
-def _device_model_id(run: Path, src: Path, model: str | None, gpus, D) -> str | None:
+def _device_model_id(run: Path, model: str | None, gpus, D) -> str | None:
     """The grid's model id of a device-layout record: the folder `<id>-D<D>-N<N>` names it when its D and N
     are the record's own. An alias (zoo model + overrides, e.g. gpt2-4096x24) decomposed without --name
     carries its base's name (gpt2-10b) in the record; the folder says which grid point it is, also when it is

@@ -53,7 +53,8 @@ def dp_vs_heuristics(cands) -> tuple[float | None, float | None]:
     backward and forward packings a heuristic made (the same packing from both counts for both; a plan that
     mixes dp with a heuristic counts for neither)."""
     def best(pred):
-        ts = [c.iter_time_s for c in cands if c.feasible and pred(packer_names(c.bwd_packer), packer_names(c.fwd_packer))]
+        ts = [c.iter_time_s for c in cands
+              if c.feasible and pred(packer_names(c.bwd_packer), packer_names(c.fwd_packer))]
         return min(ts) if ts else None
     dp = best(lambda b, f: "dp" in b and "dp" in f)
     heur = best(lambda b, f: any(n != "dp" for n in b) and any(n != "dp" for n in f))

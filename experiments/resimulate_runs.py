@@ -136,7 +136,7 @@ def sim_inputs(sched: Path, profile: Path, cal: dict):
     rec, graph = load_schedule(sched)
     params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"),
                                         p2p_receive=planned_receive_mode(rec))
-    prof = dataclasses.replace(Profile.load(profile), compute_scale=planned_compute_scale(rec))
+    prof = Profile.load(profile, compute_scale=planned_compute_scale(rec))
     return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"])), params
 
 

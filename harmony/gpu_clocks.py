@@ -189,11 +189,17 @@ class DeviceClocks:
         return row if any(row) else None
 
 
+def held_by(clocks: dict, none: str = "none") -> str:
+    """The clock-event reasons of a summary with the share of samples each was set in (gpu_idle left out)."""
+    reasons = (clocks.get("reasons") or {}).items()
+    return ", ".join(f"{k} {v:.0%}" for k, v in reasons if k != "gpu_idle") or none
+
+
 def line(name: str, clocks: dict | None) -> str:
     """One line for a report: the SM clock and what held it down."""
     if not clocks or clocks.get("sm_mhz_median") is None:
         return f"{name}: no GPU clock samples"
-    held = ", ".join(f"{k} {v:.0%}" for k, v in clocks["reasons"].items() if k != "gpu_idle") or "none"
+    held = held_by(clocks)
     limit = f" of {clocks['sm_mhz_limit']:.0f}" if clocks.get("sm_mhz_limit") else ""
     return (f"{name}: SM clock median {clocks['sm_mhz_median']:.0f}{limit} MHz (min {clocks['sm_mhz_min']:.0f}), "
             f"power median {clocks['power_w_median']} W, max {clocks['temperature_c_max']} C, "
@@ -220,8 +226,7 @@ def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | No
     if worst is None:
         return None
     rank, c = worst
-    reasons = (c.get("reasons") or {}).items()
-    held = ", ".join(f"{k} {v:.0%}" for k, v in reasons if k != "gpu_idle") or "no reason NVML gave"
+    held = held_by(c, none="no reason NVML gave")
     return (f"harmony run: note: GPU {rank} ran at {c['sm_mhz_median']:.0f} MHz ({held}) against the "
             f"{ref:.0f} MHz its profile was timed at, so its tasks run slower than the prediction assumes. "
             f"`harmony profile --sustain 10` measures the factor and `harmony schedule --compute-scale profile` "

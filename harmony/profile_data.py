@@ -95,8 +95,9 @@ class Profile:
     compute_scale: float = 1.0
 
     @staticmethod
-    def load(path) -> "Profile":
-        return Profile(read_json(path, kind=PROFILE_ARTIFACT, schema_version=PROFILE_SCHEMA))
+    def load(path, compute_scale: float = 1.0) -> "Profile":
+        """The profile at path; compute_scale as a schedule planned it (schedule.io.planned_compute_scale)."""
+        return Profile(read_json(path, kind=PROFILE_ARTIFACT, schema_version=PROFILE_SCHEMA), compute_scale)
 
     @property
     def ubatch_sizes(self) -> list[int]:

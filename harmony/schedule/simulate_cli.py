@@ -25,7 +25,6 @@ def main(args) -> int:
     from harmony.jsonio import write_json
     from harmony.profile_data import Profile
     from harmony.schedule.cli import load_calibration, model_sizes, prediction_record
-    from dataclasses import replace
     from harmony.schedule.io import load_schedule, planned_cap, planned_compute_scale, planned_receive_mode
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import SimParams, simulate
@@ -33,7 +32,7 @@ def main(args) -> int:
 
     rec, graph = load_schedule(args.schedule)
     ppath = Path(args.profile)
-    prof = replace(Profile.load(ppath), compute_scale=planned_compute_scale(rec))
+    prof = Profile.load(ppath, compute_scale=planned_compute_scale(rec))
     if prof.num_layers != graph.config.num_layers:
         raise ValueError(f"{args.profile} has {prof.num_layers} vLayers, the schedule {graph.config.num_layers}")
     cal, _ = load_calibration(args.calibration, ppath)

@@ -210,7 +210,7 @@ SLOWER_CLOCK = 0.05     # a run's median SM clock this far under the profile's i
 
 
 def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | None] | None,
-                         compute_scale: float = 1.0) -> str | None:
+                         compute_scale: float | dict[int, float] = 1.0) -> str | None:
     """A note when a run's GPU held a clock well under the one its profile was timed at (a power or thermal
     limit under sustained load: the `large` GPT-2 ran at 1,748 MHz on an H100 whose profile saw 1,980, and its
     tasks took 1.05x their profiled time, docs/performance.md entry 65), unless the schedule already plans

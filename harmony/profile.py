@@ -64,7 +64,7 @@ class ProfileOptions:
     threads: int | None = None           # CPU threads of the optimizer step; None: update_threads_default()
     seed: int = 0
     materialize: str = "auto"            # auto | full | stream (see LayerSource)
-    sustain_s: float = 0.0               # > 0: time the heaviest vLayer's backward back to back this long (sustained)
+    sustain_s: float = 0.0               # > 0: time the heaviest vLayer's backward back to back this long per u (sustained)
     progress: bool = True
     calls: list = field(default_factory=list)   # (index, kind) of every vLayer actually measured (tests)
 
@@ -452,20 +452,31 @@ def heaviest_signature(vlayers: list[dict]) -> str:
 
 
 def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
-    """The vLayer's backward (recompute forward + backward) back to back for opts.sustain_s seconds, at the
-    largest swept u whose profiled backward is within opts.max_trial_s, against its profiled time.
+    """The vLayer's backward (recompute forward + backward) back to back for opts.sustain_s seconds at each
+    swept u whose profiled backward is within opts.max_trial_s, largest u first, against its profiled time.
 
     The sweep's trials each follow a spin kernel and last at most max_trial_s, so the GPU is timed at the
     clock it boosts to. A run computes for seconds without a pause, and an H100 doing that in TF32 sits at
     its power cap at a lower clock (docs/performance.md entry 65: 1,748 against 1,980 MHz, tasks 1.05x their
-    profile). `factor` is the median of the second half of the back-to-back repetitions over the profiled
-    median: what `harmony schedule --compute-scale profile` multiplies the profile's GPU times by. Where the
-    host's issue of one backward takes as long as its kernels (a small vLayer), the GPU waits for the host
-    between repetitions and the stretch says nothing about the clock: `factor` is then None, with the reason
-    (host_bound_reason)."""
-    dev = torch.device(opts.device)
+    profile). How much lower than its profile depends on u: a short trial at a small u stays at the boost
+    clock, a long one at a large u already meets the cap (the 36-layer block: 1.056 at u = 4, 1.019 at
+    u = 32; entry 68). So each u gets its own stretch, and `by_ubatch` its factor: the median of the second
+    half of the repetitions over the profiled median, what `harmony schedule --compute-scale profile`
+    multiplies that u's GPU times by. The largest u's stretch is also the record's top level (the one
+    stretch profiles before entry 68 hold). Where the host's issue of one backward takes as long as its
+    kernels (a small u or vLayer), the GPU waits for the host between repetitions and the stretch says
+    nothing about the clock: that u's `factor` is then None, with the reason (host_bound_reason)."""
     fits = [u for u in sorted(meas) if meas[u]["bwd_s"] <= opts.max_trial_s] or [min(meas)]
-    u = fits[-1]
+    # largest first: its stretch brings the GPU to the cap the smaller ones are then timed at
+    stretches = {u: _stretch(layer, x0, meas, u, first, opts) for u in reversed(fits)}
+    for p in layer.parameters():
+        p.grad = None
+    return {**stretches[fits[-1]], "by_ubatch": {str(u): stretches[u] for u in fits}}
+
+
+def _stretch(layer, x0, meas: dict, u: int, first: bool, opts: ProfileOptions) -> dict:
+    """One back-to-back stretch of the vLayer's backward at u (see sustained)."""
+    dev = torch.device(opts.device)
     profiled = meas[u]["bwd_s"]
     r = Runner([layer], interior_inputs(x0, u, needs_grad=not first), dev, opts.precision)
     r.bwd()                                                   # output gradients and dW exist
@@ -489,8 +500,6 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
             t0 = time.perf_counter()
             r.bwd()
             times.append(time.perf_counter() - t0)
-    for p in layer.parameters():
-        p.grad = None
     late = statistics.median(times[len(times) // 2:])
     rec = {"u": u, "repetitions": reps, "seconds": round(sum(times), 3), "profiled_bwd_s": profiled,
            "first_bwd_s": times[0], "sustained_bwd_s": late, "factor": round(late / profiled, 4)}
@@ -505,6 +514,15 @@ def sustained(layer, x0, meas: dict, first: bool, opts: ProfileOptions) -> dict:
         if reason:
             rec["factor"], rec["factor_missing"] = None, reason
     return rec
+
+
+def sustained_factors(sus: dict | None) -> dict[int, float]:
+    """{u: factor} of a profile's `sustained` record, the u's without one (host-bound) left out: each
+    stretch of `by_ubatch`, or the one stretch of a profile from before entry 68."""
+    if not sus:
+        return {}
+    stretches = sus.get("by_ubatch") or {str(sus.get("u") or 0): sus}      # one stretch: one factor for every u
+    return {int(u): float(s["factor"]) for u, s in stretches.items() if s.get("factor")}
 
 
 def host_bound_reason(issue_s: float, device_s: float) -> str | None:
@@ -767,10 +785,11 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the timed optimizer step (default: "
                    "CPU cores / GPUs of the host on CUDA, a run worker's share; torch's default on CPU)")
     p.add_argument("--sustain", type=float, default=0.0, metavar="SECONDS",
-                   help="after its sweep, run the heaviest vLayer's backward back to back this long and record "
-                        "its time against the profiled one (`sustained.factor`: the GPU's sustained clock, e.g. "
-                        "at its power cap, against the boost clock the short trials see; `harmony schedule "
-                        "--compute-scale profile` plans with it). 10 s is ample on an H100; default 0: off")
+                   help="after its sweep, run the heaviest vLayer's backward back to back this long at each swept "
+                        "u and record its time against the profiled one (`sustained.by_ubatch`: the GPU's "
+                        "sustained clock, e.g. at its power cap, against the boost clock the short trials see; "
+                        "`harmony schedule --compute-scale profile` plans with it). 4 s per u is ample on an "
+                        "H100; default 0: off")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -781,7 +800,7 @@ def main(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: give a positive number of CPU threads (or leave it out)")
     if not 0 <= args.sustain <= 600:
-        raise ValueError(f"--sustain {args.sustain}: give seconds between 0 (off) and 600 (10 s is ample)")
+        raise ValueError(f"--sustain {args.sustain}: give seconds per microbatch size between 0 (off) and 600 (4 s is ample)")
     opts = ProfileOptions(device=args.device, ubatch=parse_ubatch(args.ubatch), trials=args.trials,
                           warmup=args.warmup, precision=args.precision,
                           gpu_memory=gpumem.parse_cap(args.gpu_memory), max_ubatch=args.max_ubatch,
@@ -840,6 +859,9 @@ def print_summary(prof: dict, file=sys.stdout) -> None:
         print(f"sustained: vLayer {sus['vlayer']} ({sus['kind']}) backward at u={sus['u']} back to back, "
               f"{sus['repetitions']} times in {sus['seconds']:.1f} s: {sus['sustained_bwd_s'] * 1e3:.2f} ms "
               f"against {sus['profiled_bwd_s'] * 1e3:.2f} ms profiled, {factor}", file=file)
+        if len(sus.get("by_ubatch") or {}) > 1:
+            print("  by u: " + ", ".join(f"u={u} " + (f"{s['factor']:.3f}" if s.get("factor") else "none (host-bound)")
+                                         for u, s in sus["by_ubatch"].items()), file=file)
         if sus.get("gpu_clocks"):
             print("  " + clock_line("meanwhile the GPU", sus["gpu_clocks"]), file=file)
     pc = prof.get("pack_check")

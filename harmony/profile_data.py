@@ -86,18 +86,47 @@ def _interp(us: list[int], ys: list[float], u: float) -> float:
 COMPUTE_KEYS = ("fwd_s", "bwd_s")       # the GPU compute times Profile.compute_scale multiplies
 
 
+def format_scale(scale: float | dict[int, float]) -> str:
+    """`1.05`, or `1.056 at u=4, 1.019 at u=32` for one factor per microbatch size."""
+    if not isinstance(scale, dict):
+        return f"{scale:g}"
+    return ", ".join(f"{scale[u]:g} at u={u}" for u in sorted(scale))
+
+
+def scale_at(scale: float | dict[int, float], u: float) -> float:
+    """A compute scale at microbatch u: the number itself, or for {u: factor} the line between the two
+    nearest sizes (the nearest one's factor below the smallest or above the largest)."""
+    if not isinstance(scale, dict):
+        return scale
+    us = sorted(scale)
+    if u <= us[0]:
+        return scale[us[0]]
+    if u >= us[-1]:
+        return scale[us[-1]]
+    hi = next(k for k in us if k >= u)
+    lo = us[us.index(hi) - 1]
+    return scale[lo] + (scale[hi] - scale[lo]) * (u - lo) / (hi - lo)
+
+
 @dataclass
 class Profile:
     raw: dict
     # every GPU compute time (fwd_s, bwd_s) times this: a run whose GPU holds a lower clock than the profile's
     # short trials saw (the `large` GPT-2 at its power cap: 1.05, docs/performance.md entry 65); issue
-    # (host) times are not scaled. `harmony schedule --compute-scale`, recorded in the schedule's search.
-    compute_scale: float = 1.0
+    # (host) times are not scaled. One factor, or one per microbatch size ({u: factor}, `harmony profile
+    # --sustain`'s, entry 68: a short trial at a small u sees more of the boost clock than one at a large u),
+    # linear between those sizes and the nearest one's outside them. `harmony schedule --compute-scale`,
+    # recorded in the schedule's search.
+    compute_scale: float | dict[int, float] = 1.0
 
     @staticmethod
-    def load(path, compute_scale: float = 1.0) -> "Profile":
+    def load(path, compute_scale: float | dict[int, float] = 1.0) -> "Profile":
         """The profile at path; compute_scale as a schedule planned it (schedule.io.planned_compute_scale)."""
         return Profile(read_json(path, kind=PROFILE_ARTIFACT, schema_version=PROFILE_SCHEMA), compute_scale)
+
+    def scale_at(self, u: float) -> float:
+        """The compute scale at microbatch u."""
+        return scale_at(self.compute_scale, u)
 
     @property
     def ubatch_sizes(self) -> list[int]:
@@ -118,7 +147,7 @@ class Profile:
         """vLayer i's `key` at microbatch u, interpolated between the profiled sizes; the GPU compute times
         (COMPUTE_KEYS) times compute_scale, so every reader of the profile sees them scaled alike."""
         y = _interp(self.ubatch_sizes, self.raw["vlayers"][i][key], u)
-        return y * self.compute_scale if key in COMPUTE_KEYS else y
+        return y * self.scale_at(u) if key in COMPUTE_KEYS else y
 
     def fwd_time(self, i: int, u: float) -> float:
         return self.series(i, "fwd_s", u)

@@ -190,31 +190,48 @@ def test_gpt2_and_vgg_tiny_profile_in_seconds(tmp_path):
 
 
 def test_sustain_times_the_heaviest_vlayers_backward_back_to_back(tmp_path):
-    """`harmony profile --sustain S` (docs/performance.md entry 66): the vLayer kind with most of the FLOPs
-    (GPT-2's block) has its backward run back to back for about S seconds at the largest swept u within the
-    trial limit, and the profile records that time against the profiled one; `harmony schedule
-    --compute-scale profile` then plans with exactly that factor. Without --sustain nothing is recorded."""
+    """`harmony profile --sustain S` (docs/performance.md entries 66 and 68): the vLayer kind with most of the
+    FLOPs (GPT-2's block) has its backward run back to back for about S seconds at each swept u within the
+    trial limit, and the profile records each stretch's time against the profiled one (`by_ubatch`; the
+    largest u's also at the top level); `harmony schedule --compute-scale profile` then plans with exactly
+    those factors, one per u, and refuses by name where every u was host-bound. Without --sustain nothing
+    is recorded."""
     mj = _model_json(tmp_path, "gpt2-tiny")
     vl = json.loads(mj.read_text())["vlayers"]
     heavy = hp.heaviest_signature(vl)
     assert {v["kind"] for v in vl if v["signature"] == heavy} == {"gpt2.block"}
     out = tmp_path / "p.json"
-    assert cli(["profile", str(mj), "-o", str(out), "--ubatch", "1,2,4", "--sustain", "0.3", "--quiet"]) == 0
+    assert cli(["profile", str(mj), "-o", str(out), "--ubatch", "1,2,4", "--sustain", "0.2", "--quiet"]) == 0
     prof = json.loads(out.read_text())
     sus = prof["sustained"]
     assert vl[sus["vlayer"]]["signature"] == heavy and sus["kind"] == "gpt2.block" and sus["u"] == 4
-    assert sus["profiled_bwd_s"] == prof["vlayers"][sus["vlayer"]]["bwd_s"][2]
-    assert sus["repetitions"] >= 4 and sus["seconds"] >= 0.2, sus
-    assert sus["factor"] > 0
-    assert sus["factor"] == pytest.approx(sus["sustained_bwd_s"] / sus["profiled_bwd_s"], rel=1e-3)
-    assert "issue_s" not in sus                 # on the CPU the time is the host's: no host-bound test
+    assert sorted(sus["by_ubatch"]) == ["1", "2", "4"]
+    for k, (u, st) in enumerate(sorted(sus["by_ubatch"].items(), key=lambda kv: int(kv[0]))):
+        assert st["u"] == int(u) and st["profiled_bwd_s"] == prof["vlayers"][sus["vlayer"]]["bwd_s"][k]
+        assert st["repetitions"] >= 4 and st["seconds"] >= 0.1, st
+        assert st["factor"] == pytest.approx(st["sustained_bwd_s"] / st["profiled_bwd_s"], rel=1e-3)
+        assert "issue_s" not in st              # on the CPU the time is the host's: no host-bound test
+    assert {k: v for k, v in sus.items() if k not in ("by_ubatch", "vlayer", "kind", "gpu_clocks")} \
+        == sus["by_ubatch"]["4"]
+    assert hp.sustained_factors(sus) == {u: sus["by_ubatch"][str(u)]["factor"] for u in (1, 2, 4)}
+    for st in sus["by_ubatch"].values():
+        st.update(factor=None, factor_missing="host-bound: ...")
     prof["sustained"] = {**sus, "factor": None, "factor_missing": "host-bound: ..."}
     write_json(out, prof)
     res = subprocess.run([sys.executable, "-m", "harmony.cli", "schedule", str(out), "--model", str(mj), "-D", "8",
                           "-N", "1", "--compute-scale", "profile", "--calibration", "analytic:paper", "-o",
                           str(tmp_path / "x.json")], capture_output=True, text=True)
     assert res.returncode == 2 and "gave no factor (host-bound" in res.stderr, res.stderr
-    prof["sustained"]["factor"] = 1.25          # the CPU's own factor is noise around 1; the plumbing is the test
+    # the CPU's own factors are noise around 1; the plumbing is the test: u = 1 host-bound, 2 and 4 measured
+    prof["sustained"]["by_ubatch"]["2"]["factor"] = 1.1
+    prof["sustained"]["by_ubatch"]["4"]["factor"] = 1.25
+    write_json(out, prof)
+    assert cli(["schedule", str(out), "--model", str(mj), "-D", "8", "-N", "1", "--compute-scale", "profile",
+                "--calibration", "analytic:paper", "-o", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["search"]["compute_scale"] == {"2": 1.1, "4": 1.25}
+    # a profile from before entry 68: one stretch, one factor
+    prof["sustained"] = {k: v for k, v in prof["sustained"].items() if k != "by_ubatch"}
+    prof["sustained"]["factor"] = 1.25
     write_json(out, prof)
     assert cli(["schedule", str(out), "--model", str(mj), "-D", "8", "-N", "1", "--compute-scale", "profile",
                 "--calibration", "analytic:paper", "-o", str(tmp_path / "s.json")]) == 0
@@ -628,5 +645,7 @@ def test_cuda_sustain_times_the_block_by_events_beside_the_clock(tmp_path):
     assert sus["issue_back_to_back_s"] > 0, sus
     assert 0.5 < sus["factor"] < 2, sus
     assert 0.5 < sus["seconds"] < 5, sus
+    assert sorted(sus["by_ubatch"]) == ["16", "32"], sus          # a stretch at each swept u (entry 68)
+    assert all(0.5 < st["seconds"] < 5 and st["issue_s"] > 0 for st in sus["by_ubatch"].values()), sus
     if prof["gpu_clocks"] is not None:       # NVML present: the stretch has its own summary
         assert sus["gpu_clocks"] is not None and sus["gpu_clocks"]["samples"] >= 1, sus

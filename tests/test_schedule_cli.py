@@ -118,6 +118,32 @@ def test_compute_scale_multiplies_the_gpu_compute_and_simulate_reproduces_it(gpt
     assert measured["search"]["profile_gpu_clocks"] == {"sm_mhz_median": 1980.0}
     assert "profile_gpu_clocks" not in one["search"]        # a profile without clocks (the CPU's) adds none
     assert measured["prediction"]["iter_time_s"] == pytest.approx(slow["prediction"]["iter_time_s"])
+    # one factor per microbatch size (entry 68): this plan's forward runs at u = 2, its backward at u = 1, so
+    # scaling only u = 2 scales only the forward term, and simulate reproduces the per-u prediction
+    prof["sustained"] = {"vlayer": 3, "seconds": 4.0, "u": 2, "factor": 1.5,
+                         "by_ubatch": {"1": {"u": 1, "factor": None, "factor_missing": "host-bound"},
+                                       "2": {"u": 2, "factor": 1.5}}}
+    write_json(d / "profile.json", prof)
+    assert main(fixed + ["--compute-scale", "profile", "-o", str(d / "by_u.json")]) == 0
+    by_u, _ = load_schedule(d / "by_u.json")
+    assert by_u["search"]["compute_scale"] == 1.5      # one measured size: one factor, applied at every u
+    prof["sustained"]["by_ubatch"]["1"] = {"u": 1, "factor": 1.0}
+    write_json(d / "profile.json", prof)
+    assert main(fixed + ["--compute-scale", "profile", "-o", str(d / "by_u.json")]) == 0
+    by_u, _ = load_schedule(d / "by_u.json")
+    assert by_u["search"]["compute_scale"] == {"1": 1.0, "2": 1.5}
+    terms = lambda rec: rec["prediction"]["terms"]
+    assert terms(one)["compute_s"] < terms(by_u)["compute_s"] < terms(slow)["compute_s"]
+    assert main(["simulate", str(d / "by_u.json"), "--profile", str(d / "profile.json"), "-o", str(d / "q.json")]) == 0
+    assert json.load(open(d / "q.json"))["prediction"]["iter_time_s"] == pytest.approx(by_u["prediction"]["iter_time_s"])
+
+
+def test_a_compute_scale_per_microbatch_size_is_linear_between_sizes_and_flat_outside():
+    from harmony.profile_data import format_scale, scale_at
+    s = {4: 1.06, 32: 1.02}
+    assert scale_at(s, 1) == 1.06 and scale_at(s, 64) == 1.02 and scale_at(s, 4) == 1.06
+    assert scale_at(s, 18) == pytest.approx(1.04) and scale_at(1.05, 7) == 1.05
+    assert format_scale(s) == "1.06 at u=4, 1.02 at u=32" and format_scale(1.05) == "1.05"
 
 
 def test_schedule_errors(gpt2xl, capsys):

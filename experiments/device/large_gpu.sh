@@ -25,8 +25,9 @@
 # HARMONY_LIMIT_S (420), BASE (gpt2-10b; BASE=gpt2-tiny DEVICE=cpu PRECISION=fp32 for a CPU smoke run),
 # COMPUTE_SCALE (1: Harmony's search takes the profile's GPU times; 1.05 plans for a run at the H100's power
 # cap, where the 36-layer model's tasks ran 5% over their profile, docs/performance.md entry 65; `profile`:
-# the factor the profile measured with --sustain), SUSTAIN_S (10 on a GPU, 0 on the CPU: the profile runs
-# the block's backward back to back this long and records its sustained time, entry 66).
+# the factors the profile measured with --sustain, one per microbatch size, entry 68), SUSTAIN_S (4 on a
+# GPU, 0 on the CPU: the profile runs the block's backward back to back this long at each u up to 0.25 s a
+# backward, six sizes for the 10 B GPT-2's block, and records its sustained time, entries 66 and 68).
 set -uo pipefail
 OUTROOT=${1:?usage: large_gpu.sh OUTDIR}
 NL=${NL:-24}; D=${D:-32}; BASE=${BASE:-gpt2-10b}
@@ -58,7 +59,7 @@ case " $SYSTEMS " in *" harmony "*)
   if [ ! -f "$P" ]; then
     stamp "profile $ID (no cap, $DEVICE, $PRECISION)"
     timeout "${PROFILE_LIMIT_S:-240}" $H profile "$M" -o "$P" --device "$DEVICE" --precision "$PRECISION" \
-      --trials 5 --max-trial-s 0.25 --sustain "${SUSTAIN_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 10)}" \
+      --trials 5 --max-trial-s 0.25 --sustain "${SUSTAIN_S:-$([ "$DEVICE" = cpu ] && echo 0 || echo 4)}" \
       > "$OUT/profile.log" 2>&1
     stamp "profile rc=$?"; tail -2 "$OUT/profile.log"
   fi ;;

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harmony.jsonio import read_json
-from harmony.profile_data import Calibration, Profile
+from harmony.profile_data import Calibration, Profile, format_scale
 from harmony.schedule.host_memory import arena_budget, process_reserve_bytes
 from harmony.schedule.tasks import RECEIVE_MODES
 from harmony.units import format_bytes, parse_bytes
@@ -66,8 +66,8 @@ def add_arguments(p):
                    help="multiply every profiled GPU compute time by this (default 1): the run's GPU holds a "
                         "lower clock than the profile's short trials saw, e.g. 1.05 for minutes of dense TF32 "
                         "matmuls at an H100's power cap (docs/performance.md entries 65 and 66; compare the "
-                        "profile's and a run's `gpu_clocks`). `profile`: the factor `harmony profile --sustain` "
-                        "measured. Recorded in the schedule; host times are not scaled")
+                        "profile's and a run's `gpu_clocks`). `profile`: the factors `harmony profile --sustain` "
+                        "measured, one per microbatch size (entry 68). Recorded in the schedule; host times are not scaled")
     p.add_argument("--p2p-receive", choices=("auto",) + RECEIVE_MODES, default="auto",
                    help="when the plan's tasks post their receives from another GPU (vPP, N > 1): auto "
                         "(default) simulates each candidate both ways and keeps the faster, which the schedule "
@@ -171,24 +171,31 @@ def host_memory_budget(arg: str | None, profile_raw: dict, cal: dict, gpus: int 
     return None, "none recorded"
 
 
-def compute_scale(arg: str, profile: dict, path) -> tuple[float, str]:
+def compute_scale(arg: str, profile: dict, path) -> tuple[float | dict[int, float], str]:
     """(factor on the profile's GPU compute times, where it came from) for --compute-scale: a number, or
-    `profile` for the factor `harmony profile --sustain` recorded (profile["sustained"]["factor"])."""
+    `profile` for the factors `harmony profile --sustain` recorded, one per microbatch size it stretched
+    ({u: factor}; a profile from before docs/performance.md entry 68 holds one)."""
     if str(arg).strip().lower() == "profile":
+        from harmony.profile import sustained_factors
         sus = profile.get("sustained") or {}
-        if not sus.get("factor"):
+        scale = sustained_factors(sus)
+        if not scale:
             why = (f"its sustained stretch gave no factor ({sus['factor_missing']})" if sus.get("factor_missing")
-                   else "it has no sustained measurement; profile again with `harmony profile --sustain 10`")
+                   else "it has no sustained measurement; profile again with `harmony profile --sustain 4`")
             raise ValueError(f"--compute-scale profile: {path}: {why}; or give a number such as 1.05")
-        scale, src = float(sus["factor"]), f"profile: vLayer {sus.get('vlayer')} back to back {sus.get('seconds')} s"
+        src = (f"profile: vLayer {sus.get('vlayer')} back to back at u = {', '.join(map(str, sorted(scale)))}, "
+               f"{sus.get('seconds')} s at u = {sus.get('u')}")
+        if len(set(scale.values())) == 1:
+            scale = next(iter(scale.values()))
     else:
         try:
             scale, src = float(arg), "--compute-scale"
         except ValueError:
             raise ValueError(f"--compute-scale {arg!r}: give a number such as 1.05, or `profile`") from None
-    if not 0.5 <= scale <= 2.0:
-        raise ValueError(f"--compute-scale {arg}: {scale:g} is the run's compute time over the profile's and must "
-                         f"lie between 0.5 and 2 (1.05: tasks 5% slower than profiled)")
+    for f in (scale.values() if isinstance(scale, dict) else [scale]):
+        if not 0.5 <= f <= 2.0:
+            raise ValueError(f"--compute-scale {arg}: {f:g} is the run's compute time over the profile's and must "
+                             f"lie between 0.5 and 2 (1.05: tasks 5% slower than profiled)")
     return scale, src
 
 
@@ -268,7 +275,8 @@ def main(args) -> int:
     srch.update({"warnings": warnings, "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
     if scale != 1.0:
-        srch.update(compute_scale=scale, compute_scale_source=scale_src)
+        srch.update(compute_scale=({str(u): f for u, f in scale.items()} if isinstance(scale, dict) else scale),
+                    compute_scale_source=scale_src)
     if prof.raw.get("gpu_clocks"):          # the clock the profile was timed at, for `harmony run` to compare
         srch["profile_gpu_clocks"] = prof.raw["gpu_clocks"]
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,
@@ -283,7 +291,7 @@ def main(args) -> int:
           f"{c.mode} N={c.gpus} u_fwd={c.ubatch_fwd} u_bwd={c.ubatch_bwd} {len(c.bwd_packs)} bwd / "
           f"{len(c.fwd_packs)} fwd packs ({res.best.bwd_packer} / {res.best.fwd_packer})"
           f"{f', {params.p2p_receive} receives' if c.mode == 'vPP' and c.gpus > 1 else ''}; predicted "
-          f"{'' if scale == 1.0 else f'(compute x{scale:g}, {scale_src}) '}"
+          f"{'' if scale == 1.0 else f'(compute x{format_scale(scale)}, {scale_src}) '}"
           f"{pred['iter_time_s']:.4f} s/iteration (bound {pred['schedule_bound_s']:.4f} s), peak "
           f"{format_bytes(max(pred['peak_memory_bytes']))} (cap {format_bytes(cap) if cap else 'none'}"
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "

@@ -38,10 +38,12 @@ def planned_receive_mode(record: dict) -> str:
     return (record.get("prediction") or {}).get("p2p_receive") or DEFAULT_RECEIVE_MODE
 
 
-def planned_compute_scale(record: dict) -> float:
+def planned_compute_scale(record: dict) -> float | dict[int, float]:
     """The factor on the profile's GPU compute times the search simulated with (`--compute-scale`; 1 for
-    schedules before it): simulating with it reproduces the recorded prediction."""
-    return float((record.get("search") or {}).get("compute_scale") or 1.0)
+    schedules before it), or one per microbatch size ({u: factor}, JSON keys back to ints): simulating with
+    it reproduces the recorded prediction."""
+    scale = (record.get("search") or {}).get("compute_scale") or 1.0
+    return {int(u): float(f) for u, f in scale.items()} if isinstance(scale, dict) else float(scale)
 
 
 def save_schedule(path, record: dict) -> None:

@@ -118,11 +118,12 @@ BUDGET_PASS_WITHIN = 1.05
 # and each pass's fastest, if within SPLIT_WITHIN of the fastest (a split gained at most 5.5%, entry 36),
 # and the first pass's fastest whatever its time (entry 54), each at every split point; then the
 # SPLIT_ALL_MAX fastest other plans within SPLIT_ALL_WITHIN, coarse to fine (a split gained 10.7% on the
-# 36-layer GPT-2, entry 67)
+# 36-layer GPT-2, entry 67; under its per-u power-cap factors that plan's parent ranked twelfth, so six were
+# too few, entry 68: 7-21% more candidates for Table 1's models, the same plans)
 SPLIT_LEADERS = 3
 SPLIT_WITHIN = 1.06
 SPLIT_ALL_WITHIN = 1.10
-SPLIT_ALL_MAX = 6
+SPLIT_ALL_MAX = 12
 
 
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",

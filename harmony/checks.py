@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -217,6 +218,23 @@ def control_ubatch(system: str) -> int | None:
     return int(system.removeprefix(CONTROL_PREFIX + "-u")) if system.startswith(CONTROL_PREFIX + "-u") else None
 
 
+ORDER_PREFIX = "pytorch-hostopt-s"    # `pytorch-hostopt-s<k>`: plain PyTorch in Harmony's order of arithmetic
+# A Harmony curve within this of plain PyTorch in its own order of arithmetic at every iteration is that
+# computation: rounding differences grow to 1e-4 within 8-100 iterations of figure 13 (README), and the
+# reported losses differ only in their fp32 sum's last bits (tests/test_runtime.py, bitwise on the CPU)
+ORDER_TOL = 1e-5
+
+
+def order_shares(system: str) -> int | None:
+    """The rank shares a same-order reference names (`pytorch-hostopt-s2` -> 2), else None."""
+    return int(system.removeprefix(ORDER_PREFIX)) if re.fullmatch(ORDER_PREFIX + r"\d+", system) else None
+
+
+def harmony_shares(system: str, gpus: int) -> int:
+    """The rank shares a Harmony curve sums its gradient over: vDP's N, vPP's one."""
+    return int(gpus) if system == "harmony-vDP" else 1
+
+
 def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(b), 1e-12)
 
@@ -267,7 +285,14 @@ def loss_curves_agree(res: Results, scale: str):
     one draw of where rounding takes the reference away, so the earliest of them is the horizon (a rule
     fixed before the second and third controls ran: device README item 28). From the horizon on, a curve's
     mean loss must be within `tol` of the reference's instead. A curve that drifts before every control
-    does still fails; without a control the whole curve is compared."""
+    does still fails; without a control the whole curve is compared.
+
+    Where the figure has plain PyTorch in the curve's own order of arithmetic (`pytorch-hostopt-s<k>`: the
+    minibatch in k rank shares summed in rank order, the optimizer on the host; harmony.reference.
+    train_in_order), a curve within ORDER_TOL of it at every iteration is judged by that gap instead: it is
+    plain PyTorch's computation, and whatever separates it from `pytorch` is plain PyTorch's own rounding
+    in another order (entry 69; added after item 28's controls left figure 13's vDP N = 2 four iterations
+    early). A curve outside ORDER_TOL of it is judged as before, and the note says so."""
     tol = 1e-4 if scale == "smoke" else 2e-2
     worst, where, n, notes, first_left = 0.0, "", 0, [], None
     for fig in ("figure13", "figure21"):
@@ -298,10 +323,18 @@ def loss_curves_agree(res: Results, scale: str):
         if horizon is not None:
             notes.append(f"{fig}: compared by mean loss from iteration {horizon}")
         for key, c in curves.items():
-            if key == REFERENCE or is_control(key[0]) or not set(c) & set(ref):
+            if key == REFERENCE or is_control(key[0]) or order_shares(key[0]) or not set(c) & set(ref):
                 continue
             n += 1
             d = max(_curve_gap(c, ref, horizon))
+            same = curves.get((f"{ORDER_PREFIX}{harmony_shares(*key)}", REFERENCE[1]))
+            if same and set(c) & set(same) and not start_mismatch(same, ref, tol):
+                exact = max(_rel(c[i], same[i]) for i in set(c) & set(same))
+                notes.append(f"{fig} {key[0]} N={key[1]}: {exact:.1e} from plain PyTorch in its own order "
+                             f"({ORDER_PREFIX}{harmony_shares(*key)}) at every iteration"
+                             + ("" if exact <= ORDER_TOL else f", over {ORDER_TOL:g}: judged against plain PyTorch"))
+                if exact <= ORDER_TOL:
+                    d = exact
             if d >= worst:
                 worst, where = d, f"{fig} {key[0]} N={key[1]}"
                 left = _first_past(c, ref, tol)

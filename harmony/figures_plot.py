@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from harmony.checks import control_ubatch, is_control, start_mismatch  # noqa: E402
+from harmony.checks import control_ubatch, is_control, order_shares, start_mismatch  # noqa: E402
 
 COLORS = {"harmony-vPP": "#08519c", "harmony-vDP": "#6baed6", "swap-dp": "#e6550d", "swap-pp": "#fd8d3c",
           "fsdp-offload": "#756bb1", "zero-offload": "#9e9ac8", "resident": "#636363", "pytorch": "#000000",
@@ -255,13 +255,16 @@ def _convergence(exp, rows):
         system, n = key
         pts = sorted(curves.get(key, []))
         u = control_ubatch(system)
-        label = CURVE_LABELS.get(system) or (f"plain PyTorch, u = {u} (its rounding spread)" if u
+        k = order_shares(system)
+        label = CURVE_LABELS.get(system) or (f"plain PyTorch, u = {u} (its rounding spread)" if u else
+                                             f"plain PyTorch in Harmony's order, {k} share{'s' * (k > 1)}" if k
                                              else f"{system} N={n}")
         if is_control(system) and start_mismatch(dict(pts), ref):
             label = "plain PyTorch, other microbatch (another starting point: no control, check C6)"
         if pts and status[key] == "ok":
             ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=styles[i % len(styles)],
-                    color=COLORS.get(system, CONTROL_COLOR if is_control(system) else "#999"), label=label, lw=1.3)
+                    color=COLORS.get(system, CONTROL_COLOR if is_control(system) else "#999"), label=label,
+                    lw=0.8 if k else 1.3)
         else:
             ax.plot([], [], "x", color="red", label=f"{label}: {SHORT.get(status[key], status[key])}")
     data = next((r.get("data") for r in rows if r.get("data")), "unknown")

@@ -42,6 +42,78 @@ def train_reference(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]]
     return losses, layers
 
 
+def even_shares(minibatch: int, ubatch: int, shares: int) -> list[list[tuple[int, int]]]:
+    """The microbatch ranges of `shares` rank shares of a minibatch, as vDP splits it over that many GPUs
+    (contiguous, the first ranks one sample more where it does not divide), each share cut into microbatches
+    of `ubatch` (the last one smaller where it does not divide)."""
+    if not 1 <= shares <= minibatch:
+        raise ValueError(f"{shares} shares of a minibatch of {minibatch}: give 1 to {minibatch}")
+    base, extra = divmod(minibatch, shares)
+    out, lo = [], 0
+    for r in range(shares):
+        hi = lo + base + (r < extra)
+        out.append([(s, min(s + ubatch, hi)) for s in range(lo, hi, ubatch)])
+        lo = hi
+    return out
+
+
+def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
+                   shares: list[list[tuple[int, int]]], *, seed: int = 0, dropout: bool = False,
+                   device: str = "cpu", host_optimizer: bool = False, layers: nn.ModuleList | None = None,
+                   on_iteration=None) -> tuple[list[float], nn.ModuleList]:
+    """Plain PyTorch in the runtime's order of arithmetic: per iteration, each microbatch of each rank share
+    through the whole chain and backward of (u_i / D) * loss_i, accumulated per share; the shares' gradients
+    summed in rank order (vDP's all-reduce of two ranks is that sum); one optimizer step. No runtime code is
+    involved: what Harmony's runs must equal (on the CPU bitwise, tests/test_runtime.py).
+
+    `shares`: the microbatch ranges of each rank share (even_shares; one share for vPP and for N = 1). With
+    `dropout`, vLayer l of the microbatch starting at sample s draws from dropout_seed(seed, it, l, s), the
+    runtime's convention. Initialised on the CPU and moved (CUDA's generator draws other weights than the
+    runtime's arena holds). `host_optimizer`: the step runs on CPU copies of the parameters (gradients
+    copied to the host, parameters copied back), as the runtime's does; the fused CPU and CUDA kernels of
+    the same optimizer round an update differently. `on_iteration(step, loss)` after each step (timing)."""
+    from harmony.runtime.worker import dropout_seed
+    if layers is None:
+        layers = spec.build("cpu", seed=seed).to(device)
+    layers.train()
+    params = [p for p in layers.parameters() if p.requires_grad]
+    host = [p.detach().cpu().clone().requires_grad_(True) for p in params] if host_optimizer else None
+    opt = make_optimizer(host if host_optimizer else params, spec.optimizer)
+    losses = []
+    for it, batch in enumerate(batches):
+        set_lr(opt, spec.optimizer, it)
+        D = batch[0].shape[0]
+        total, summed = 0.0, None
+        for ranges in shares:
+            for p in params:          # the device parameters: with host_optimizer, opt holds the host copies
+                p.grad = None
+            for lo, hi in ranges:
+                x = tuple(t[lo:hi].to(device) for t in batch)
+                for li, layer in enumerate(layers):
+                    if dropout:
+                        torch.manual_seed(dropout_seed(seed, it, li, lo))
+                    x = layer(*x)
+                (x[0] * ((hi - lo) / D)).backward()
+                total += float(x[0].detach()) * (hi - lo) / D
+            grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+            summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+        if host_optimizer:
+            for h, g_ in zip(host, summed):
+                h.grad = g_.cpu()
+            opt.step()
+            with torch.no_grad():
+                for p, h in zip(params, host):
+                    p.copy_(h)
+        else:
+            for p, g_ in zip(params, summed):
+                p.grad = g_
+            opt.step()
+        losses.append(total)
+        if on_iteration is not None:
+            on_iteration(it, total)
+    return losses, layers
+
+
 def max_relative_difference(a: Iterable[torch.Tensor], b: Iterable[torch.Tensor]) -> float:
     """max over tensors of ||a - b||_inf / max(||b||_inf, tiny): the metric of the correctness tests."""
     worst = 0.0

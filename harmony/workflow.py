@@ -476,49 +476,50 @@ def spec_from_model_json(path: str):
 
 def reference(args) -> int:
     """Plain PyTorch: the whole chain on one device, one optimizer step per minibatch; with --ubatch the
-    minibatch is split and gradients accumulated with weights u_i / D (the same synchronous SGD)."""
+    minibatch is split and gradients accumulated with weights u_i / D (the same synchronous SGD). With
+    --shares K the minibatch is first cut into K rank shares, each accumulated on its own and the shares
+    summed in rank order, and with --host-optimizer the step runs on host copies: the runtime's own order of
+    arithmetic (vDP over K GPUs; K = 1 for vPP), which Harmony's runs equal bit for bit on the CPU
+    (harmony.reference.train_in_order; the `pytorch-hostopt-s<k>` curves of check C6)."""
     import torch
     from harmony.data import describe_data, load_batches
     from harmony.metrics import IterationRecord, env_record, make_summary
-    from harmony.models.base import run_chain
-    from harmony.optim import make_optimizer, set_lr
+    from harmony.reference import even_shares, train_in_order
     if args.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
+    shares = even_shares(args.minibatch, args.ubatch or args.minibatch, args.shares)
     # initialise on the CPU generator and move: every system starts from the CPU initialisation
     layers = spec.build("cpu", seed=args.init_seed).to(args.device)
-    layers.train()
-    opt = make_optimizer([p for p in layers.parameters() if p.requires_grad], spec.optimizer)
     its = []
-    for step, batch in enumerate(batches):
-        t0 = time.perf_counter()
-        set_lr(opt, spec.optimizer, step)
-        opt.zero_grad(set_to_none=True)
-        D = batch[0].shape[0]
-        u = args.ubatch or D
-        total = 0.0
-        for s in range(0, D, u):
-            mb = tuple(t[s:s + u].to(args.device) for t in batch)
-            (loss,) = run_chain(layers, mb)
-            w = mb[0].shape[0] / D
-            (loss * w).backward()
-            total += float(loss.detach()) * w
-        opt.step()
+    t0 = [time.perf_counter()]
+
+    def timed(step: int, loss: float) -> None:
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        its.append(IterationRecord(step, dt, D / dt, total))
+        dt = time.perf_counter() - t0[0]
+        its.append(IterationRecord(step, dt, args.minibatch / dt, loss))
+        t0[0] = time.perf_counter()
+
+    train_in_order(spec, batches, shares, seed=args.init_seed, device=args.device,
+                   host_optimizer=args.host_optimizer, layers=layers, on_iteration=timed)
+    how = "gradient accumulation over microbatches" + (
+        f", summed over {args.shares} rank shares in rank order" if args.shares > 1 else "") + (
+        ", optimizer stepped on host copies (the runtime's order of arithmetic)" if args.host_optimizer else "")
     summ = make_summary(system="pytorch", model=spec.name, mode=None, gpus=1, minibatch=args.minibatch,
                         status="ok", iterations=its, warmup=1, env=env_record(args.device, args.precision),
                         data=describe_data(spec, args.data), ubatch=args.ubatch or args.minibatch,
-                        note="plain PyTorch: whole chain on one device, gradient accumulation over microbatches")
+                        note=f"plain PyTorch: whole chain on one device, {how}")
+    summ.update(shares=args.shares, host_optimizer=args.host_optimizer)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
+    tmp = Path(str(args.out) + ".tmp")
+    with open(tmp, "w") as f:
         for it in its:
             f.write(json.dumps(it.to_json()) + "\n")
         f.write(json.dumps(summ) + "\n")
+    tmp.replace(args.out)                 # atomically: a job cut off leaves no half-written curve
     print(f"pytorch reference: {len(its)} iterations, final loss {its[-1].loss:.4f}, data: {summ['data']}")
     return 0
 
@@ -690,6 +691,10 @@ def main(argv=None) -> int:
     r.add_argument("--device", default="cpu")
     r.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     r.add_argument("--ubatch", type=int, default=0, help="microbatch for gradient accumulation (default: D)")
+    r.add_argument("--shares", type=int, default=1, help="rank shares the minibatch is cut into, each "
+                   "accumulated on its own and summed in rank order, as vDP over that many GPUs (default 1)")
+    r.add_argument("--host-optimizer", action="store_true", help="step the optimizer on host copies of the "
+                   "parameters, as Harmony's runtime does (the fused CPU and CUDA kernels round differently)")
     r.add_argument("-o", "--out", required=True)
     j = sub.add_parser("joblist", help="snakemake -n -p output -> bash script")
     j.add_argument("input", nargs="*", help="dry-run listings in priority order (default: stdin)")

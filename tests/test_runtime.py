@@ -14,10 +14,9 @@ import torch
 
 from harmony.decompose import decompose_model
 from harmony.models import get_model, list_models
-from harmony.optim import make_optimizer, set_lr
-from harmony.reference import max_relative_difference, minibatches, train_reference
+from harmony.reference import max_relative_difference, minibatches, train_in_order, train_reference
 from harmony.runtime import train_many
-from harmony.runtime.worker import dropout_seed, is_batch_dependent
+from harmony.runtime.worker import is_batch_dependent
 from harmony.schedule.io import make_schedule_record
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph, count_bytes, layer_sizes_from_model
 
@@ -104,48 +103,10 @@ def perturbed_divergence(spec, batches, shares, eps: float = 1e-7, seed: int = 0
 
 
 def microbatched_reference(spec, batches, shares, seed=0, dropout=False, device="cpu", host_optimizer=False):
-    """Plain PyTorch, no recompute: per iteration, each microbatch through the whole chain, backward of
-    (u_i/D) * loss_i, one optimizer step. `shares`: microbatch ranges per rank; each share's gradient is
-    accumulated on its own and the shares are summed in rank order, as vDP's all-reduce does. With dropout,
-    layer l of the microbatch starting at sample s draws from dropout_seed(seed, it, l, s), the runtime's
-    convention. Initialised on the CPU and moved (CUDA's generator draws other weights than the runtime's
-    arena holds). host_optimizer: the optimizer step runs on CPU copies of the parameters (gradients copied
-    to the host, parameters copied back), as the runtime's does: the fused CPU and CUDA kernels of the same
-    optimizer may round an update differently."""
-    layers = spec.build("cpu", seed=seed).to(device)
-    layers.train()
-    params = [p for p in layers.parameters() if p.requires_grad]
-    host = [p.detach().cpu().clone().requires_grad_(True) for p in params] if host_optimizer else None
-    opt = make_optimizer(host if host_optimizer else params, spec.optimizer)
-    losses = []
-    for it, batch in enumerate(batches):
-        set_lr(opt, spec.optimizer, it)
-        total, summed = 0.0, None
-        for ranges in shares:
-            for p in params:          # the device parameters: with host_optimizer, opt holds the host copies
-                p.grad = None
-            for lo, hi in ranges:
-                x = tuple(t[lo:hi].to(device) for t in batch)
-                for li, layer in enumerate(layers):
-                    if dropout:
-                        torch.manual_seed(dropout_seed(seed, it, li, lo))
-                    x = layer(*x)
-                (x[0] * ((hi - lo) / D)).backward()
-                total += float(x[0].detach()) * (hi - lo) / D
-            grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
-            summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
-        if host_optimizer:
-            for h, g_ in zip(host, summed):
-                h.grad = g_.cpu()
-            opt.step()
-            with torch.no_grad():
-                for p, h in zip(params, host):
-                    p.copy_(h)
-        else:
-            for p, g_ in zip(params, summed):
-                p.grad = g_
-            opt.step()
-        losses.append(total)
+    """Plain PyTorch, no recompute, in the runtime's order of arithmetic (harmony.reference.train_in_order):
+    (losses, parameters)."""
+    losses, layers = train_in_order(spec, batches, shares, seed=seed, dropout=dropout, device=device,
+                                    host_optimizer=host_optimizer)
     return losses, list(layers.parameters())
 
 
@@ -543,3 +504,42 @@ def test_host_memory_counts_the_shared_arena_once():
     pss, rss = s["host_pss_bytes"], s["host_rss_bytes"]
     assert pss is not None and 0 < pss <= rss
     assert rss - pss >= 2 * w * 0.9
+
+
+# (model, mode, N, u_fwd, u_bwd, packing): re-chunking, two rank shares, two GPUs of a pipeline
+BITWISE_CASES = [("gpt2-tiny", "vPP", 1, 4, 3, "P2"), ("gpt2-tiny", "vDP", 2, 2, 2, "P1"),
+                 ("bert-tiny", "vPP", 2, 3, 3, "P1")]
+
+
+def test_runtime_is_bitwise_plain_pytorch_in_its_own_order_of_arithmetic():
+    """On the CPU every parameter after training equals, bit for bit, plain PyTorch's on the same
+    microbatches with the gradients summed per rank share in rank order and the optimizer stepped on host
+    copies (harmony.reference.train_in_order, whose shares even_shares gives as vDP splits a minibatch).
+    So where a Harmony loss curve leaves plain PyTorch's, it is plain PyTorch's own rounding in that order
+    (check C6's `pytorch-hostopt-s<k>` curves, docs/performance.md entry 69). The reported loss is summed
+    in fp32 on the device, so it may differ from the reference's float sum in its last bits."""
+    runs, built = [], []
+    for name, mode, N, uf, ub, pk in BITWISE_CASES:
+        spec, rec, g = schedule(name, mode, N, uf, ub, pk)
+        shares = loss_microbatches(g)
+        assert shares == from_reference_shares(mode, N, ub), (name, mode, N, shares)
+        runs.append((rec, g, {"iters": ITERS}))
+        built.append((spec, shares, N))
+    results = [r for N in sorted({b[2] for b in built})             # train_many takes one N at a time
+               for r in train_many([run for run, b in zip(runs, built) if b[2] == N])]
+    built = [b for N in sorted({b[2] for b in built}) for b in built if b[2] == N]
+    threads = torch.get_num_threads()
+    try:
+        for (spec, shares, N), (losses, params, _) in zip(built, results, strict=True):
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // N))     # the workers' kernels (_check)
+            ref_losses, layers = train_in_order(spec, minibatches(spec, D, ITERS, 1234), shares,
+                                                host_optimizer=True)
+            assert all(torch.equal(a, b) for a, b in zip(params, layers.parameters(), strict=True)), spec.name
+            assert max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)) < 1e-6
+    finally:
+        torch.set_num_threads(threads)
+
+
+def from_reference_shares(mode: str, N: int, ubatch: int):
+    from harmony.reference import even_shares
+    return even_shares(D, ubatch, N if mode == "vDP" else 1)

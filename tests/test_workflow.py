@@ -231,8 +231,9 @@ def _c6_on(tmp_path: Path, curves: dict[str, list[float]]):
     from harmony.figures import CURVE_COLUMNS
     R = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
     R.mkdir()
-    rows = [{"figure": "figure13", "system": s, "gpus": 1, "status": "ok", "iteration": i, "loss": x}
-            for s, losses in curves.items() for i, x in enumerate(losses)]
+    rows = [{"figure": "figure13", "system": s[0] if isinstance(s, tuple) else s,
+             "gpus": s[1] if isinstance(s, tuple) else 1, "status": "ok", "iteration": i, "loss": x}
+            for s, losses in curves.items() for i, x in enumerate(losses)]     # key: system, or (system, N)
     with open(R / "figure13.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CURVE_COLUMNS, extrasaction="ignore")
         w.writeheader()
@@ -295,6 +296,28 @@ def test_c6_takes_the_earliest_horizon_among_several_controls(tmp_path):
     assert "(pytorch-reorder-u4) differs from itself" in detail and "mean loss from iteration 4" in detail, detail
     worst, detail, ok = verdict({"pytorch-reorder": late, "pytorch-reorder-u4": [ref[0] * 1.01] + early[1:]})
     assert not ok and "pytorch-reorder-u4 ignored" in detail, detail
+
+
+def test_c6_judges_a_curve_equal_to_plain_pytorch_in_its_own_order_against_that(tmp_path):
+    """`pytorch-hostopt-s<k>` is plain PyTorch in Harmony's order of arithmetic (k rank shares summed in rank
+    order, the optimizer on the host). A vDP N = 2 curve that leaves plain PyTorch before the only control
+    does fails; with its own-order reference (s2) beside it, equal within ORDER_TOL at every iteration, it
+    passes, judged by that gap; an own-order reference 1e-3 away does not rescue it, and the note says so;
+    the s1 reference does not judge an N = 2 vDP curve."""
+    ref = [0.70, 0.71, 0.69, 0.70, 0.72, 0.70, 0.60, 0.80, 0.70, 0.70]
+    late = ref[:6] + [0.80, 0.60, 0.70, 0.70]                      # leaves at iteration 6
+    early = ref[:4] + [0.62, 0.80] + ref[6:]                        # leaves at 4
+    same = [x * (1 + 3e-7) for x in early]                          # the fp32 sum's last bits
+    base = {"pytorch": ref, "pytorch-reorder": late, ("harmony-vDP", 2): early}
+    worst, detail, ok = _c6_on(tmp_path, base)
+    assert not ok and "harmony-vDP N=2 first past 0.02 at iteration 4" in detail, detail
+    worst, detail, ok = _c6_on(tmp_path, {**base, "pytorch-hostopt-s2": same})
+    assert ok and worst == pytest.approx(3e-7, rel=0.1), detail
+    assert "harmony-vDP N=2: 3.0e-07 from plain PyTorch in its own order (pytorch-hostopt-s2)" in detail, detail
+    worst, detail, ok = _c6_on(tmp_path, {**base, "pytorch-hostopt-s2": [ref[0]] + [x * 1.001 for x in early[1:]]})
+    assert not ok and "over 1e-05: judged against plain PyTorch" in detail, detail
+    worst, detail, ok = _c6_on(tmp_path, {**base, "pytorch-hostopt-s1": same})
+    assert not ok and "own order" not in detail, detail
 
 
 def test_convergence_plot_labels_a_control_from_another_starting_point_as_no_control():
@@ -1296,7 +1319,8 @@ def test_a_curve_on_more_gpus_than_present_is_unavailable_and_one_that_could_run
     out = tmp_path / "figure13.csv"
     render("figure13", exp, "smoke", "1xTEST", rows, out, 1)
     missing, detail, _ = nothing_dropped(Results(tmp_path), "smoke")
-    assert missing == 2 and "harmony-vDP" in detail and "pytorch-reorder" in detail, detail
+    assert missing == 4 and "harmony-vDP" in detail and "pytorch-reorder" in detail, detail
+    assert "pytorch-hostopt-s1" in detail and "pytorch-hostopt-s2" in detail, detail     # one GPU each: missing
 
 
 def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_path):
@@ -1643,3 +1667,30 @@ def test_large_script_plans_a_deeper_model_from_a_shallower_profile(tmp_path):
     from harmony.jsonio import read_jsonl
     summary = read_jsonl(out / "harmony.jsonl")[-1]
     assert summary["status"] == "ok" and summary["host_pss_bytes"] > 0, summary.get("message")
+
+
+def test_reference_in_harmonys_order_is_train_in_order(tmp_path):
+    """`python -m harmony.workflow reference --shares K --host-optimizer` (the `pytorch-hostopt-s<k>` curves):
+    its losses are harmony.reference.train_in_order's on the same data, in K even rank shares; the summary
+    says how it summed. Plain (no flags) it is still the one-share accumulation the figures' `pytorch` ran:
+    gradient accumulation over u, the optimizer on the training device."""
+    import torch
+    from harmony.decompose import decompose_model
+    from harmony.models import get_model
+    from harmony.reference import even_shares, minibatches, train_in_order
+    spec = get_model("gpt2-tiny")
+    mj = decompose_model(spec, source={"kind": "zoo", "name": "gpt2-tiny", "overrides": {}}, with_flops=False)
+    (tmp_path / "m.json").write_text(json.dumps(mj))
+    assert even_shares(8, 3, 2) == [[(0, 3), (3, 4)], [(4, 7), (7, 8)]]
+    batches = minibatches(spec, 8, 3, 1234)
+    for extra, shares, host in (([], 1, False), (["--shares", "2", "--host-optimizer"], 2, True)):
+        out = tmp_path / f"s{shares}.jsonl"
+        res = subprocess.run([sys.executable, "-m", "harmony.workflow", "reference", str(tmp_path / "m.json"),
+                              "--minibatch", "8", "--ubatch", "2", "--iters", "3", *extra, "-o", str(out)],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        recs = [json.loads(line) for line in out.read_text().splitlines()]
+        want, _ = train_in_order(spec, batches, even_shares(8, 2, shares), host_optimizer=host)
+        assert [r["loss"] for r in recs[:-1]] == pytest.approx(want, rel=1e-6)
+        assert recs[-1]["shares"] == shares and recs[-1]["host_optimizer"] is host
+        assert ("rank shares" in recs[-1]["note"]) is (shares > 1)

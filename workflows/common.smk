@@ -5,7 +5,7 @@ import os
 
 from snakemake.utils import validate
 
-from harmony.checks import control_ubatch
+from harmony.checks import control_ubatch, order_shares
 from harmony.workflow import FIGURES, Plan, cfg_args
 
 
@@ -28,7 +28,7 @@ logger.info(f"harmony workflow: {PLAN.describe()} -> {R}")
 wildcard_constraints:
     model=r"[A-Za-z0-9_.+-]+",
     system=r"harmony-vPP|harmony-vDP|swap-dp|swap-pp|fsdp-offload|zero-offload|resident|pytorch",
-    reference=r"pytorch|pytorch-reorder(-u\d+)?",
+    reference=r"pytorch|pytorch-reorder(-u\d+)?|pytorch-hostopt-s\d+",
     baseline=r"swap-dp|swap-pp|fsdp-offload|zero-offload|resident",
     mode=r"vPP|vDP",
     gpus=r"\d+",
@@ -81,12 +81,20 @@ def convergence_ubatch(wildcards):
     `pytorch-reorder-u<k>` at microbatch k: their gradients are summed in another order, so their distance
     from `pytorch` is what rounding alone does to the reference (check C6)."""
     u = PLAN.grid(wildcards.figure)["schedule"]["ubatch_bwd"]
-    if wildcards.reference == "pytorch":
+    if wildcards.reference == "pytorch" or order_shares(wildcards.reference):
         return u
     if (k := control_ubatch(wildcards.reference)) is not None:
         return k
     D = convergence_minibatch(wildcards)
     return 2 * u if 2 * u <= D else max(u // 2, 1)
+
+
+def reference_order_args(wildcards):
+    """`pytorch-hostopt-s<k>`: plain PyTorch in Harmony's order of arithmetic, the minibatch in k rank shares
+    summed in rank order and the optimizer on the host (vDP N = k; k = 1 for vPP and N = 1): the curve a
+    Harmony curve of that arithmetic must equal (check C6)."""
+    k = order_shares(wildcards.reference)
+    return f"--shares {k} --host-optimizer" if k else ""
 
 
 def convergence_schedule(wildcards):

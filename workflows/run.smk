@@ -70,9 +70,10 @@ rule run_reference:
         data=config["data_dir"],
         minibatch=convergence_minibatch,
         ubatch=convergence_ubatch,
+        order=reference_order_args,
     conda:
         ENV
     shell:
         "python -m harmony.workflow reference {input.model} --data {params.data} --device {params.device}"
-        " --precision {params.precision} --minibatch {params.minibatch} --ubatch {params.ubatch}"
+        " --precision {params.precision} --minibatch {params.minibatch} --ubatch {params.ubatch} {params.order}"
         " --iters {params.iters} -o {output} > {log} 2>&1"

@@ -44,17 +44,13 @@ def train_reference(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]]
 
 def even_shares(minibatch: int, ubatch: int, shares: int) -> list[list[tuple[int, int]]]:
     """The microbatch ranges of `shares` rank shares of a minibatch, as vDP splits it over that many GPUs
-    (contiguous, the first ranks one sample more where it does not divide), each share cut into microbatches
-    of `ubatch` (the last one smaller where it does not divide)."""
+    (harmony.schedule.tasks.rank_samples), each share cut into microbatches of `ubatch` (the last one
+    smaller where it does not divide), as a task cuts its samples."""
+    from harmony.schedule.tasks import rank_samples
     if not 1 <= shares <= minibatch:
         raise ValueError(f"{shares} shares of a minibatch of {minibatch}: give 1 to {minibatch}")
-    base, extra = divmod(minibatch, shares)
-    out, lo = [], 0
-    for r in range(shares):
-        hi = lo + base + (r < extra)
-        out.append([(s, min(s + ubatch, hi)) for s in range(lo, hi, ubatch)])
-        lo = hi
-    return out
+    return [[(s, min(s + ubatch, hi)) for s in range(lo, hi, ubatch)]
+            for lo, hi in rank_samples(minibatch, shares, "vDP")]
 
 
 def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],

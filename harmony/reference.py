@@ -64,7 +64,8 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
 
     `shares`: the microbatch ranges of each rank share (even_shares; one share for vPP and for N = 1). With
     `dropout`, vLayer l of the microbatch starting at sample s draws from dropout_seed(seed, it, l, s), the
-    runtime's convention. Initialised on the CPU and moved (CUDA's generator draws other weights than the
+    runtime's convention. The loss is summed as the runtime reports it: each share's in fp32 on the device,
+    the shares' in rank order. Initialised on the CPU and moved (CUDA's generator draws other weights than the
     runtime's arena holds). `host_optimizer`: the step runs on CPU copies of the parameters (gradients
     copied to the host, parameters copied back), as the runtime's does; the fused CPU and CUDA kernels of
     the same optimizer round an update differently. `on_iteration(step, loss)` after each step (timing)."""
@@ -79,10 +80,11 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
     for it, batch in enumerate(batches):
         set_lr(opt, spec.optimizer, it)
         D = batch[0].shape[0]
-        total, summed = 0.0, None
+        total, summed = 0, None
         for ranges in shares:
             for p in params:          # the device parameters: with host_optimizer, opt holds the host copies
                 p.grad = None
+            part = torch.zeros((), device=device)     # the share's loss summed on the device, as a worker does
             for lo, hi in ranges:
                 x = tuple(t[lo:hi].to(device) for t in batch)
                 for li, layer in enumerate(layers):
@@ -90,7 +92,8 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
                         torch.manual_seed(dropout_seed(seed, it, li, lo))
                     x = layer(*x)
                 (x[0] * ((hi - lo) / D)).backward()
-                total += float(x[0].detach()) * (hi - lo) / D
+                part = part + x[0].detach().float() * ((hi - lo) / D)
+            total += float(part)                      # the shares' parts in rank order, as the launcher adds them
             grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
             summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
         if host_optimizer:

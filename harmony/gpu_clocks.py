@@ -229,5 +229,5 @@ def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | No
     held = held_by(c, none="no reason NVML gave")
     return (f"harmony run: note: GPU {rank} ran at {c['sm_mhz_median']:.0f} MHz ({held}) against the "
             f"{ref:.0f} MHz its profile was timed at, so its tasks run slower than the prediction assumes. "
-            f"`harmony profile --sustain 10` measures the factor and `harmony schedule --compute-scale profile` "
-            f"plans with it (docs/performance.md entries 65 and 66)")
+            f"`harmony profile --sustain 4` measures the factors (one per microbatch size) and `harmony schedule "
+            f"--compute-scale profile` plans with them (docs/performance.md entries 65, 66 and 68)")

@@ -516,15 +516,6 @@ def _stretch(layer, x0, meas: dict, u: int, first: bool, opts: ProfileOptions) -
     return rec
 
 
-def sustained_factors(sus: dict | None) -> dict[int, float]:
-    """{u: factor} of a profile's `sustained` record, the u's without one (host-bound) left out: each
-    stretch of `by_ubatch`, or the one stretch of a profile from before entry 68."""
-    if not sus:
-        return {}
-    stretches = sus.get("by_ubatch") or {str(sus.get("u") or 0): sus}      # one stretch: one factor for every u
-    return {int(u): float(s["factor"]) for u, s in stretches.items() if s.get("factor")}
-
-
 def host_bound_reason(issue_s: float, device_s: float) -> str | None:
     """Why a back-to-back stretch of a pass whose host issue takes issue_s and whose kernels take device_s
     cannot time the GPU, or None when it can: at 80% or more the GPU waits for the host between passes."""

@@ -86,6 +86,15 @@ def _interp(us: list[int], ys: list[float], u: float) -> float:
 COMPUTE_KEYS = ("fwd_s", "bwd_s")       # the GPU compute times Profile.compute_scale multiplies
 
 
+def sustained_factors(sus: dict | None) -> dict[int, float]:
+    """{u: factor} of a profile's `sustained` record, the u's without one (host-bound) left out: each
+    stretch of `by_ubatch`, or the one stretch of a profile from before entry 68."""
+    if not sus:
+        return {}
+    stretches = sus.get("by_ubatch") or {str(sus.get("u") or 0): sus}      # one stretch: one factor for every u
+    return {int(u): float(s["factor"]) for u, s in stretches.items() if s.get("factor")}
+
+
 def format_scale(scale: float | dict[int, float]) -> str:
     """`1.05`, or `1.056 at u=4, 1.019 at u=32` for one factor per microbatch size."""
     if not isinstance(scale, dict):

@@ -23,23 +23,10 @@ def minibatches(spec: ModelSpec, minibatch: int, iters: int, seed: int = 1234) -
 
 def train_reference(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]], seed: int = 0,
                     device: str = "cpu", layers: nn.ModuleList | None = None) -> tuple[list[float], nn.ModuleList]:
-    """Train `spec` (initialised with `seed`) on `batches`; returns per-iteration losses and the trained chain."""
-    if layers is None:
-        # Initialise on the CPU generator and move: every system (the runtime's host arena, the baselines)
-        # starts from the CPU initialisation, and CUDA's generator would draw different weights.
-        layers = spec.build("cpu", seed=seed).to(device)
-    layers.train()
-    params = [p for p in layers.parameters() if p.requires_grad]
-    opt = make_optimizer(params, spec.optimizer)
-    losses = []
-    for step, batch in enumerate(batches):
-        set_lr(opt, spec.optimizer, step)
-        opt.zero_grad(set_to_none=True)
-        (loss,) = run_chain(layers, tuple(t.to(device) for t in batch))
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, layers
+    """Train `spec` (initialised with `seed`) on `batches`, one forward and backward over each whole
+    minibatch; returns per-iteration losses and the trained chain."""
+    D = batches[0][0].shape[0] if batches else 1
+    return train_in_order(spec, batches, even_shares(D, D, 1), seed=seed, device=device, layers=layers)
 
 
 def even_shares(minibatch: int, ubatch: int, shares: int) -> list[list[tuple[int, int]]]:
@@ -90,7 +77,7 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
                 for li, layer in enumerate(layers):
                     if dropout:
                         torch.manual_seed(dropout_seed(seed, it, li, lo))
-                    x = layer(*x)
+                    x = run_chain((layer,), x)
                 (x[0] * ((hi - lo) / D)).backward()
                 part = part + x[0].detach().float() * ((hi - lo) / D)
             total += float(part)                      # the shares' parts in rank order, as the launcher adds them

@@ -19,7 +19,7 @@ from harmony.decompose import decompose_model
 from harmony.jsonio import write_json
 from harmony.models import get_model
 from harmony.optim import OptimizerConfig
-from harmony.profile_data import Profile, pack_bwd_memory, pack_fwd_memory
+from harmony.profile_data import Profile, pack_bwd_memory, pack_fwd_memory, sustained_factors
 
 VLAYER_KEYS = ("index", "kind", "signature", "profiled_as", "weight_bytes", "buffer_bytes", "grad_bytes",
                "optim_bytes", "input_bytes_per_sample", "output_bytes_per_sample", "flops_fwd_per_sample",
@@ -213,7 +213,7 @@ def test_sustain_times_the_heaviest_vlayers_backward_back_to_back(tmp_path):
         assert "issue_s" not in st              # on the CPU the time is the host's: no host-bound test
     assert {k: v for k, v in sus.items() if k not in ("by_ubatch", "vlayer", "kind", "gpu_clocks")} \
         == sus["by_ubatch"]["4"]
-    assert hp.sustained_factors(sus) == {u: sus["by_ubatch"][str(u)]["factor"] for u in (1, 2, 4)}
+    assert sustained_factors(sus) == {u: sus["by_ubatch"][str(u)]["factor"] for u in (1, 2, 4)}
     for st in sus["by_ubatch"].values():
         st.update(factor=None, factor_missing="host-bound: ...")
     prof["sustained"] = {**sus, "factor": None, "factor_missing": "host-bound: ..."}

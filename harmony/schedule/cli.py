@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harmony.jsonio import read_json
-from harmony.profile_data import Calibration, Profile, format_scale
+from harmony.profile_data import Calibration, Profile, format_scale, sustained_factors
 from harmony.schedule.host_memory import arena_budget, process_reserve_bytes
 from harmony.schedule.tasks import RECEIVE_MODES
 from harmony.units import format_bytes, parse_bytes
@@ -176,7 +176,6 @@ def compute_scale(arg: str, profile: dict, path) -> tuple[float | dict[int, floa
     `profile` for the factors `harmony profile --sustain` recorded, one per microbatch size it stretched
     ({u: factor}; a profile from before docs/performance.md entry 68 holds one)."""
     if str(arg).strip().lower() == "profile":
-        from harmony.profile import sustained_factors
         sus = profile.get("sustained") or {}
         scale = sustained_factors(sus)
         if not scale:
@@ -275,8 +274,7 @@ def main(args) -> int:
     srch.update({"warnings": warnings, "calibration": cal_src, "profile": str(ppath), "profile_analytic": bool(prof.raw.get("analytic")),
                  "candidates_csv": args.candidates, "headroom": args.headroom, "planned_cap_bytes": plan_cap})
     if scale != 1.0:
-        srch.update(compute_scale=({str(u): f for u, f in scale.items()} if isinstance(scale, dict) else scale),
-                    compute_scale_source=scale_src)
+        srch.update(compute_scale=scale, compute_scale_source=scale_src)     # JSON keys u as strings
     if prof.raw.get("gpu_clocks"):          # the clock the profile was timed at, for `harmony run` to compare
         srch["profile_gpu_clocks"] = prof.raw["gpu_clocks"]
     rec = make_schedule_record(model_json, graph, gpu_memory_cap=cap, precision=precision, prediction=pred,

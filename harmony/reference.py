@@ -61,7 +61,15 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
         layers = spec.build("cpu", seed=seed).to(device)
     layers.train()
     params = [p for p in layers.parameters() if p.requires_grad]
-    host = [p.detach().cpu().clone().requires_grad_(True) for p in params] if host_optimizer else None
+    host = host_grads = None
+    if host_optimizer:
+        # host copies and gradient buffers allocated once, pinned where a GPU computes: a fresh pageable copy
+        # of every gradient per step is one suspect for x2-order1's references, unfinished after 535 s
+        pin = torch.device(device).type == "cuda"
+        host = [torch.empty_like(p, device="cpu", pin_memory=pin).copy_(p.detach()).requires_grad_(True) for p in params]
+        host_grads = [torch.empty_like(h, pin_memory=pin) for h in host]
+        for h, g_ in zip(host, host_grads):
+            h.grad = g_
     opt = make_optimizer(host if host_optimizer else params, spec.optimizer)
     losses = []
     for it, batch in enumerate(batches):
@@ -84,12 +92,14 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
             grads = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
             summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
         if host_optimizer:
-            for h, g_ in zip(host, summed):
-                h.grad = g_.cpu()
+            for buf, g_ in zip(host_grads, summed):
+                buf.copy_(g_, non_blocking=True)
+            if torch.device(device).type == "cuda":
+                torch.cuda.synchronize(device)      # the gradients are on the host before the step reads them
             opt.step()
-            with torch.no_grad():
+            with torch.no_grad():   # stream-ordered before the next iteration's kernels and its host copies
                 for p, h in zip(params, host):
-                    p.copy_(h)
+                    p.copy_(h, non_blocking=True)
         else:
             for p, g_ in zip(params, summed):
                 p.grad = g_

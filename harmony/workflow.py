@@ -494,6 +494,7 @@ def reference(args) -> int:
     # initialise on the CPU generator and move: every system starts from the CPU initialisation
     layers = spec.build("cpu", seed=args.init_seed).to(args.device)
     its = []
+    every = max(1, args.iters // 10)
     t0 = [time.perf_counter()]
 
     def timed(step: int, loss: float) -> None:
@@ -501,6 +502,8 @@ def reference(args) -> int:
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0[0]
         its.append(IterationRecord(step, dt, args.minibatch / dt, loss))
+        if (step + 1) % every == 0 or step + 1 == args.iters:    # progress: a cut-off job still says how far
+            print(f"iteration {step + 1}/{args.iters}: loss {loss:.4f}, {dt:.3f} s/iteration", flush=True)
         t0[0] = time.perf_counter()
 
     train_in_order(spec, batches, shares, seed=args.init_seed, device=args.device,
@@ -589,6 +592,9 @@ def joblist(args) -> int:
              "    for ((s=0; s<slots; s++)); do",
              "      if [ -z \"${slot_pid[$s]:-}\" ] || ! kill -0 \"${slot_pid[$s]}\" 2>/dev/null; then",
              "        reap $s; echo \"[$SECONDS s] $1 (GPU $s)\"",
+             "        # the host's cores shared out: jobs side by side each default to every core, and oversubscribed",
+             "        # OpenMP threads are one suspect for x2-order1's two references, unfinished after 535 s",
+             "        OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / slots > 0 ? $(nproc) / slots : 1 ))} \\",
              "        CUDA_VISIBLE_DEVICES=$s bash -c \"$2\" & slot_pid[$s]=$!; slot_job[$s]=$1; return",
              "      fi",
              "    done",

@@ -488,6 +488,9 @@ def reference(args) -> int:
     if args.precision == "tf32":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if args.deterministic and args.device.startswith("cuda"):
+        from harmony.runtime.worker import set_deterministic
+        set_deterministic(strict=True)      # as `harmony run --deterministic`'s workers
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
     shares = even_shares(args.minibatch, args.ubatch or args.minibatch, args.shares)
@@ -515,7 +518,7 @@ def reference(args) -> int:
                         status="ok", iterations=its, warmup=1, env=env_record(args.device, args.precision),
                         data=describe_data(spec, args.data), ubatch=args.ubatch or args.minibatch,
                         note=f"plain PyTorch: whole chain on one device, {how}")
-    summ.update(shares=args.shares, host_optimizer=args.host_optimizer)
+    summ.update(shares=args.shares, host_optimizer=args.host_optimizer, deterministic=args.deterministic)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(str(args.out) + ".tmp")
     with open(tmp, "w") as f:
@@ -699,6 +702,8 @@ def main(argv=None) -> int:
     r.add_argument("--ubatch", type=int, default=0, help="microbatch for gradient accumulation (default: D)")
     r.add_argument("--shares", type=int, default=1, help="rank shares the minibatch is cut into, each "
                    "accumulated on its own and summed in rank order, as vDP over that many GPUs (default 1)")
+    r.add_argument("--deterministic", action="store_true", help="on cuda, deterministic kernels only, as "
+                   "`harmony run --deterministic` (two runs compute the same bits; docs/performance.md entry 71)")
     r.add_argument("--host-optimizer", action="store_true", help="step the optimizer on host copies of the "
                    "parameters, as Harmony's runtime does (the fused CPU and CUDA kernels round differently)")
     r.add_argument("-o", "--out", required=True)

@@ -222,6 +222,25 @@ def test_cli_run_thread_options(tmp_path):
         run_schedule(rec, g, iters=1, run_ahead=-1)
 
 
+def test_deterministic_reaches_the_workers_and_the_record(tmp_path):
+    # --deterministic is a cuda setting (docs/performance.md entry 71); on the CPU it travels to the workers'
+    # job and into the record, and the training is the one a plain run computes, bit for bit
+    _, rec, g = schedule("gpt2-tiny", "vPP", 1, 2, 2, "P2")
+    p, out = _cli(tmp_path, rec, extra_args=["--deterministic"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    summary = read_jsonl(out)[-1]
+    assert summary["deterministic"] is True
+    plain = run_schedule(rec, g, iters=3, device="cpu")
+    assert plain["deterministic"] is False and plain["losses"] == summary["losses"]
+    from harmony.runtime import Prepared
+    prep = Prepared(rec, g, iters=1, deterministic=True, defer_weights=True)
+    try:
+        assert prep.job["deterministic"] is True
+    finally:
+        prep.close()
+
+
 @pytest.mark.parametrize("sig,group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm", "sigterm-to-the-group"])
 def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig, group):

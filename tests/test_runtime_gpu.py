@@ -297,3 +297,17 @@ def test_task_spans_on_cuda_follow_the_stream():
     (issued,) = s["task_issued"]
     assert [x[0] for x in issued] == [x[0] for x in spans]
     assert all(b >= t - 1e-3 for (_, _, b), (_, t) in zip(spans, issued)), (spans, issued)
+
+
+def test_deterministic_runs_compute_the_same_bits():
+    """`harmony run --deterministic` (docs/performance.md entry 71): GPT-2's fused attention backward is not
+    deterministic by default (experiments/determinism_probe.py measured GPT-2 medium 2.7e-6 apart between two
+    runs on an H200); with strict deterministic kernels two runs of one schedule report the same losses,
+    vDP over two GPUs included where there are two, and the record says how it ran."""
+    cases = [("vPP", 1, "P2")] + ([("vDP", 2, "P1")] if torch.cuda.device_count() >= 2 else [])
+    for mode, n, placement in cases:
+        _, rec, g = schedule("gpt2-tiny", mode, n, 4, 2, placement)
+        runs = [run_schedule(rec, g, iters=4, warmup=1, device="cuda", precision="tf32", deterministic=True)
+                for _ in range(2)]
+        assert all(r["status"] == "ok" and r["deterministic"] is True for r in runs), [r.get("message") for r in runs]
+        assert runs[0]["losses"] == runs[1]["losses"], (mode, runs[0]["losses"], runs[1]["losses"])

@@ -1683,7 +1683,7 @@ def test_reference_in_harmonys_order_is_train_in_order(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps(mj))
     assert even_shares(8, 3, 2) == [[(0, 3), (3, 4)], [(4, 7), (7, 8)]]
     batches = minibatches(spec, 8, 3, 1234)
-    for extra, shares, host in (([], 1, False), (["--shares", "2", "--host-optimizer"], 2, True)):
+    for extra, shares, host in (([], 1, False), (["--shares", "2", "--host-optimizer", "--deterministic"], 2, True)):
         out = tmp_path / f"s{shares}.jsonl"
         res = subprocess.run([sys.executable, "-m", "harmony.workflow", "reference", str(tmp_path / "m.json"),
                               "--minibatch", "8", "--ubatch", "2", "--iters", "3", *extra, "-o", str(out)],
@@ -1693,4 +1693,7 @@ def test_reference_in_harmonys_order_is_train_in_order(tmp_path):
         want, _ = train_in_order(spec, batches, even_shares(8, 2, shares), host_optimizer=host)
         assert [r["loss"] for r in recs[:-1]] == pytest.approx(want, rel=1e-6)
         assert recs[-1]["shares"] == shares and recs[-1]["host_optimizer"] is host
+        assert recs[-1]["deterministic"] is ("--deterministic" in extra)   # a cuda setting, recorded
         assert ("rank shares" in recs[-1]["note"]) is (shares > 1)
+        progress = [line for line in res.stdout.splitlines() if line.startswith("iteration ")]
+        assert [line.split(":")[0] for line in progress] == ["iteration 1/3", "iteration 2/3", "iteration 3/3"]

@@ -66,6 +66,11 @@ def add_arguments(p) -> None:
                         "on the GPU; none: no bound). "
                         "A block a pending copy reads is not reusable, so running far ahead grows the "
                         "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="on cuda, deterministic kernels only (torch.use_deterministic_algorithms, cuDNN "
+                        "deterministic, cuBLAS's fixed workspace): two runs of the schedule compute the same "
+                        "bits, which GPT-2's fused attention backward otherwise does not; an op without a "
+                        "deterministic CUDA kernel fails the run, naming it (docs/performance.md entry 71)")
     p.add_argument("--arena-prefault", action=argparse.BooleanOptionalAction, default=None,
                    help="allocate the host pages the workers pin on several threads while they start, "
                         "instead of inside each worker's cudaHostRegister (about 2 GB/s there). Default: on "
@@ -141,7 +146,8 @@ def main(args) -> int:
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
-                               p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive)
+                               p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive,
+                               deterministic=args.deterministic)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

@@ -76,17 +76,23 @@ def is_batch_dependent(layer: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in layer.modules())
 
 
-def set_deterministic() -> dict:
+def set_deterministic(strict: bool = False) -> dict:
     """Deterministic CUDA kernels, chosen without timing: cuDNN deterministic, no autotuning (benchmark
     picks algorithms by measured speed, which may differ between two processes), deterministic
-    implementations where torch has them (warn_only: an op without one warns instead of failing), and
-    cuBLAS's deterministic workspace (CUBLAS_WORKSPACE_CONFIG; read when the first cuBLAS handle is made,
-    so call this before the first matmul). The GPU correctness test sets HARMONY_DETERMINISTIC=1, which
-    spawned workers inherit, and calls this in the test process too. TF32 is governed by set_precision."""
+    implementations where torch has them, and cuBLAS's deterministic workspace (CUBLAS_WORKSPACE_CONFIG;
+    read when the first cuBLAS handle is made, so call this before the first matmul). TF32 is governed by
+    set_precision.
+    strict=False (warn_only): an op without a deterministic kernel warns instead of failing, and fused
+    (memory-efficient) attention keeps its non-deterministic backward, so GPT-2 still differs run to run
+    by about 1e-6 (experiments/determinism_probe.py, docs/performance.md entry 71). The GPU correctness
+    test sets HARMONY_DETERMINISTIC=1, which spawned workers inherit, and calls this in the test process
+    too. strict=True (`harmony run --deterministic`): every op must have a deterministic kernel, attention
+    takes its deterministic backward, and an op without one raises (torch names it)."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    return {"cudnn_deterministic": True, "cudnn_benchmark": False, "deterministic_algorithms": "warn_only",
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    return {"cudnn_deterministic": True, "cudnn_benchmark": False,
+            "deterministic_algorithms": "strict" if strict else "warn_only",
             "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
 
 
@@ -131,7 +137,9 @@ class Worker:
         torch.set_num_threads(job.get("threads_per_worker") or default_worker_threads(self.N))
         self.precision = job["precision"]
         set_precision(self.precision)
-        if os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
+        if job.get("deterministic") and self.device.type == "cuda":
+            set_deterministic(strict=True)      # harmony run --deterministic
+        elif os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
             set_deterministic()       # GPU tests: the same kernels as the reference in the test process
         self.cap_record = apply_memory_cap(self.device, job.get("gpu_memory_cap"))
         clock.lap("device")              # CUDA context, precision, memory cap

@@ -14,6 +14,7 @@ profiler, the runtime and the baselines call these two, so all of them compute t
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -144,6 +145,26 @@ def set_precision(precision: str) -> dict:
     return {"precision": precision, "matmul_allow_tf32": tf32, "cudnn_allow_tf32": tf32,
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "autocast": "bfloat16" if precision == "bf16" else None}
+
+
+def set_deterministic(strict: bool = False) -> dict:
+    """Deterministic CUDA kernels, chosen without timing: cuDNN deterministic, no autotuning (benchmark
+    picks algorithms by measured speed, which may differ between two processes), deterministic
+    implementations where torch has them, and cuBLAS's deterministic workspace (CUBLAS_WORKSPACE_CONFIG;
+    read when the first cuBLAS handle is made, so call this before the first matmul). TF32 is governed by
+    set_precision.
+    strict=False (warn_only): an op without a deterministic kernel warns instead of failing, and fused
+    (memory-efficient) attention keeps its non-deterministic backward, so GPT-2 still differs run to run
+    by about 1e-6 (experiments/determinism_probe.py, docs/performance.md entry 71). The GPU correctness
+    test sets HARMONY_DETERMINISTIC=1, which spawned workers inherit, and calls this in the test process
+    too. strict=True (`harmony run --deterministic`): every op must have a deterministic kernel, attention
+    takes its deterministic backward, and an op without one raises (torch names it)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.use_deterministic_algorithms(True, warn_only=not strict)
+    return {"cudnn_deterministic": True, "cudnn_benchmark": False,
+            "deterministic_algorithms": "strict" if strict else "warn_only",
+            "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
 
 
 def autocast(device, precision: str):

@@ -63,8 +63,8 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
     params = [p for p in layers.parameters() if p.requires_grad]
     host = host_grads = None
     if host_optimizer:
-        # host copies and gradient buffers allocated once, pinned where a GPU computes: a fresh pageable copy
-        # of every gradient per step is one suspect for x2-order1's references, unfinished after 535 s
+        # host copies and gradient buffers allocated once, pinned where a GPU computes: fresh pageable copies
+        # every step (and oversubscribed threads) kept two references past 535 s, 141-151 s without (entry 70)
         pin = torch.device(device).type == "cuda"
         host = [torch.empty_like(p, device="cpu", pin_memory=pin).copy_(p.detach()).requires_grad_(True) for p in params]
         host_grads = [torch.empty_like(h, pin_memory=pin) for h in host]

@@ -489,7 +489,7 @@ def reference(args) -> int:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     if args.deterministic and args.device.startswith("cuda"):
-        from harmony.runtime.worker import set_deterministic
+        from harmony.gpumem import set_deterministic
         set_deterministic(strict=True)      # as `harmony run --deterministic`'s workers
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
@@ -595,8 +595,8 @@ def joblist(args) -> int:
              "    for ((s=0; s<slots; s++)); do",
              "      if [ -z \"${slot_pid[$s]:-}\" ] || ! kill -0 \"${slot_pid[$s]}\" 2>/dev/null; then",
              "        reap $s; echo \"[$SECONDS s] $1 (GPU $s)\"",
-             "        # the host's cores shared out: jobs side by side each default to every core, and oversubscribed",
-             "        # OpenMP threads are one suspect for x2-order1's two references, unfinished after 535 s",
+             "        # the host's cores shared out: each job would default to every core (oversubscribed OpenMP",
+             "        # threads; with this and pinned copies two references went from over 535 s to 141-151 s, entry 70)",
              "        OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / slots > 0 ? $(nproc) / slots : 1 ))} \\",
              "        CUDA_VISIBLE_DEVICES=$s bash -c \"$2\" & slot_pid[$s]=$!; slot_job[$s]=$1; return",
              "      fi",

@@ -7,7 +7,7 @@ What makes the runtime's workers and the reference in this process compute the s
   * the same initial weights: both are initialised on the CPU generator (the runtime's arena; the
     references build on the CPU and move);
   * the same kernels: HARMONY_DETERMINISTIC=1 (inherited by the spawned workers) makes every worker call
-    harmony.runtime.worker.set_deterministic(), and this process calls it too: cuDNN deterministic, no
+    harmony.gpumem.set_deterministic(), and this process calls it too: cuDNN deterministic, no
     cuDNN autotuning (benchmark=False: algorithms picked by timing can differ between processes),
     torch.use_deterministic_algorithms(warn_only), CUBLAS_WORKSPACE_CONFIG; set_precision("fp32") on both
     sides turns TF32 off for matmuls AND convolutions (torch.backends.cudnn.allow_tf32 defaults to True);
@@ -37,7 +37,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")     # before this pr
 
 from harmony.reference import max_relative_difference, minibatches, train_reference  # noqa: E402
 from harmony.runtime import run_schedule, train_many  # noqa: E402
-from harmony.runtime.worker import set_deterministic  # noqa: E402
+from harmony.gpumem import set_deterministic  # noqa: E402
 from harmony.schedule.tasks import count_bytes, layer_sizes_from_model  # noqa: E402
 from test_runtime import (D, FAMILIES, ITERS, OVERRIDES, SENSITIVE, TOL, is_bn, loss_microbatches,  # noqa: E402
                           microbatched_reference, schedule)

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harmony.gpu_clocks import DeviceClocks
-from harmony.gpumem import alloc_retries, autocast, reserved_by_stream
+from harmony.gpumem import alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
@@ -74,26 +74,6 @@ def is_stochastic(layer: nn.Module) -> bool:
 def is_batch_dependent(layer: nn.Module) -> bool:
     """The forward of one sample depends on the others of its microbatch (BatchNorm in training)."""
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in layer.modules())
-
-
-def set_deterministic(strict: bool = False) -> dict:
-    """Deterministic CUDA kernels, chosen without timing: cuDNN deterministic, no autotuning (benchmark
-    picks algorithms by measured speed, which may differ between two processes), deterministic
-    implementations where torch has them, and cuBLAS's deterministic workspace (CUBLAS_WORKSPACE_CONFIG;
-    read when the first cuBLAS handle is made, so call this before the first matmul). TF32 is governed by
-    set_precision.
-    strict=False (warn_only): an op without a deterministic kernel warns instead of failing, and fused
-    (memory-efficient) attention keeps its non-deterministic backward, so GPT-2 still differs run to run
-    by about 1e-6 (experiments/determinism_probe.py, docs/performance.md entry 71). The GPU correctness
-    test sets HARMONY_DETERMINISTIC=1, which spawned workers inherit, and calls this in the test process
-    too. strict=True (`harmony run --deterministic`): every op must have a deterministic kernel, attention
-    takes its deterministic backward, and an op without one raises (torch names it)."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    torch.use_deterministic_algorithms(True, warn_only=not strict)
-    return {"cudnn_deterministic": True, "cudnn_benchmark": False,
-            "deterministic_algorithms": "strict" if strict else "warn_only",
-            "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"]}
 
 
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

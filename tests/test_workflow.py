@@ -1697,3 +1697,28 @@ def test_reference_in_harmonys_order_is_train_in_order(tmp_path):
         assert ("rank shares" in recs[-1]["note"]) is (shares > 1)
         progress = [line for line in res.stdout.splitlines() if line.startswith("iteration ")]
         assert [line.split(":")[0] for line in progress] == ["iteration 1/3", "iteration 2/3", "iteration 3/3"]
+
+
+def test_determinism_probe_compares_two_trainings_per_mode(tmp_path):
+    """experiments/determinism_probe.py (docs/performance.md entry 71): trains a model twice per mode from
+    the same weights and minibatches and says whether losses and parameters came out equal. On the CPU the
+    training is deterministic, so every mode says equal; an unknown mode is refused by name."""
+    from harmony.decompose import decompose_model
+    from harmony.models import get_model
+    mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny", "overrides": {}},
+                         with_flops=False)
+    (tmp_path / "m.json").write_text(json.dumps(mj))
+    script = str(ROOT / "experiments/determinism_probe.py")
+    out = tmp_path / "probe.json"
+    res = subprocess.run([sys.executable, script, str(tmp_path / "m.json"), "--data", "synthetic", "--minibatch", "4",
+                          "--ubatch", "2", "--iters", "2", "--modes", "default,strict,math-sdpa", "-o", str(out)],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    got = json.loads(out.read_text())
+    assert list(got["modes"]) == ["default", "strict", "math-sdpa"]
+    for mode in got["modes"].values():
+        assert mode["losses_equal"] and mode["parameters_equal"] and mode["largest_relative_loss_gap"] == 0.0
+        assert len(mode["losses"]) == 2 and len(mode["losses"][0]) == 2
+    res = subprocess.run([sys.executable, script, str(tmp_path / "m.json"), "--data", "synthetic", "--iters", "1",
+                          "--modes", "fast"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode != 0 and "unknown mode 'fast'" in res.stderr, res.stderr

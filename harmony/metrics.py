@@ -261,15 +261,38 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
             rec["driver"] = drv.decode() if isinstance(drv, bytes) else drv
             uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
                      for i in range(pynvml.nvmlDeviceGetCount())]
-            rec["gpu_uuids"] = [u.decode() if isinstance(u, bytes) else u for u in uuids]   # which GPUs exactly
+            rec["host_gpu_uuids"] = [u.decode() if isinstance(u, bytes) else u for u in uuids]
         except Exception:  # noqa: BLE001 - the driver version is informative only
             pass
+        # which GPUs exactly: the ones this process computes on, in torch's order. A job run beside another
+        # with CUDA_VISIBLE_DEVICES=1 sees one GPU; NVML lists the host's (records before the forty-ninth
+        # session listed the host's here, so a one-GPU job on GPU 1 named GPU 0 first)
+        visible = visible_gpu_uuids([torch.cuda.get_device_properties(i) for i in range(rec["gpu_count"])])
+        if visible is not None:
+            rec["gpu_uuids"] = visible
+        elif rec.get("host_gpu_uuids"):
+            rec["gpu_uuids"] = rec["host_gpu_uuids"]
     else:
         rec["gpu"] = "cpu"
     if calibration:
         rec["calibration"] = {k: v for k, v in calibration.items()
                               if k.endswith("_Bps") or k.endswith("_flops") or k.endswith("_per_s")}
     return rec
+
+
+def visible_gpu_uuids(properties) -> list[str] | None:
+    """NVML-style UUIDs ("GPU-8f52898b-...") of the devices torch sees, from their properties' `uuid`
+    (32 hex digits, with or without dashes or the GPU- prefix); None where any is missing or malformed."""
+    out = []
+    for prop in properties:
+        raw = getattr(prop, "uuid", None)
+        if raw is None:
+            return None
+        text = str(raw).lower().removeprefix("gpu-").replace("-", "")
+        if not re.fullmatch(r"[0-9a-f]{32}", text):
+            return None
+        out.append(f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
+    return out
 
 
 def cpu_model() -> str | None:

@@ -195,3 +195,20 @@ def test_segments_by_stream_sums_a_snapshot_per_stream_with_its_unused_blocks():
                                "segments": 2},
                    "other": {"reserved": 20 * m, "allocated": 20 * m, "free": 0, "largest_free": 0, "segments": 1}}
     assert segments_by_stream(snap, 1, {})["other"]["reserved"] == 500 * m
+
+
+def test_visible_gpu_uuids_name_the_gpus_this_process_computes_on():
+    """env.gpu_uuids names the devices torch sees (CUDA_VISIBLE_DEVICES applied), written as NVML writes them;
+    a property without a usable uuid gives None (env_record then falls back to the host's NVML list)."""
+    import uuid
+    from types import SimpleNamespace
+    from harmony.metrics import visible_gpu_uuids
+    u = uuid.UUID("28dfe27e-84b3-065a-3710-8698634b217a")
+    want = "GPU-28dfe27e-84b3-065a-3710-8698634b217a"
+    assert visible_gpu_uuids([SimpleNamespace(uuid=u)]) == [want]
+    assert visible_gpu_uuids([SimpleNamespace(uuid=want.upper())]) == [want]
+    assert visible_gpu_uuids([SimpleNamespace(uuid=u.hex)]) == [want]
+    assert visible_gpu_uuids([]) == []
+    assert visible_gpu_uuids([SimpleNamespace(uuid=u), SimpleNamespace()]) is None
+    assert visible_gpu_uuids([SimpleNamespace(uuid="not-a-uuid")]) is None
+    assert "gpu_uuids" not in env_record("cpu")

@@ -311,3 +311,12 @@ def test_deterministic_runs_compute_the_same_bits():
                 for _ in range(2)]
         assert all(r["status"] == "ok" and r["deterministic"] is True for r in runs), [r.get("message") for r in runs]
         assert runs[0]["losses"] == runs[1]["losses"], (mode, runs[0]["losses"], runs[1]["losses"])
+
+
+def test_env_names_the_visible_gpus_among_the_hosts():
+    """env.gpu_uuids: torch's visible devices, each one of NVML's host_gpu_uuids (tests/test_core.py checks
+    the formatting; here torch's property must give a UUID NVML knows)."""
+    from harmony.metrics import env_record
+    env = env_record("cuda", "fp32")
+    assert len(env["gpu_uuids"]) == torch.cuda.device_count()
+    assert set(env["gpu_uuids"]) <= set(env.get("host_gpu_uuids") or env["gpu_uuids"]), env

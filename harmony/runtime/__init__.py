@@ -295,9 +295,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     before its microbatch (harmony/runtime/p2p.py; docs/performance.md entry 48); None: the mode the
     schedule's search chose (`planned_receive_mode`; entry 59).
     deterministic: on cuda, every worker runs torch's deterministic kernels only
-    (`gpumem.set_deterministic(strict=True)`): two runs of a schedule then compute the same bits (GPT-2's
-    fused attention backward otherwise does not, docs/performance.md entry 71), and an op that has no
-    deterministic CUDA kernel fails the run with torch's error naming it."""
+    (`gpumem.set_deterministic(strict=True)`), so that two runs of a schedule compute the same bits (GPT-2's
+    fused attention backward otherwise does not: measured for plain PyTorch, docs/performance.md entry 71),
+    and an op that has no deterministic CUDA kernel fails the run with torch's error naming it."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError

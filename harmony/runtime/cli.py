@@ -68,8 +68,8 @@ def add_arguments(p) -> None:
                         "allocator's reserve past the plan (docs/runtime.md, Host run-ahead)")
     p.add_argument("--deterministic", action="store_true",
                    help="on cuda, deterministic kernels only (torch.use_deterministic_algorithms, cuDNN "
-                        "deterministic, cuBLAS's fixed workspace): two runs of the schedule compute the same "
-                        "bits, which GPT-2's fused attention backward otherwise does not; an op without a "
+                        "deterministic, cuBLAS's fixed workspace), so that two runs of the schedule compute the "
+                        "same bits, which GPT-2's fused attention backward otherwise does not; an op without a "
                         "deterministic CUDA kernel fails the run, naming it (docs/performance.md entry 71)")
     p.add_argument("--arena-prefault", action=argparse.BooleanOptionalAction, default=None,
                    help="allocate the host pages the workers pin on several threads while they start, "

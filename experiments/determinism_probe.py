@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import sys
 import warnings
@@ -80,10 +79,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     import torch
     from harmony.data import load_batches
+    from harmony.gpumem import set_precision
+    from harmony.jsonio import write_json
     from harmony.workflow import spec_from_model_json
-    if args.precision == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    set_precision(args.precision)
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
     result = {"model": args.model, "device": args.device, "minibatch": args.minibatch, "ubatch": args.ubatch,
@@ -106,10 +105,7 @@ def main(argv=None) -> int:
               f"largest relative loss gap {worst:.1e}" + (f"; ops without a deterministic kernel: {ops}" if ops else ""),
               flush=True)
     if args.out:
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, args.out)
+        write_json(args.out, result)
     return 0
 
 

@@ -61,13 +61,13 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
         layers = spec.build("cpu", seed=seed).to(device)
     layers.train()
     params = [p for p in layers.parameters() if p.requires_grad]
+    on_cuda = torch.device(device).type == "cuda"
     host = host_grads = None
     if host_optimizer:
         # host copies and gradient buffers allocated once, pinned where a GPU computes: fresh pageable copies
         # every step (and oversubscribed threads) kept two references past 535 s, 141-151 s without (entry 70)
-        pin = torch.device(device).type == "cuda"
-        host = [torch.empty_like(p, device="cpu", pin_memory=pin).copy_(p.detach()).requires_grad_(True) for p in params]
-        host_grads = [torch.empty_like(h, pin_memory=pin) for h in host]
+        host = [torch.empty_like(p, device="cpu", pin_memory=on_cuda).copy_(p.detach()).requires_grad_(True) for p in params]
+        host_grads = [torch.empty_like(h, pin_memory=on_cuda) for h in host]
         for h, g_ in zip(host, host_grads):
             h.grad = g_
     opt = make_optimizer(host if host_optimizer else params, spec.optimizer)
@@ -94,7 +94,7 @@ def train_in_order(spec: ModelSpec, batches: Sequence[tuple[torch.Tensor, ...]],
         if host_optimizer:
             for buf, g_ in zip(host_grads, summed):
                 buf.copy_(g_, non_blocking=True)
-            if torch.device(device).type == "cuda":
+            if on_cuda:
                 torch.cuda.synchronize(device)      # the gradients are on the host before the step reads them
             opt.step()
             with torch.no_grad():   # stream-ordered before the next iteration's kernels and its host copies

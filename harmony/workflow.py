@@ -483,13 +483,12 @@ def reference(args) -> int:
     (harmony.reference.train_in_order; the `pytorch-hostopt-s<k>` curves of check C6)."""
     import torch
     from harmony.data import describe_data, load_batches
+    from harmony.gpumem import set_deterministic, set_precision
+    from harmony.jsonio import JsonlWriter
     from harmony.metrics import IterationRecord, env_record, make_summary
     from harmony.reference import even_shares, train_in_order
-    if args.precision == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    set_precision(args.precision)           # the matmul settings every stage uses
     if args.deterministic and args.device.startswith("cuda"):
-        from harmony.gpumem import set_deterministic
         set_deterministic(strict=True)      # as `harmony run --deterministic`'s workers
     spec = spec_from_model_json(args.model)
     batches = load_batches(spec, args.data, args.minibatch, args.iters, args.seed)
@@ -519,13 +518,10 @@ def reference(args) -> int:
                         data=describe_data(spec, args.data), ubatch=args.ubatch or args.minibatch,
                         note=f"plain PyTorch: whole chain on one device, {how}")
     summ.update(shares=args.shares, host_optimizer=args.host_optimizer, deterministic=args.deterministic)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(args.out) + ".tmp")
-    with open(tmp, "w") as f:
+    with JsonlWriter(args.out) as w:       # appears whole or not at all: a job cut off leaves no curve
         for it in its:
-            f.write(json.dumps(it.to_json()) + "\n")
-        f.write(json.dumps(summ) + "\n")
-    tmp.replace(args.out)                 # atomically: a job cut off leaves no half-written curve
+            w.write(it.to_json())
+        w.write(summ)
     print(f"pytorch reference: {len(its)} iterations, final loss {its[-1].loss:.4f}, data: {summ['data']}")
     return 0
 

@@ -33,13 +33,14 @@ echo "[$SECONDS s] vDP N = 2"; run vDP-N2-$PLAN.json harmony-vDP-N2
 echo "[$SECONDS s] vPP N = 2"; run vPP-N2-$PLAN.json harmony-vPP-N2
 echo "[$SECONDS s] done"
 python3 - "$OUT" "$F/convergence/figure21/$MODEL" <<'EOF'
-import json, sys
+import sys
 from pathlib import Path
+from harmony.jsonio import read_jsonl
 out, old = Path(sys.argv[1]), Path(sys.argv[2])
 def curve(p):
     if not p.exists():
         return None, None
-    recs = [json.loads(line) for line in p.read_text().splitlines()]
+    recs = read_jsonl(p)
     return [r["loss"] for r in recs if r.get("record") != "summary"], recs[-1]
 ref = {k: curve(out / f"pytorch-hostopt-s{k}-a.jsonl")[0] for k in (1, 2)}
 again = curve(out / "pytorch-hostopt-s1-b.jsonl")[0]

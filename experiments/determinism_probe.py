@@ -32,14 +32,45 @@ def parameter_digest(layers) -> str:
 
 
 def train_once(args, spec, batches):
+    """One training from the same weights and minibatches: its losses, parameter digest and wall time (the
+    device synchronised at both ends; set-up excluded)."""
+    import time
     import torch
     from harmony.reference import even_shares, train_in_order
     layers = spec.build("cpu", seed=args.init_seed).to(args.device)
     shares = even_shares(args.minibatch, args.ubatch, 1)
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
     losses, layers = train_in_order(spec, batches, shares, seed=args.init_seed, device=args.device, layers=layers)
     if args.device.startswith("cuda"):
         torch.cuda.synchronize()
-    return losses, parameter_digest(layers)
+    return losses, parameter_digest(layers), time.perf_counter() - t0
+
+
+def attention_time(args, spec, repeats: int = 20) -> float | None:
+    """Median seconds of one scaled_dot_product_attention forward and backward at the model's attention shape
+    (one microbatch, causal), under whatever mode is active: what the mode costs in the kernel it changes."""
+    import statistics
+    import time
+    import torch
+    cfg = getattr(spec, "config", None)
+    heads, width, seq = (getattr(cfg, name, None) for name in ("n_head", "n_embd", "seq_len"))
+    if not (heads and width and seq):
+        return None
+    shape = (args.ubatch, heads, seq, width // heads)
+    q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
+    times = []
+    for i in range(repeats + 3):
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        if i >= 3:   # warm-up excluded
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def mode_context(mode: str):
@@ -94,15 +125,18 @@ def main(argv=None) -> int:
             warnings.simplefilter("always")
             with mode_context(mode):
                 runs = [train_once(args, spec, batches) for _ in range(2)]
-        (la, da), (lb, db) = runs
+                attention_s = attention_time(args, spec)
+        (la, da, ta), (lb, db, tb) = runs
         worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(la, lb)), default=0.0)
         ops = sorted({str(w.message).split(" does not have a deterministic")[0] for w in caught
                       if "deterministic" in str(w.message)})
         result["modes"][mode] = {"losses_equal": la == lb, "parameters_equal": da == db,
                                  "largest_relative_loss_gap": worst, "losses": [la, lb],
-                                 "nondeterministic_ops": ops}
+                                 "nondeterministic_ops": ops, "train_s": [ta, tb],
+                                 "attention_fwd_bwd_s": attention_s}
         print(f"{mode:14s} losses equal {la == lb}, parameters equal {da == db}, "
-              f"largest relative loss gap {worst:.1e}" + (f"; ops without a deterministic kernel: {ops}" if ops else ""),
+              f"largest relative loss gap {worst:.1e}, training {min(ta, tb):.2f} s"
+              + (f", attention forward+backward {attention_s * 1e3:.2f} ms" if attention_s else "") + (f"; ops without a deterministic kernel: {ops}" if ops else ""),
               flush=True)
     if args.out:
         write_json(args.out, result)

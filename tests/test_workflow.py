@@ -1701,8 +1701,9 @@ def test_reference_in_harmonys_order_is_train_in_order(tmp_path):
 
 def test_determinism_probe_compares_two_trainings_per_mode(tmp_path):
     """experiments/determinism_probe.py (docs/performance.md entry 71): trains a model twice per mode from
-    the same weights and minibatches and says whether losses and parameters came out equal. On the CPU the
-    training is deterministic, so every mode says equal; an unknown mode is refused by name."""
+    the same weights and minibatches and says whether losses and parameters came out equal, and what each
+    mode costs (the trainings' and one attention forward and backward's time). On the CPU the training is
+    deterministic, so every mode says equal; an unknown mode is refused by name."""
     from harmony.decompose import decompose_model
     from harmony.models import get_model
     mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny", "overrides": {}},
@@ -1719,6 +1720,8 @@ def test_determinism_probe_compares_two_trainings_per_mode(tmp_path):
     for mode in got["modes"].values():
         assert mode["losses_equal"] and mode["parameters_equal"] and mode["largest_relative_loss_gap"] == 0.0
         assert len(mode["losses"]) == 2 and len(mode["losses"][0]) == 2
+        assert len(mode["train_s"]) == 2 and all(t > 0 for t in mode["train_s"])   # what each mode costs
+        assert mode["attention_fwd_bwd_s"] > 0                                    # gpt2-tiny has attention
     res = subprocess.run([sys.executable, script, str(tmp_path / "m.json"), "--data", "synthetic", "--iters", "1",
                           "--modes", "fast"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode != 0 and "unknown mode 'fast'" in res.stderr, res.stderr

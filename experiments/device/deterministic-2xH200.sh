@@ -5,6 +5,9 @@
 # folder's committed schedules. Predicted: the two -s1 runs equal; every Harmony curve equal to its own-order
 # reference at all 20 iterations (figure 13's BERT already is without the flag); the cost of the
 # deterministic kernels in s/iteration against the folder's records below 10%.
+# Measured (fiftieth session, entry 72): all equal, at 1.9-2.1x the records' s/iteration (the references'
+# pair took 287 s at 20 iterations; a whole run of the script does not fit one 600 s call, so pass ITERS=8
+# and STEP_S, which bounds each step with `timeout`; a run cut that way still writes an `interrupted` record).
 #   bash experiments/device/deterministic-2xH200.sh OUT_DIR     (repository root; PYTHONPATH=. is set here)
 # The CPU smoke of the same steps (the smoke folder's figure 21, after `snakemake figure21`):
 #   DEVICE=cpu F=results/smoke/cpu MODEL=gpt2-tiny D=16 U=4 PLAN=D16-u4-4-p2 ITERS=3 CAP= bash THIS /tmp/det
@@ -14,17 +17,18 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD
 F=${F:-results/paper/2xH200}; MODEL=${MODEL:-gpt2-medium-ft}; D=${D:-256}; U=${U:-2}; PLAN=${PLAN:-D256-u2-2-p7}
 ITERS=${ITERS:-20}; DEVICE=${DEVICE:-cuda}; CAP=${CAP-11GiB}
+BOUND=${STEP_S:+timeout $STEP_S}
 M=$F/models/$MODEL.json
 S=$F/schedules/$MODEL
 python3 -m harmony.cli env --device "$DEVICE" > "$OUT/env.json" 2>/dev/null
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1
 ref() {  # ref GPU SHARES TAG
-  CUDA_VISIBLE_DEVICES=$1 OMP_NUM_THREADS=$(( $(nproc) / 2 )) python3 -m harmony.workflow reference "$M" --data data \
+  CUDA_VISIBLE_DEVICES=$1 OMP_NUM_THREADS=$(( $(nproc) / 2 )) $BOUND python3 -m harmony.workflow reference "$M" --data data \
     --device "$DEVICE$([ "$DEVICE" = cuda ] && echo :0)" --precision tf32 --minibatch "$D" --ubatch "$U" --shares "$2" \
     --host-optimizer --deterministic --iters "$ITERS" -o "$OUT/pytorch-hostopt-s$2-$3.jsonl" > "$OUT/pytorch-hostopt-s$2-$3.log" 2>&1
 }
 run() {  # run SCHEDULE NAME [CUDA_VISIBLE_DEVICES]
-  CUDA_VISIBLE_DEVICES=${3:-0,1} python3 -m harmony.cli run "$S/$1" --iters "$ITERS" --data data \
+  CUDA_VISIBLE_DEVICES=${3:-0,1} $BOUND python3 -m harmony.cli run "$S/$1" --iters "$ITERS" --data data \
     ${CAP:+--gpu-memory $CAP} --precision tf32 --device "$DEVICE" --deterministic -o "$OUT/$2.jsonl" > "$OUT/$2.log" 2>&1
 }
 echo "[$SECONDS s] -s1 and -s2 side by side"; ref 0 1 a & ref 1 2 a & wait

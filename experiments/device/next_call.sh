@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The queued device call, chosen by the cards the tool lends (device README, "Next call"). A request may be
+# lent another card of its size, so the call asks the machine which it is and runs that kind's item; each
+# branch stays under the tool's 600 s limit on its own (grid_gpu.sh's budget, or `timeout`) and writes its
+# tarball to $OUT after the work, so a cut step still comes back. Run from the repository root:
+#   bash experiments/device/slim_tree.sh on 2xH200
+#   cp results/paper/1xH100-80GB-HBM3/calibration.json .whl/cal-1xH100.json   # before slimming: the two-H100
+#                                                                            # branch reads it, the slim tree lacks it
+#   device: bash experiments/device/next_call.sh [TAG]     (carry .whl/cal-1xH100.json)
+# Committed (the fiftieth session found the ignored `.whl/call.sh` of the session before gone with its checkout).
+set -u
+export PYTHONPATH=$PWD
+mkdir -p /tmp/bin
+printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony; chmod +x /tmp/bin/harmony
+command -v python >/dev/null || { printf '#!/bin/sh\nexec python3 "$@"\n' > /tmp/bin/python; chmod +x /tmp/bin/python; }
+export PATH=/tmp/bin:$PATH
+HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
+echo "lent: $HW"; nvidia-smi -L
+case "$HW" in
+  2xH200)             # item 4: entry 21's test, entry 22's resnet1026 trace, entry 23's A/B (grid_gpu.sh tars its own)
+    BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/checks-2xH200.sh results/paper/2xH200 "${1:-x2-checks6}" ;;
+  2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
+    mkdir -p /tmp/large
+    CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \
+      timeout 570 bash experiments/device/large_gpu.sh /tmp/large > /tmp/large/console.log 2>&1
+    tail -5 /tmp/large/console.log; tar czf "$OUT/large72f.tgz" -C /tmp/large . ;;
+  *) echo "nothing queued for $HW (device README, \"Next call\")" ;;
+esac

@@ -699,7 +699,8 @@ def main(argv=None) -> int:
     r.add_argument("--shares", type=int, default=1, help="rank shares the minibatch is cut into, each "
                    "accumulated on its own and summed in rank order, as vDP over that many GPUs (default 1)")
     r.add_argument("--deterministic", action="store_true", help="on cuda, deterministic kernels only, as "
-                   "`harmony run --deterministic` (two runs compute the same bits; docs/performance.md entry 71)")
+                   "`harmony run --deterministic` (two runs compute the same bits, at about 2x the time for GPT-2 "
+                   "medium on H200s; docs/performance.md entries 71-72)")
     r.add_argument("--host-optimizer", action="store_true", help="step the optimizer on host copies of the "
                    "parameters, as Harmony's runtime does (the fused CPU and CUDA kernels round differently)")
     r.add_argument("-o", "--out", required=True)

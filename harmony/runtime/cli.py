@@ -70,7 +70,8 @@ def add_arguments(p) -> None:
                    help="on cuda, deterministic kernels only (torch.use_deterministic_algorithms, cuDNN "
                         "deterministic, cuBLAS's fixed workspace), so that two runs of the schedule compute the "
                         "same bits, which GPT-2's fused attention backward otherwise does not; an op without a "
-                        "deterministic CUDA kernel fails the run, naming it (docs/performance.md entry 71)")
+                        "deterministic CUDA kernel fails the run, naming it. For checking, not timing: GPT-2 medium ran 2x "
+                        "slower with it on H200s (docs/performance.md entries 71-72)")
     p.add_argument("--arena-prefault", action=argparse.BooleanOptionalAction, default=None,
                    help="allocate the host pages the workers pin on several threads while they start, "
                         "instead of inside each worker's cudaHostRegister (about 2 GB/s there). Default: on "

@@ -7,6 +7,7 @@
 #   cp results/paper/1xH100-80GB-HBM3/calibration.json .whl/cal-1xH100.json   # before slimming: the two-H100
 #                                                                            # branch reads it, the slim tree lacks it
 #   device: bash experiments/device/next_call.sh [TAG]     (carry .whl/cal-1xH100.json)
+# Four GPUs: see that branch for the job list to write first.
 # Committed (the fiftieth session found the ignored `.whl/call.sh` of the session before gone with its checkout).
 set -u
 export PYTHONPATH=$PWD
@@ -24,5 +25,10 @@ case "$HW" in
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \
       timeout 570 bash experiments/device/large_gpu.sh /tmp/large > /tmp/large/console.log 2>&1
     tail -5 /tmp/large/console.log; tar czf "$OUT/large72f.tgz" -C /tmp/large . ;;
+  4xH200|4xH100-80GB-HBM3)   # item 28's controls and the own-order references, one GPU each, four at a time;
+    # the list is generated here first: HW=4xH200 bash experiments/device/make-jobs-convergence-4gpu.sh
+    # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
+    GPU_SLOTS=4 GPU_PARALLEL_RE='convergence/.*-N1\.jsonl$' BUDGET_S=585 bash experiments/device/grid_gpu.sh \
+      "experiments/device/jobs-convergence-$HW.sh" "results/paper/$HW" "${1:-x4-conv1}" ;;
   *) echo "nothing queued for $HW (device README, \"Next call\")" ;;
 esac

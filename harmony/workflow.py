@@ -488,6 +488,10 @@ def reference(args) -> int:
     from harmony.metrics import IterationRecord, env_record, make_summary
     from harmony.reference import even_shares, train_in_order
     set_precision(args.precision)           # the matmul settings every stage uses
+    if args.threads:
+        if args.threads < 1:
+            raise SystemExit(f"reference: --threads {args.threads}: give 1 or more")
+        torch.set_num_threads(args.threads)
     if args.deterministic and args.device.startswith("cuda"):
         set_deterministic(strict=True)      # as `harmony run --deterministic`'s workers
     spec = spec_from_model_json(args.model)
@@ -517,7 +521,8 @@ def reference(args) -> int:
                         status="ok", iterations=its, warmup=1, env=env_record(args.device, args.precision),
                         data=describe_data(spec, args.data), ubatch=args.ubatch or args.minibatch,
                         note=f"plain PyTorch: whole chain on one device, {how}")
-    summ.update(shares=args.shares, host_optimizer=args.host_optimizer, deterministic=args.deterministic)
+    summ.update(shares=args.shares, host_optimizer=args.host_optimizer, deterministic=args.deterministic,
+                threads=torch.get_num_threads())
     with JsonlWriter(args.out) as w:       # appears whole or not at all: a job cut off leaves no curve
         for it in its:
             w.write(it.to_json())
@@ -703,6 +708,9 @@ def main(argv=None) -> int:
                    "medium on H200s; docs/performance.md entries 71-72)")
     r.add_argument("--host-optimizer", action="store_true", help="step the optimizer on host copies of the "
                    "parameters, as Harmony's runtime does (the fused CPU and CUDA kernels round differently)")
+    r.add_argument("--threads", type=int, default=None, help="intra-op CPU threads (default: torch's). On "
+                   "the CPU a matmul's rounding depends on how many threads split it, so a curve equals a Harmony "
+                   "run's bit for bit only at its workers' --worker-threads")
     r.add_argument("-o", "--out", required=True)
     j = sub.add_parser("joblist", help="snakemake -n -p output -> bash script")
     j.add_argument("input", nargs="*", help="dry-run listings in priority order (default: stdin)")

@@ -1725,3 +1725,53 @@ def test_determinism_probe_compares_two_trainings_per_mode(tmp_path):
     res = subprocess.run([sys.executable, script, str(tmp_path / "m.json"), "--data", "synthetic", "--iters", "1",
                           "--modes", "fast"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode != 0 and "unknown mode 'fast'" in res.stderr, res.stderr
+
+
+def test_cpu_convergence_curves_equal_their_own_order_reference_bit_for_bit(tmp_path):
+    """On the CPU a matmul's rounding depends on how many threads split it, and each of Harmony's N workers
+    gets the host's cores shared by N: so the workflow runs the CPU convergence curves on one intra-op thread
+    each (`harmony run --worker-threads 1`, `reference --threads 1`), and then bert-tiny's vPP N = 2 run
+    through both CLIs equals plain PyTorch in its own order (`pytorch-hostopt-s1`) bit for bit, as on the
+    GPU. With the reference on two threads and the workers on one, the 23rd loss differs (measured on a
+    two-core machine: the smoke folder's C6 read 8.6e-8 for figure 13's vPP N = 2 before). The smoke
+    workflow's commands carry the flags (next test)."""
+    from harmony.decompose import decompose_model
+    from harmony.jsonio import read_jsonl
+    ITERS = 30      # the smoke figure 13's model, D, u and length: the mismatch showed at one of its 30 losses
+    from harmony.models import get_model
+    from harmony.schedule.io import make_schedule_record
+    from harmony.schedule.tasks import ScheduleConfig, build_task_graph
+    spec = get_model("bert-tiny")
+    mj = decompose_model(spec, source={"kind": "zoo", "name": "bert-tiny", "overrides": {}}, with_flops=False)
+    L = mj["num_vlayers"]
+    cfg = ScheduleConfig(mode="vPP", gpus=2, minibatch=16, ubatch_fwd=4, ubatch_bwd=4,
+                         bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
+    (tmp_path / "m.json").write_text(json.dumps(mj))
+    (tmp_path / "s.json").write_text(json.dumps(make_schedule_record(mj, build_task_graph(cfg, L))))
+    run = subprocess.run(["harmony", "run", str(tmp_path / "s.json"), "--iters", str(ITERS), "--device", "cpu",
+                          "--worker-threads", "1", "-o", str(tmp_path / "h.jsonl")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    ref = subprocess.run([sys.executable, "-m", "harmony.workflow", "reference", str(tmp_path / "m.json"),
+                          "--minibatch", "16", "--ubatch", "4", "--iters", str(ITERS), "--shares", "1", "--host-optimizer",
+                          "--threads", "1", "-o", str(tmp_path / "r.jsonl")], capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    harmony_losses = read_jsonl(tmp_path / "h.jsonl")[-1]["losses"]
+    reference = read_jsonl(tmp_path / "r.jsonl")
+    assert reference[-1]["threads"] == 1
+    assert [r["loss"] for r in reference[:-1]] == harmony_losses          # exactly: same arithmetic, same bits
+
+
+@needs_snakemake
+def test_cpu_convergence_commands_run_on_one_intra_op_thread(tmp_path):
+    """The smoke (CPU) workflow runs every convergence curve on one intra-op thread, Harmony's and plain
+    PyTorch's (previous test: that makes them equal bit for bit); the GPU ones keep the host's threads, which
+    there step the optimizer and do not enter the GPU's arithmetic."""
+    wf = workflow_copy(tmp_path)
+    for scale, hw, flags in (("smoke", "cpu", True), ("paper", "2xH200", False)):
+        p = sh([SNAKEMAKE, "-n", "-p", "figure13", "--config", f"scale={scale}", f"hardware={hw}",
+                "gpus_present=2"], cwd=wf)
+        runs = [l for l in p.stdout.splitlines() if "harmony run" in l and "convergence/" in l]
+        refs = [l for l in p.stdout.splitlines() if "harmony.workflow reference" in l]
+        assert runs and refs, (scale, p.stdout[-2000:])
+        assert all(("--worker-threads 1" in l) is flags for l in runs), (scale, runs)
+        assert all(("--threads 1" in l) is flags for l in refs), (scale, refs)

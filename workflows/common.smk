@@ -125,6 +125,13 @@ HARDWARE = PLAN.hardware
 GPUS_PRESENT = PLAN.gpus_present
 PROFILE_DEVICE = "cuda:0" if DEVICE == "cuda" else DEVICE
 
+# On the CPU a matmul's rounding depends on how many threads split it, and Harmony's workers each get the
+# host's cores shared by N: so the convergence curves there (every Harmony mode and plain PyTorch) run on one
+# intra-op thread each, and a Harmony curve equals its own-order reference bit for bit, as on the GPU, where
+# the host's threads do not enter the arithmetic (tests/test_runtime.py's bitwise test matches threads too).
+CONVERGENCE_RUN_THREADS = "--worker-threads 1" if DEVICE == "cpu" else ""
+CONVERGENCE_REFERENCE_THREADS = "--threads 1" if DEVICE == "cpu" else ""
+
 
 def baseline_ubatch(wildcards):
     """`--ubatch` list the baseline searches (its best setting): powers of two up to D/N at the paper and

@@ -46,12 +46,13 @@ rule run_convergence:
         iters=S["convergence_iters"],
         data=config["data_dir"],
         cap=CAP,
+        intra_op=CONVERGENCE_RUN_THREADS,
     conda:
         ENV
     shell:
         "{params.guard} --out {output} --schedule {input.schedule} --system harmony-{wildcards.mode}"
         " --model {wildcards.model} --mode {wildcards.mode} --gpus {wildcards.gpus} --device {params.device} -- "
-        "harmony run {input.schedule} --iters {params.iters} --data {params.data} {params.cap}"
+        "harmony run {input.schedule} --iters {params.iters} --data {params.data} {params.cap} {params.intra_op}"
         " --precision {params.precision} --device {params.device} -o {output} > {log} 2>&1"
 
 
@@ -71,9 +72,11 @@ rule run_reference:
         minibatch=convergence_minibatch,
         ubatch=convergence_ubatch,
         order=reference_order_args,
+        intra_op=CONVERGENCE_REFERENCE_THREADS,
     conda:
         ENV
     shell:
         "python -m harmony.workflow reference {input.model} --data {params.data} --device {params.device}"
         " --precision {params.precision} --minibatch {params.minibatch} --ubatch {params.ubatch} {params.order}"
+        " {params.intra_op}"
         " --iters {params.iters} -o {output} > {log} 2>&1"

@@ -136,7 +136,8 @@ def main(argv=None) -> int:
                                  "attention_fwd_bwd_s": attention_s}
         print(f"{mode:14s} losses equal {la == lb}, parameters equal {da == db}, "
               f"largest relative loss gap {worst:.1e}, training {min(ta, tb):.2f} s"
-              + (f", attention forward+backward {attention_s * 1e3:.2f} ms" if attention_s else "") + (f"; ops without a deterministic kernel: {ops}" if ops else ""),
+              + (f", attention forward+backward {attention_s * 1e3:.2f} ms" if attention_s else "")
+              + (f"; ops without a deterministic kernel: {ops}" if ops else ""),
               flush=True)
     if args.out:
         write_json(args.out, result)

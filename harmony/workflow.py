@@ -488,9 +488,9 @@ def reference(args) -> int:
     from harmony.metrics import IterationRecord, env_record, make_summary
     from harmony.reference import even_shares, train_in_order
     set_precision(args.precision)           # the matmul settings every stage uses
-    if args.threads:
+    if args.threads is not None:
         if args.threads < 1:
-            raise SystemExit(f"reference: --threads {args.threads}: give 1 or more")
+            raise SystemExit(f"reference: --threads {args.threads}: give 1 or more (or leave it out: torch's default)")
         torch.set_num_threads(args.threads)
     if args.deterministic and args.device.startswith("cuda"):
         set_deterministic(strict=True)      # as `harmony run --deterministic`'s workers

@@ -1759,6 +1759,10 @@ def test_cpu_convergence_curves_equal_their_own_order_reference_bit_for_bit(tmp_
     reference = read_jsonl(tmp_path / "r.jsonl")
     assert reference[-1]["threads"] == 1
     assert [r["loss"] for r in reference[:-1]] == harmony_losses          # exactly: same arithmetic, same bits
+    bad = subprocess.run([sys.executable, "-m", "harmony.workflow", "reference", str(tmp_path / "m.json"),
+                          "--minibatch", "16", "--iters", "1", "--threads", "0", "-o", str(tmp_path / "x.jsonl")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "--threads 0: give 1 or more" in bad.stderr, bad.stderr
 
 
 @needs_snakemake

@@ -506,24 +506,30 @@ def test_host_memory_counts_the_shared_arena_once():
     assert rss - pss >= 2 * w * 0.9
 
 
-# (model, mode, N, u_fwd, u_bwd, packing): re-chunking, two rank shares, two GPUs of a pipeline
+# (model, mode, N, u_fwd, u_bwd, packing[, run options]): re-chunking, two rank shares, two GPUs of a
+# pipeline, and four rank shares summed in rank order (--ordered-reduce: gloo's all-reduce over four ranks
+# associates the sum its own way, and then the parameters differ from plain PyTorch's in the last bits;
+# measured for all three tiny families, docs/performance.md entry 74)
 BITWISE_CASES = [("gpt2-tiny", "vPP", 1, 4, 3, "P2"), ("gpt2-tiny", "vDP", 2, 2, 2, "P1"),
-                 ("bert-tiny", "vPP", 2, 3, 3, "P1")]
+                 ("bert-tiny", "vPP", 2, 3, 3, "P1"),
+                 ("gpt2-tiny", "vDP", 4, 2, 2, "P1", {"ordered_reduce": True}),
+                 ("bert-tiny", "vDP", 4, 2, 2, "P2", {"ordered_reduce": True})]
 
 
 def test_runtime_is_bitwise_plain_pytorch_in_its_own_order_of_arithmetic():
     """On the CPU every parameter after training equals, bit for bit, plain PyTorch's on the same
     microbatches with the gradients summed per rank share in rank order and the optimizer stepped on host
-    copies (harmony.reference.train_in_order, whose shares even_shares gives as vDP splits a minibatch).
+    copies (harmony.reference.train_in_order, whose shares even_shares gives as vDP splits a minibatch);
+    at N = 4 with the ranks' gradients summed in that order too (`--ordered-reduce`).
     So where a Harmony loss curve leaves plain PyTorch's, it is plain PyTorch's own rounding in that order
     (check C6's `pytorch-hostopt-s<k>` curves, docs/performance.md entry 69). The reported losses are equal
     too: both sum a share's loss in fp32 on its device and the shares in rank order."""
     runs, built = [], []
-    for name, mode, N, uf, ub, pk in BITWISE_CASES:
+    for name, mode, N, uf, ub, pk, *options in BITWISE_CASES:
         spec, rec, g = schedule(name, mode, N, uf, ub, pk)
         shares = loss_microbatches(g)
         assert shares == from_reference_shares(mode, N, ub), (name, mode, N, shares)
-        runs.append((rec, g, {"iters": ITERS}))
+        runs.append((rec, g, {"iters": ITERS, **(options[0] if options else {})}))
         built.append((spec, shares, N))
     results = [r for N in sorted({b[2] for b in built})             # train_many takes one N at a time
                for r in train_many([run for run, b in zip(runs, built) if b[2] == N])]
@@ -543,3 +549,40 @@ def test_runtime_is_bitwise_plain_pytorch_in_its_own_order_of_arithmetic():
 def from_reference_shares(mode: str, N: int, ubatch: int):
     from harmony.reference import even_shares
     return even_shares(D, ubatch, N if mode == "vDP" else 1)
+
+
+def _ordered_sum_rank(rank: int, world: int, init: str, out) -> None:
+    import torch.distributed as dist
+    from harmony.runtime.worker import sum_in_rank_order
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        flat = _rank_values(rank)
+        sum_in_rank_order(flat, world, chunk=5)          # 13 elements: chunks of 5, 5 and 3
+        out.put((rank, flat.tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank_values(rank: int) -> torch.Tensor:
+    # magnitudes far apart, so that another association of the sum rounds differently
+    g = torch.Generator().manual_seed(rank)
+    return torch.randn(13, generator=g, dtype=torch.float32) * 10.0 ** (3 * rank)
+
+
+def test_sum_in_rank_order_is_a_left_fold_on_every_rank_chunk_by_chunk():
+    """`--ordered-reduce`'s sum (harmony.runtime.worker.sum_in_rank_order): every rank ends with
+    ((g0 + g1) + g2) exactly, also when the gradients span several gather chunks and the last is short."""
+    import torch.multiprocessing as mp
+    from harmony.runtime.launch import free_port
+    world, ctx = 3, mp.get_context("spawn")
+    out = ctx.Queue()
+    init = f"tcp://127.0.0.1:{free_port()}"
+    procs = [ctx.Process(target=_ordered_sum_rank, args=(r, world, init, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=60) for _ in range(world))
+    for p in procs:
+        p.join(timeout=30)
+    want = (_rank_values(0) + _rank_values(1)) + _rank_values(2)
+    assert all(torch.equal(torch.tensor(got[r]), want) for r in range(world)), got
+    assert not torch.equal(want, _rank_values(0) + (_rank_values(1) + _rank_values(2)))   # the order shows

@@ -241,6 +241,21 @@ def test_deterministic_reaches_the_workers_and_the_record(tmp_path):
         prep.close()
 
 
+def test_ordered_reduce_reaches_the_workers_and_the_record(tmp_path):
+    # --ordered-reduce (docs/performance.md entry 74): from the command line into the record; the vDP run at
+    # N = 2 counts what an all-gather moves, (N - 1) x the gradients per rank, not the ring's 2 (N - 1) / N
+    # (equal at N = 2), and trains as the all-reduce does there (two operands: one association)
+    _, rec, g = schedule("gpt2-tiny", "vDP", 2, 2, 2, "P1")
+    p, out = _cli(tmp_path, rec, extra_args=["--ordered-reduce"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    summary = read_jsonl(out)[-1]
+    plain = run_schedule(rec, g, iters=3, device="cpu")
+    assert summary["ordered_reduce"] is True and plain["ordered_reduce"] is False
+    assert summary["losses"] == plain["losses"]
+    assert summary["bytes_allreduce"] == plain["bytes_allreduce"] > 0
+
+
 @pytest.mark.parametrize("sig,group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
                          ids=["ctrl-c", "sigterm", "sigterm-to-the-group"])
 def test_ctrl_c_ends_every_process_and_marks_the_record(tmp_path, sig, group):

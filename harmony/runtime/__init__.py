@@ -101,7 +101,8 @@ class Prepared:
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
-                 p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False):
+                 p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False,
+                 ordered_reduce: bool = False):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
@@ -133,7 +134,7 @@ class Prepared:
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
                     "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
-                    "deterministic": deterministic,
+                    "deterministic": deterministic, "ordered_reduce": ordered_reduce,
                     "launcher_pid": os.getpid()}   # the process that holds the arena (host PSS, rank 0)
         self.records = []
 
@@ -273,7 +274,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None,
-                 deterministic: bool = False) -> dict:
+                 deterministic: bool = False, ordered_reduce: bool = False) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -297,7 +298,12 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     deterministic: on cuda, every worker runs torch's deterministic kernels only
     (`gpumem.set_deterministic(strict=True)`), so that two runs of a schedule compute the same bits (GPT-2's
     fused attention backward otherwise does not: measured for plain PyTorch, docs/performance.md entry 71),
-    and an op that has no deterministic CUDA kernel fails the run with torch's error naming it."""
+    and an op that has no deterministic CUDA kernel fails the run with torch's error naming it.
+    ordered_reduce: vDP sums its ranks' gradients in rank order, ((g0 + g1) + g2) + ..., on every rank (an
+    all-gather, then the additions), as plain PyTorch in the runtime's order does
+    (`reference.train_in_order`), instead of the collective's all-reduce, whose association over more than
+    two ranks is the library's own (NCCL's differs per chunk). For checking a curve bit for bit at N > 2;
+    it moves (N - 1) times the gradients per rank, against the ring all-reduce's 2 (N - 1) / N."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -345,7 +351,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            load_buffers=load_buffers, weight_copies=weight_copies,
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
                            run_ahead=run_ahead, arena_prefault=arena_prefault, p2p_max_ctas=p2p_max_ctas,
-                           p2p_receive=p2p_receive, deterministic=deterministic)
+                           p2p_receive=p2p_receive, deterministic=deterministic, ordered_reduce=ordered_reduce)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -373,7 +379,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             load_buffers=load_buffers, weight_copies=weight_copies,
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
-            deterministic=deterministic,
+            deterministic=deterministic, ordered_reduce=ordered_reduce,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             task_spans=_median_per_task(merged, warmup, "task_spans"),
             task_issued=_median_per_task(merged, warmup, "task_issued"),

@@ -72,6 +72,12 @@ def add_arguments(p) -> None:
                         "same bits, which GPT-2's fused attention backward otherwise does not; an op without a "
                         "deterministic CUDA kernel fails the run, naming it. For checking, not timing: GPT-2 medium ran 2x "
                         "slower with it on H200s (docs/performance.md entries 71-72)")
+    p.add_argument("--ordered-reduce", action="store_true",
+                   help="vDP: sum the ranks' gradients in rank order on every rank (an all-gather, then the "
+                        "additions), as `python -m harmony.workflow reference --shares N` does, instead of the "
+                        "all-reduce, whose association over more than two GPUs is NCCL's own: with "
+                        "--deterministic a vDP run at any N then equals that reference bit for bit. For checking: "
+                        "it moves (N - 1)x the gradients per rank")
     p.add_argument("--arena-prefault", action=argparse.BooleanOptionalAction, default=None,
                    help="allocate the host pages the workers pin on several threads while they start, "
                         "instead of inside each worker's cudaHostRegister (about 2 GB/s there). Default: on "
@@ -148,7 +154,7 @@ def main(args) -> int:
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
                                p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive,
-                               deterministic=args.deterministic)
+                               deterministic=args.deterministic, ordered_reduce=args.ordered_reduce)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

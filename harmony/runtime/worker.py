@@ -79,6 +79,23 @@ def is_batch_dependent(layer: nn.Module) -> bool:
 _FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+ORDERED_REDUCE_CHUNK = 1 << 22      # elements gathered at once: N x 16 MiB of fp32 beside the gradients
+
+
+def sum_in_rank_order(flat: torch.Tensor, world: int, chunk: int = ORDERED_REDUCE_CHUNK) -> None:
+    """In place, on every rank: flat = ((flat_0 + flat_1) + flat_2) + ... over the ranks, in rank order: the
+    association plain PyTorch's `train_in_order` sums rank shares with. A chunk at a time (all-gather, then
+    the additions), so that it needs `world` chunks of memory, not `world` copies of the gradients."""
+    for start in range(0, flat.numel(), chunk):
+        part = flat[start:start + chunk]
+        gathered = [torch.empty_like(part) for _ in range(world)]
+        dist.all_gather(gathered, part)
+        total = gathered[0]
+        for other in gathered[1:]:
+            total += other                 # left fold: rank 0 + rank 1, then + rank 2, ...
+        part.copy_(total)
+
+
 class TaskFailure(RuntimeError):
     def __init__(self, info: dict):
         super().__init__(info.get("message", "task failed"))
@@ -117,6 +134,7 @@ class Worker:
         torch.set_num_threads(job.get("threads_per_worker") or default_worker_threads(self.N))
         self.precision = job["precision"]
         set_precision(self.precision)
+        self.ordered_reduce = bool(job.get("ordered_reduce"))     # harmony run --ordered-reduce
         if job.get("deterministic") and self.device.type == "cuda":
             set_deterministic(strict=True)      # harmony run --deterministic
         elif os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
@@ -493,8 +511,12 @@ class Worker:
         grads = [p.grad for p in params]
         if t.allreduce:
             flat = torch.cat([g.reshape(-1) for g in grads])
-            self.counters.add("allreduce", 2 * (self.N - 1) * flat.numel() * flat.element_size() // self.N)
-            dist.all_reduce(flat)
+            if self.ordered_reduce:
+                self.counters.add("allreduce", (self.N - 1) * flat.numel() * flat.element_size())
+                sum_in_rank_order(flat, self.N)
+            else:
+                self.counters.add("allreduce", 2 * (self.N - 1) * flat.numel() * flat.element_size() // self.N)
+                dist.all_reduce(flat)
             grads = list(torch.split(flat, [g.numel() for g in grads]))
             grads = [g.view(p.shape) for g, p in zip(grads, params)]
             missing = set()       # another rank may have had a gradient: the reduced sum is the gradient

@@ -313,6 +313,26 @@ def test_deterministic_runs_compute_the_same_bits():
         assert runs[0]["losses"] == runs[1]["losses"], (mode, runs[0]["losses"], runs[1]["losses"])
 
 
+def test_ordered_reduce_at_four_gpus_is_plain_pytorch_in_its_order():
+    """`--ordered-reduce` (docs/performance.md entry 74): vDP over four GPUs with strict deterministic kernels
+    and the ranks' gradients summed in rank order reports the losses of plain PyTorch in that order
+    (`train_in_order`, four shares, optimizer on host copies) on one GPU, bit for bit."""
+    if torch.cuda.device_count() < 4:
+        pytest.skip("needs 4 GPUs")
+    from harmony.reference import train_in_order
+    spec, rec, g = schedule("gpt2-tiny", "vDP", 4, 2, 2, "P1")
+    run = run_schedule(rec, g, iters=ITERS, warmup=1, device="cuda", precision="tf32", deterministic=True,
+                       ordered_reduce=True)
+    assert run["status"] == "ok" and run["ordered_reduce"] is True, run.get("message")
+    set_deterministic(strict=True)
+    try:
+        want, _ = train_in_order(spec, minibatches(spec, D, ITERS, 1234), loss_microbatches(g), device="cuda:0",
+                                 host_optimizer=True)
+    finally:
+        set_deterministic()         # back to this module's warn-only kernels (HARMONY_DETERMINISTIC)
+    assert run["losses"] == want, (run["losses"], want)
+
+
 def test_env_names_the_visible_gpus_among_the_hosts():
     """env.gpu_uuids: torch's visible devices, each one of NVML's host_gpu_uuids (tests/test_core.py checks
     the formatting; here torch's property must give a UUID NVML knows)."""

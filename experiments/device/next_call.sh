@@ -30,8 +30,10 @@ case "$HW" in
     # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
     # ITEM=38: the second call, vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes)
     if [ "${ITEM:-28}" = 38 ]; then
-      mkdir -p /tmp/ord; STEP_S=280 timeout 570 bash experiments/device/ordered-reduce-4gpu.sh "results/paper/$HW" /tmp/ord \
-        > /tmp/ord/console.log 2>&1; tail -4 /tmp/ord/console.log; tar czf "$OUT/ord.tgz" -C /tmp ord
+      mkdir -p /tmp/ord; STEP_S=240 timeout 480 bash experiments/device/ordered-reduce-4gpu.sh "results/paper/$HW" /tmp/ord \
+        > /tmp/ord/console.log 2>&1; tail -4 /tmp/ord/console.log
+      timeout 80 python3 -m pytest -q tests/test_runtime_gpu.py -k ordered_reduce > /tmp/ord/gputest.txt 2>&1
+      tail -1 /tmp/ord/gputest.txt; tar czf "$OUT/ord.tgz" -C /tmp ord
     else
       GPU_SLOTS=4 GPU_PARALLEL_RE='convergence/.*-N1\.jsonl$' BUDGET_S=585 bash experiments/device/grid_gpu.sh \
         "experiments/device/jobs-convergence-$HW.sh" "results/paper/$HW" "${1:-x4-conv1}"

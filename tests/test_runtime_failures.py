@@ -222,38 +222,29 @@ def test_cli_run_thread_options(tmp_path):
         run_schedule(rec, g, iters=1, run_ahead=-1)
 
 
-def test_deterministic_reaches_the_workers_and_the_record(tmp_path):
-    # --deterministic is a cuda setting (docs/performance.md entry 71); on the CPU it travels to the workers'
-    # job and into the record, and the training is the one a plain run computes, bit for bit
-    _, rec, g = schedule("gpt2-tiny", "vPP", 1, 2, 2, "P2")
-    p, out = _cli(tmp_path, rec, extra_args=["--deterministic"])
+@pytest.mark.parametrize("flag,mode,n", [("--deterministic", "vPP", 1), ("--ordered-reduce", "vDP", 2)])
+def test_checking_flags_reach_the_workers_and_the_record(tmp_path, flag, mode, n):
+    # --deterministic is a cuda setting (docs/performance.md entry 71); --ordered-reduce sums vDP's ranks in
+    # rank order (entry 74), the same sum as the all-reduce's at N = 2 (two operands, one association), and
+    # counts what an all-gather moves, (N - 1) x the gradients per rank: the ring's 2 (N - 1) / N at N = 2.
+    # On the CPU each travels to the workers' job and into the record, and the training is the one a plain
+    # run computes, bit for bit
+    key = flag[2:].replace("-", "_")
+    _, rec, g = schedule("gpt2-tiny", mode, n, 2, 2, "P2" if n == 1 else "P1")
+    p, out = _cli(tmp_path, rec, extra_args=[flag])
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     summary = read_jsonl(out)[-1]
-    assert summary["deterministic"] is True
     plain = run_schedule(rec, g, iters=3, device="cpu")
-    assert plain["deterministic"] is False and plain["losses"] == summary["losses"]
+    assert summary[key] is True and plain[key] is False
+    assert plain["losses"] == summary["losses"] and plain["bytes_allreduce"] == summary["bytes_allreduce"]
+    assert (summary["bytes_allreduce"] > 0) is (mode == "vDP")
     from harmony.runtime import Prepared
-    prep = Prepared(rec, g, iters=1, deterministic=True, defer_weights=True)
+    prep = Prepared(rec, g, iters=1, defer_weights=True, **{key: True})
     try:
-        assert prep.job["deterministic"] is True
+        assert prep.job[key] is True
     finally:
         prep.close()
-
-
-def test_ordered_reduce_reaches_the_workers_and_the_record(tmp_path):
-    # --ordered-reduce (docs/performance.md entry 74): from the command line into the record; the vDP run at
-    # N = 2 counts what an all-gather moves, (N - 1) x the gradients per rank, not the ring's 2 (N - 1) / N
-    # (equal at N = 2), and trains as the all-reduce does there (two operands: one association)
-    _, rec, g = schedule("gpt2-tiny", "vDP", 2, 2, 2, "P1")
-    p, out = _cli(tmp_path, rec, extra_args=["--ordered-reduce"])
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 0, err
-    summary = read_jsonl(out)[-1]
-    plain = run_schedule(rec, g, iters=3, device="cpu")
-    assert summary["ordered_reduce"] is True and plain["ordered_reduce"] is False
-    assert summary["losses"] == plain["losses"]
-    assert summary["bytes_allreduce"] == plain["bytes_allreduce"] > 0
 
 
 @pytest.mark.parametrize("sig,group", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],

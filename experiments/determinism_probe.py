@@ -31,46 +31,44 @@ def parameter_digest(layers) -> str:
     return h.hexdigest()[:16]
 
 
+def device_sync(device: str):
+    """What host_timed needs to time device work: the device's synchronize, or nothing on the CPU."""
+    import torch
+    return torch.cuda.synchronize if device.startswith("cuda") else None
+
+
 def train_once(args, spec, batches):
     """One training from the same weights and minibatches: its losses, parameter digest and wall time (the
     device synchronised at both ends; set-up excluded)."""
-    import time
-    import torch
+    from harmony.calibrate import host_timed
     from harmony.reference import even_shares, train_in_order
     layers = spec.build("cpu", seed=args.init_seed).to(args.device)
     shares = even_shares(args.minibatch, args.ubatch, 1)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    losses, layers = train_in_order(spec, batches, shares, seed=args.init_seed, device=args.device, layers=layers)
-    if args.device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return losses, parameter_digest(layers), time.perf_counter() - t0
+    out = []
+
+    def train():
+        out.append(train_in_order(spec, batches, shares, seed=args.init_seed, device=args.device, layers=layers))
+    (seconds,) = host_timed(train, 1, 0, device_sync(args.device))
+    losses, layers = out[0]
+    return losses, parameter_digest(layers), seconds
 
 
 def attention_time(args, spec, repeats: int = 20) -> float | None:
     """Median seconds of one scaled_dot_product_attention forward and backward at the model's attention shape
     (one microbatch, causal), under whatever mode is active: what the mode costs in the kernel it changes."""
     import statistics
-    import time
     import torch
+    from harmony.calibrate import host_timed
     cfg = getattr(spec, "config", None)
     heads, width, seq = (getattr(cfg, name, None) for name in ("n_head", "n_embd", "seq_len"))
     if not (heads and width and seq):
         return None
     shape = (args.ubatch, heads, seq, width // heads)
     q, k, v = (torch.randn(shape, device=args.device, requires_grad=True) for _ in range(3))
-    times = []
-    for i in range(repeats + 3):
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def step():
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        if i >= 3:   # warm-up excluded
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(host_timed(step, repeats, 3, device_sync(args.device)))
 
 
 def mode_context(mode: str):

@@ -38,7 +38,9 @@ def _median(ts: list[float]) -> tuple[float, list[float]]:
     return statistics.median(ts), [min(ts), max(ts)]
 
 
-def _host_timed(fn, trials: int, warmup: int, sync=None) -> list[float]:
+def host_timed(fn, trials: int, warmup: int, sync=None) -> list[float]:
+    """Seconds of each of `trials` calls of fn after `warmup` untimed ones, on the host clock; `sync` (e.g.
+    torch.cuda.synchronize) runs before the first and after each timed call, so device work is inside."""
     for _ in range(warmup):
         fn()
     if sync:
@@ -89,7 +91,7 @@ class Calibrator:
         src = torch.ones(n, dtype=torch.uint8)
         dst = torch.zeros(n, dtype=torch.uint8)
         self.sizes["host_memcpy"] = n
-        return self._rate("host_memcpy_Bps", n, _host_timed(lambda: dst.copy_(src), self.trials, self.warmup))
+        return self._rate("host_memcpy_Bps", n, host_timed(lambda: dst.copy_(src), self.trials, self.warmup))
 
     def host_duplex(self) -> float:
         """CPU stand-in for both directions at once: two host copies in two threads."""
@@ -102,7 +104,7 @@ class Calibrator:
                 t.start()
             for t in th:
                 t.join()
-        return self._rate("duplex_pinned_Bps", 2 * n, _host_timed(both, self.trials, self.warmup))
+        return self._rate("duplex_pinned_Bps", 2 * n, host_timed(both, self.trials, self.warmup))
 
     def cuda_transfers(self) -> dict:
         dev = self.dev
@@ -131,15 +133,15 @@ class Calibrator:
             s1.synchronize()
             s2.synchronize()
         out["duplex_pinned_Bps"] = self._rate("duplex_pinned_Bps", 2 * n,
-                                              _host_timed(duplex, self.trials, self.warmup, sync))
+                                              host_timed(duplex, self.trials, self.warmup, sync))
         h_src = h_dst = None          # free the pinned buffers before the pageable ones (the lambdas above are done)
         p_src = torch.ones(npg, dtype=torch.uint8)
         p_dst = torch.zeros(npg, dtype=torch.uint8)
         d_p = d_a[:npg]
         csync = lambda: torch.cuda.synchronize(dev)  # noqa: E731
-        out["h2d_pageable_Bps"] = self._rate("h2d_pageable_Bps", npg, _host_timed(
+        out["h2d_pageable_Bps"] = self._rate("h2d_pageable_Bps", npg, host_timed(
             lambda: d_p.copy_(p_src), self.trials, self.warmup, csync))
-        out["d2h_pageable_Bps"] = self._rate("d2h_pageable_Bps", npg, _host_timed(
+        out["d2h_pageable_Bps"] = self._rate("d2h_pageable_Bps", npg, host_timed(
             lambda: p_dst.copy_(d_p), self.trials, self.warmup, csync))
         d_a = d_b = d_p = None
         torch.cuda.empty_cache()
@@ -172,9 +174,9 @@ class Calibrator:
                 s.synchronize()
         for d in devs:
             torch.cuda.synchronize(d)
-        out = {"h2d_pinned_total_Bps": self._rate("h2d_pinned_total_Bps", ng * n, _host_timed(
+        out = {"h2d_pinned_total_Bps": self._rate("h2d_pinned_total_Bps", ng * n, host_timed(
                    lambda: issue(True), self.trials, self.warmup, sync)),
-               "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, _host_timed(
+               "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, host_timed(
                    lambda: issue(False), self.trials, self.warmup, sync))}
         hosts = gpus = None          # free them now (issue() is done with them)
         for d in devs:
@@ -201,7 +203,7 @@ class Calibrator:
                 def sync(i=i, j=j):
                     torch.cuda.synchronize(i)
                     torch.cuda.synchronize(j)
-                bw[i][j] = self._rate(f"p2p_{i}_{j}", n, _host_timed(
+                bw[i][j] = self._rate(f"p2p_{i}_{j}", n, host_timed(
                     lambda i=i, dst=dst: dst.copy_(bufs[i], non_blocking=True), self.trials, self.warmup, sync))
                 del dst
         return bw, access
@@ -224,7 +226,7 @@ class Calibrator:
                 if self.cuda:
                     ts = _event_timed(fn, torch.cuda.current_stream(self.dev), self.trials, self.warmup + 1)
                 else:
-                    ts = _host_timed(fn, max(3, self.trials // 2 + 1), 1)
+                    ts = host_timed(fn, max(3, self.trials // 2 + 1), 1)
                 out[prec] = self._rate(f"matmul_{prec}", flops, ts)
                 a = b = c = None
         finally:
@@ -246,7 +248,7 @@ class Calibrator:
         before = torch.get_num_threads()
         torch.set_num_threads(threads or before)
         try:
-            ts = _host_timed(opt.step, self.trials, self.warmup)
+            ts = host_timed(opt.step, self.trials, self.warmup)
         finally:
             torch.set_num_threads(before)
         med, (lo, hi) = _median(ts)
@@ -268,7 +270,7 @@ class Calibrator:
             with torch.no_grad():
                 for _ in range(calls):
                     layers(x)
-        ts = _host_timed(issue, self.trials, self.warmup, torch.cuda.synchronize if self.cuda else None)
+        ts = host_timed(issue, self.trials, self.warmup, torch.cuda.synchronize if self.cuda else None)
         n = calls * len(layers)
         self.sizes["host_issue_calls"] = n
         med, (lo, hi) = _median(ts)

@@ -1737,10 +1737,10 @@ def test_cpu_convergence_curves_equal_their_own_order_reference_bit_for_bit(tmp_
     workflow's commands carry the flags (next test)."""
     from harmony.decompose import decompose_model
     from harmony.jsonio import read_jsonl
-    ITERS = 30      # the smoke figure 13's model, D, u and length: the mismatch showed at one of its 30 losses
     from harmony.models import get_model
     from harmony.schedule.io import make_schedule_record
     from harmony.schedule.tasks import ScheduleConfig, build_task_graph
+    iters = 30      # the smoke figure 13's model, D, u and length: the mismatch showed at one of its 30 losses
     spec = get_model("bert-tiny")
     mj = decompose_model(spec, source={"kind": "zoo", "name": "bert-tiny", "overrides": {}}, with_flops=False)
     L = mj["num_vlayers"]
@@ -1748,11 +1748,11 @@ def test_cpu_convergence_curves_equal_their_own_order_reference_bit_for_bit(tmp_
                          bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
     (tmp_path / "m.json").write_text(json.dumps(mj))
     (tmp_path / "s.json").write_text(json.dumps(make_schedule_record(mj, build_task_graph(cfg, L))))
-    run = subprocess.run(["harmony", "run", str(tmp_path / "s.json"), "--iters", str(ITERS), "--device", "cpu",
+    run = subprocess.run(["harmony", "run", str(tmp_path / "s.json"), "--iters", str(iters), "--device", "cpu",
                           "--worker-threads", "1", "-o", str(tmp_path / "h.jsonl")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     ref = subprocess.run([sys.executable, "-m", "harmony.workflow", "reference", str(tmp_path / "m.json"),
-                          "--minibatch", "16", "--ubatch", "4", "--iters", str(ITERS), "--shares", "1", "--host-optimizer",
+                          "--minibatch", "16", "--ubatch", "4", "--iters", str(iters), "--shares", "1", "--host-optimizer",
                           "--threads", "1", "-o", str(tmp_path / "r.jsonl")], capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr[-2000:]
     harmony_losses = read_jsonl(tmp_path / "h.jsonl")[-1]["losses"]

@@ -10,11 +10,7 @@
 # Four GPUs: see that branch for the job list to write first.
 # Committed (the fiftieth session found the ignored `.whl/call.sh` of the session before gone with its checkout).
 set -u
-export PYTHONPATH=$PWD
-mkdir -p /tmp/bin
-printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony; chmod +x /tmp/bin/harmony
-command -v python >/dev/null || { printf '#!/bin/sh\nexec python3 "$@"\n' > /tmp/bin/python; chmod +x /tmp/bin/python; }
-export PATH=/tmp/bin:$PATH
+export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
 case "$HW" in

@@ -86,9 +86,10 @@ def sum_in_rank_order(flat: torch.Tensor, world: int, chunk: int = ORDERED_REDUC
     """In place, on every rank: flat = ((flat_0 + flat_1) + flat_2) + ... over the ranks, in rank order: the
     association plain PyTorch's `train_in_order` sums rank shares with. A chunk at a time (all-gather, then
     the additions), so that it needs `world` chunks of memory, not `world` copies of the gradients."""
+    buffers = [torch.empty(min(chunk, flat.numel()), dtype=flat.dtype, device=flat.device) for _ in range(world)]
     for start in range(0, flat.numel(), chunk):
         part = flat[start:start + chunk]
-        gathered = [torch.empty_like(part) for _ in range(world)]
+        gathered = [b[:part.numel()] for b in buffers]      # the last chunk may be shorter
         dist.all_gather(gathered, part)
         total = gathered[0]
         for other in gathered[1:]:
@@ -511,11 +512,12 @@ class Worker:
         grads = [p.grad for p in params]
         if t.allreduce:
             flat = torch.cat([g.reshape(-1) for g in grads])
-            if self.ordered_reduce:
-                self.counters.add("allreduce", (self.N - 1) * flat.numel() * flat.element_size())
+            nbytes = flat.numel() * flat.element_size()
+            if self.ordered_reduce:       # an all-gather: every other rank's whole share arrives
+                self.counters.add("allreduce", (self.N - 1) * nbytes)
                 sum_in_rank_order(flat, self.N)
-            else:
-                self.counters.add("allreduce", 2 * (self.N - 1) * flat.numel() * flat.element_size() // self.N)
+            else:                         # the ring: 2 (N - 1) / N of the gradients per rank
+                self.counters.add("allreduce", 2 * (self.N - 1) * nbytes // self.N)
                 dist.all_reduce(flat)
             grads = list(torch.split(flat, [g.numel() for g in grads]))
             grads = [g.view(p.shape) for g, p in zip(grads, params)]

@@ -91,6 +91,60 @@ def test_a_stochastic_vlayer_is_seeded_without_formatting_a_stack_trace(monkeypa
     assert not calls, f"{len(calls)} stack traces formatted in two iterations ({len(seeded)} dropout seeds)"
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_stash_read_on_its_own_rank_costs_no_signal_thread_job():
+    """A stash whose one reader is on the same rank is ordered by its D2H event on the GPU; the worker used
+    to publish its host flag as well, through a signal-thread job per stash (a thread wake-up and GIL
+    hand-off per FWD task, docs/performance.md entry 75). At N = 1 no flag has a reader: no job."""
+    bench = _load("runtime_overhead")
+    _, record, graph, _ = bench.build("resnet-tiny", {"blocks": (2, 2, 2, 2)}, 4, 2)
+    assert any(t.stash_out for t in graph.tasks), "no task stashes: the check below would pass vacuously"
+    loop = bench.RuntimeLoop(record, graph, iters=2, device="cuda")
+    try:
+        jobs = []
+        real = loop.w.updater.run_in_signal_thread
+        loop.w.updater.run_in_signal_thread = lambda fn: jobs.append(fn) or real(fn)
+        loop.step()
+        loop.step()
+    finally:
+        loop.close()
+    assert not jobs, f"{len(jobs)} signal-thread jobs in two iterations of a one-rank schedule"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_task_clock_marks_go_on_the_stream_it_was_given():
+    """TaskClock records its events on the stream it was built with, not on whatever stream is current
+    (it no longer looks the current stream up per mark, entry 75): a mark on a busy stream is pending
+    while one on the idle default stream completes."""
+    from harmony.runtime.task_clock import TaskClock
+    dev = torch.device("cuda")
+    busy = torch.cuda.Stream()
+    with torch.cuda.stream(busy):
+        torch.cuda._sleep(int(1e9))              # about half a second of the busy stream
+    on_busy = TaskClock(dev, busy).now()
+    on_idle = TaskClock(dev).now()
+    on_idle.synchronize()
+    try:
+        assert not on_busy.query(), "the mark completed at once: it was not recorded on the busy stream"
+    finally:
+        busy.synchronize()
+    assert on_busy.query()
+
+
+def test_the_worker_refuses_a_task_graph_whose_stash_has_two_readers():
+    """run_fwd publishes a stash's host flag only for a reader on another rank, which is right while each
+    stash has exactly one reader; a graph with two would hang its second reader, so set-up refuses it."""
+    bench = _load("runtime_overhead")
+    _, record, graph, _ = bench.build("resnet-tiny", {"blocks": (2, 2, 2, 2)}, 4, 2)
+    readers = [t for t in graph.tasks if t.act_in[0] == "stash"]
+    assert len(readers) >= 2, "fewer than two stash readers: nothing to alias"
+    readers[1].act_in = readers[0].act_in
+    with pytest.raises(ValueError, match="several readers"):
+        bench.RuntimeLoop(record, graph, iters=2)
+
+
 def test_runtime_overhead_sets_any_models_config_fields(capsys):
     bench = _load("runtime_overhead")
     bench.main(["--model", "bert-tiny", "--set", "n_layer=3", "hidden_dropout=0.1", "--packs", "2",

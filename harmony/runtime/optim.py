@@ -150,7 +150,7 @@ class PackUpdater:
         if coalesce_below < 0:
             raise ValueError(f"coalesce_below must be >= 0 (0 turns coalescing off), got {coalesce_below}")
         self.arena, self.packs, self.cfg, self.coalesce_below = arena, list(bwd_packs), cfg, coalesce_below
-        self.upd_flags = arena.upd_done      # one view of the flags, not a new one per pack update
+        self.upd_flags = arena.upd_done.numpy()   # one view of the flags (numpy: an element write costs no tensor)
         self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="harmony-upd")
         self.signal = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harmony-signal")
         self._opts: dict[int, _PackOptimizer] = {}

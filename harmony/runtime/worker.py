@@ -26,7 +26,7 @@ import os
 import signal
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from datetime import timedelta
 
 import torch
@@ -195,7 +195,9 @@ class Worker:
         views (a view costs a slice + two reshapes + an Entry.nbytes each), per-layer parameter/buffer
         slots, output specs, and per-task facts of the (fixed) task graph."""
         arena, L = self.arena, len(self.layers)
-        self.upd_flags, self.stash_flags = arena.upd_done, arena.stash_done
+        # numpy views of the arena's flags: reading an element of a tensor builds a tensor and calls item()
+        # (about 5 us), a numpy element read is a tenth of that; both read the same shared memory
+        self.upd_flags, self.stash_flags = arena.upd_done.numpy(), arena.stash_done.numpy()
         self.w_views = [arena.weights(l) for l in range(L)]
         self.w_bytes = [sum(w.numel() * w.element_size() for w in ws) for ws in self.w_views]
         if self.per_vlayer_copies:     # --weight-copies per-vlayer: one copy of each vLayer's W block
@@ -214,7 +216,13 @@ class Worker:
         self.out_specs = [[(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in vl["outputs"]] for vl in self.vls]
         self.out_specs_float = [[s for s in sp if s[1] in _FLOAT] for sp in self.out_specs]
         self.stash_views = {tid: arena.stash(tid) for tid in arena.layout.stash}
-        # FWD task ids whose stash a task on another rank reads
+        # FWD task ids whose stash a task on another rank reads. run_fwd publishes a stash's flag for these
+        # only, which holds while each stash has one reader (the task graph's rule, checked here)
+        readers = Counter(c.act_in[1] for c in self.graph.tasks if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash")
+        if readers and max(readers.values()) > 1:
+            shared = sorted(tid for tid, n in readers.items() if n > 1)
+            raise ValueError(f"task graph: the stash of FWD task(s) {shared} has several readers; the runtime "
+                             "orders a stash by one reader (harmony/schedule/tasks.py makes one per stash)")
         self.stash_remote = {c.act_in[1] for c in self.graph.tasks
                              if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash" and c.rank != self.rank}
         self.load_packs = {}            # task id -> indices of the backward packs its load_layers touch
@@ -231,15 +239,17 @@ class Worker:
     # ------------------------------------------------------------------------------------------
     # weights
     # ------------------------------------------------------------------------------------------
-    def _wait_flag(self, flags: torch.Tensor, idx: int, value: int, what: str) -> None:
-        if int(flags[idx]) >= value:
+    def _wait_flag(self, flags, idx: int, value: int, what) -> None:
+        """Block until flags[idx] >= value (flags: a numpy view of the arena's). what(): the awaited
+        thing, for the timeout's message; a callable, so the common case (already set) formats nothing."""
+        if flags[idx] >= value:
             return
         t0 = time.perf_counter()
         deadline = time.monotonic() + self.timeout
         delay = 2e-5
-        while int(flags[idx]) < value:
+        while flags[idx] < value:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {self.rank}: timed out after {self.timeout:.0f} s waiting for {what}")
+                raise TimeoutError(f"rank {self.rank}: timed out after {self.timeout:.0f} s waiting for {what()}")
             time.sleep(delay)
             delay = min(delay * 2, 2e-3)
         self.flag_wait_s += time.perf_counter() - t0
@@ -273,7 +283,7 @@ class Worker:
         into = reserved or {}
         flags = self.upd_flags
         for pi in self.load_packs[t.id]:
-            self._wait_flag(flags, pi, it, f"the update of pack {self.cfg.bwd_packs[pi]}")
+            self._wait_flag(flags, pi, it, lambda pi=pi: f"the update of pack {self.cfg.bwd_packs[pi]}")
         for layer in range(lo, hi):
             if self.per_vlayer_copies:
                 out[layer] = self.copier.h2d_block(self.w_blocks[layer], self.w_block_views[layer], "h2d_weights",
@@ -287,7 +297,7 @@ class Worker:
             if src in self.stash_events:      # produced on this rank: order by event, no host wait
                 written = self.stash_events.pop(src)
             else:
-                self._wait_flag(self.stash_flags, src, it + 1, f"the stash of task {src}")
+                self._wait_flag(self.stash_flags, src, it + 1, lambda: f"the stash of task {src}")
             mbs = t.microbatches()
             first = self.copier.h2d(self._stash_slices(t, *mbs[0]), "h2d_act", into=into.get("stash"),
                                     after=written)
@@ -410,10 +420,12 @@ class Worker:
         if t.stash_out:
             ev = self.copier.d2h(self.stash_views[t.id], outs, "d2h_act")
             if t.id not in self.stash_remote:
+                # its one reader (tasks.py: one BWD task per stash) is on this rank and orders its copy
+                # after this event, on the GPU: no flag to publish, so no signal-thread job per stash
                 self.stash_events[t.id] = ev
             if ev is None:
                 self.stash_flags[t.id] = it + 1
-            else:
+            elif t.id in self.stash_remote:
                 flags, tid, val = self.stash_flags, t.id, it + 1
 
                 def publish(ev=ev):
@@ -592,7 +604,7 @@ class Worker:
         self.current = None
         self.flag_wait_s = 0.0            # per iteration (reset in _iteration): host time in _wait_flag
         self.task_peaks, self.probe_peak = ([] if probe else None), 0
-        self.task_clock = TaskClock(self.device)
+        self.task_clock = TaskClock(self.device, self.copier.compute if self.copier.cuda else None)
 
     def run(self) -> None:
         import psutil

@@ -18,31 +18,18 @@ R=results/paper/1xH100-80GB-HBM3
 OUT=$R/remeasure/host-overhead
 : "${PATCH:?PATCH=<a diff that turns this tree into the runtime before the change>}"
 mkdir -p "$OUT"
-A=$PWD; B=/tmp/ab-tree-b
-rm -rf "$B" && mkdir -p "$B" && tar cf - --exclude=./results --exclude=./.git --exclude=./.whl . | tar xf - -C "$B"
-if ! (cd "$B" && patch -p1 --quiet < "$A/$PATCH"); then
-  echo "PATCH $PATCH does not apply to this tree" >&2; exit 2
-fi
-deadline=${HARMONY_DEADLINE:-$(( $(date +%s) + 540 ))}
-
-step() {   # step NAME LABEL ROUND LIMIT_S -- command...   (runs in the label's tree)
-  local name=$1 label=$2 r=$3 limit=$4; shift 5
-  local tree=$A; [ "$label" = b ] && tree=$B
-  if [ $(( $(date +%s) + limit )) -gt "$deadline" ]; then
-    echo "[$SECONDS s] $name $label round $r: left (the call's deadline is nearer than its ${limit} s)"; return
-  fi
-  (cd "$tree" && PYTHONPATH="$tree:${PYTHONPATH#*:}" timeout "$limit" "$@") > "$OUT/$name.$label.$r.log" 2>&1
-  echo "[$SECONDS s] $name $label round $r: rc=$? $(grep -v Warning "$OUT/$name.$label.$r.log" | tail -1 | cut -c1-150)"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/ab_tree_lib.sh"
+make_b_tree "$PATCH"
+AB_OUT=$OUT AB_DEADLINE=${HARMONY_DEADLINE:-$(( $(date +%s) + 540 ))}
 
 one() {   # one LABEL ROUND
   local l=$1 r=$2
-  step overhead "$l" "$r" 100 -- python3 benchmarks/runtime_overhead.py --device cuda --packs 1 8 --minibatch 8 \
+  ab_step overhead "$l" "$r" 100 -- python3 benchmarks/runtime_overhead.py --device cuda --packs 1 8 --minibatch 8 \
     --ubatch 8 --weight-copies per-vlayer --parts --iters 10 --warmup 2
-  step swap-pp "$l" "$r" 100 -- python3 -m harmony.cli baseline swap-pp "$A/$R/models/resnet1026.json" --minibatch 64 \
+  ab_step swap-pp "$l" "$r" 100 -- python3 -m harmony.cli baseline swap-pp "$A/$R/models/resnet1026.json" --minibatch 64 \
     --gpus 1 --gpu-memory 11GiB --ubatch 64 --iters 4 --device cuda --precision tf32 \
     --profile "$A/$R/profiles/resnet1026.json" --calibration "$A/$R/calibration.json" -o "$A/$OUT/swap-pp.$l.$r.jsonl"
-  step harmony "$l" "$r" 100 -- python3 -m harmony.cli run "$A/$R/resnet1026-D64-N1/harmony.schedule.json" \
+  ab_step harmony "$l" "$r" 100 -- python3 -m harmony.cli run "$A/$R/resnet1026-D64-N1/harmony.schedule.json" \
     --device cuda --iters 5 --warmup 1 --gpu-memory 11GiB --precision tf32 -o "$A/$OUT/harmony.$l.$r.jsonl"
 }
 if [ "${GPU_TESTS:-1}" = 1 ]; then     # the change's CUDA paths (stream switches) against plain PyTorch, first
@@ -52,20 +39,4 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then     # the change's CUDA paths (stream switche
 fi
 for x in ${ORDER:-a:1 b:1 b:2 a:2}; do one "${x%%:*}" "${x##*:}"; done
 
-python3 - "$OUT" <<'EOF'
-import glob, json, re, statistics, sys
-out = sys.argv[1]
-for name in ("swap-pp", "harmony"):
-    for label in ("a", "b"):
-        t = []
-        for f in sorted(glob.glob(f"{out}/{name}.{label}.*.jsonl")):
-            s = [json.loads(l) for l in open(f)][-1]
-            if s.get("status") == "ok":
-                t.append(s["iter_time_s"])
-        print(f"{name} {label}: s/iteration {', '.join(f'{x:.3f}' for x in t) or 'none'}"
-              + (f", median {statistics.median(t):.3f}" if t else ""))
-for label in ("a", "b"):
-    for f in sorted(glob.glob(f"{out}/overhead.{label}.*.log")):
-        rows = [l.rstrip() for l in open(f) if re.match(r"\s+[18]\s+per-vlayer", l)]
-        print(f"overhead {f.split('/')[-1]}: " + " | ".join(rows))
-EOF
+ab_summary "$OUT" swap-pp harmony

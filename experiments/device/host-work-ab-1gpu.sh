@@ -20,35 +20,22 @@ R=${R:-results/paper/1xH100-80GB-HBM3}
 : "${PATCH:?PATCH=<a diff that turns this tree into the runtime before the change>}"
 mkdir -p "$O"
 O=$(cd "$O" && pwd)
-A=$PWD; B=/tmp/ab-tree-b
+. "$(dirname "${BASH_SOURCE[0]}")/ab_tree_lib.sh"
 export PYTHONUNBUFFERED=1
-rm -rf "$B" && mkdir -p "$B" && tar cf - --exclude=./results --exclude=./.git --exclude=./.whl . | tar xf - -C "$B"
-if ! (cd "$B" && patch -p1 --quiet < "$A/$PATCH"); then
-  echo "PATCH $PATCH does not apply to this tree" >&2; exit 2
-fi
-deadline=${HARMONY_DEADLINE:-$(( $(date +%s) + 540 ))}
+make_b_tree "$PATCH"
+AB_OUT=$O AB_DEADLINE=${HARMONY_DEADLINE:-$(( $(date +%s) + 540 ))}
 python3 -m harmony.cli env --device cuda --precision tf32 > "$O/env.json" 2> "$O/env.err"
-
-step() {   # step NAME LABEL ROUND LIMIT_S -- command...   (runs in the label's tree)
-  local name=$1 label=$2 r=$3 limit=$4; shift 5
-  local tree=$A; [ "$label" = b ] && tree=$B
-  if [ $(( $(date +%s) + limit )) -gt "$deadline" ]; then
-    echo "[$SECONDS s] $name $label round $r: left (the call's deadline is nearer than its ${limit} s)"; return
-  fi
-  (cd "$tree" && PYTHONPATH="$tree" timeout "$limit" "$@") > "$O/$name.$label.$r.log" 2>&1
-  echo "[$SECONDS s] $name $label round $r: rc=$? $(grep -v Warning "$O/$name.$label.$r.log" | tail -1 | cut -c1-150)"
-}
 
 one() {   # one LABEL ROUND
   local l=$1 r=$2
-  step overhead "$l" "$r" 60 -- python3 benchmarks/runtime_overhead.py --device cuda --packs 1 8 --minibatch 8 \
+  ab_step overhead "$l" "$r" 60 -- python3 benchmarks/runtime_overhead.py --device cuda --packs 1 8 --minibatch 8 \
     --ubatch 8 --parts --iters 10 --warmup 2
-  step bert "$l" "$r" 60 -- python3 benchmarks/runtime_overhead.py --device cuda --model bert-tiny \
+  ab_step bert "$l" "$r" 60 -- python3 benchmarks/runtime_overhead.py --device cuda --model bert-tiny \
     --set n_layer=32 hidden_dropout=0.1 attn_dropout=0.1 --minibatch 4 --ubatch 2 --packs 8 --parts --iters 20
-  step swap-pp "$l" "$r" 90 -- python3 -m harmony.cli baseline swap-pp "$A/$R/models/resnet1026.json" --minibatch 64 \
+  ab_step swap-pp "$l" "$r" 90 -- python3 -m harmony.cli baseline swap-pp "$A/$R/models/resnet1026.json" --minibatch 64 \
     --gpus 1 --gpu-memory 11GiB --ubatch 64 --iters 4 --device cuda --precision tf32 \
     --profile "$A/$R/profiles/resnet1026.json" --calibration "$A/$R/calibration.json" -o "$O/swap-pp.$l.$r.jsonl"
-  step harmony "$l" "$r" 90 -- python3 -m harmony.cli run "$A/$R/schedules/bert96/vPP-N1-D16-auto.json" \
+  ab_step harmony "$l" "$r" 90 -- python3 -m harmony.cli run "$A/$R/schedules/bert96/vPP-N1-D16-auto.json" \
     --device cuda --iters 6 --warmup 1 --gpu-memory 11GiB --precision tf32 -o "$O/harmony.$l.$r.jsonl"
 }
 if [ "${GPU_TESTS:-1}" = 1 ]; then     # the change's CUDA paths against plain PyTorch, first
@@ -57,21 +44,4 @@ if [ "${GPU_TESTS:-1}" = 1 ]; then     # the change's CUDA paths against plain P
 fi
 for x in ${ORDER:-a:1 b:1 b:2 a:2}; do one "${x%%:*}" "${x##*:}"; done
 
-python3 - "$O" <<'EOF'
-import glob, json, re, statistics, sys
-out = sys.argv[1]
-for name in ("swap-pp", "harmony"):
-    for label in ("a", "b"):
-        t = []
-        for f in sorted(glob.glob(f"{out}/{name}.{label}.*.jsonl")):
-            s = [json.loads(l) for l in open(f)][-1]
-            if s.get("status") == "ok":
-                t.append(s["iter_time_s"])
-        print(f"{name} {label}: s/iteration {', '.join(f'{x:.3f}' for x in t) or 'none'}"
-              + (f", median {statistics.median(t):.3f}" if t else ""))
-for name in ("overhead", "bert"):
-    for label in ("a", "b"):
-        for f in sorted(glob.glob(f"{out}/{name}.{label}.*.log")):
-            rows = [l.rstrip() for l in open(f) if re.match(r"\s+[18]\s+per-vlayer", l)]
-            print(f"{f.split('/')[-1]}: " + " | ".join(rows))
-EOF
+ab_summary "$O" swap-pp harmony

@@ -34,5 +34,13 @@ case "$HW" in
       GPU_SLOTS=4 GPU_PARALLEL_RE='convergence/.*-N1\.jsonl$' BUDGET_S=585 bash experiments/device/grid_gpu.sh \
         "experiments/device/jobs-convergence-$HW.sh" "results/paper/$HW" "${1:-x4-conv1}"
     fi ;;
+  1xH100-80GB-HBM3)   # item 39: bert96's N = 1 row profiled, searched and run on one host. Its list is written
+    # on the CPU machine first, moving the old records: bash experiments/device/make-jobs-samehost.sh --move
+    # bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
+    if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
+      echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
+    fi
+    BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-samehost-1xH100.sh \
+      results/paper/1xH100-80GB-HBM3 "${1:-h100-samehost15}" ;;
   *) echo "nothing queued for $HW (device README, \"Next call\")" ;;
 esac

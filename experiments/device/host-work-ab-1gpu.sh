@@ -11,7 +11,7 @@
 #   swap-pp   swap-pp resnet1026 D = 64 u = 64 (1,030 one-vLayer tasks, host-bound), the H100's model files
 #   harmony   figure 10's bert96 D = 16 N = 1 vPP schedule (the H100's), 100 vLayers in 13 packs
 # GPU_TESTS=1 (default) first runs the benchmarks' GPU tests and tests/test_runtime_gpu.py against plain
-# PyTorch; ORDER ("a:1 b:1 b:2 a:2") lists tree:round, so a second call can add rounds; HARMONY_DEADLINE
+# PyTorch (bound: GPU_TESTS_S, 300); ORDER ("a:1 b:1 b:2 a:2") lists tree:round, so a second call can add rounds; HARMONY_DEADLINE
 # (epoch seconds; default 540 s from the start). Writes OUTDIR/{overhead,bert,swap-pp,harmony}.{a,b}.<round>.*,
 # OUTDIR/env.json, OUTDIR/gpu-tests.log, and prints the medians. Tar OUTDIR into $OUT (few files come back).
 set -uo pipefail
@@ -39,7 +39,8 @@ one() {   # one LABEL ROUND
     --device cuda --iters 6 --warmup 1 --gpu-memory 11GiB --precision tf32 -o "$O/harmony.$l.$r.jsonl"
 }
 if [ "${GPU_TESTS:-1}" = 1 ]; then     # the change's CUDA paths against plain PyTorch, first
-  timeout 200 python3 -m pytest -q -m gpu tests/test_benchmarks.py tests/test_runtime_gpu.py > "$O/gpu-tests.log" 2>&1
+  # about 120 s on one GPU, 240 s on two (their N = 2 cases run): a shorter bound interrupts a run mid-test
+  timeout "${GPU_TESTS_S:-300}" python3 -m pytest -q -m gpu tests/test_benchmarks.py tests/test_runtime_gpu.py > "$O/gpu-tests.log" 2>&1
   echo "[$SECONDS s] GPU tests: $(tail -n 1 "$O/gpu-tests.log")"
 fi
 for x in ${ORDER:-a:1 b:1 b:2 a:2}; do one "${x%%:*}" "${x##*:}"; done

@@ -219,13 +219,12 @@ class Worker:
         self.stash_views = {tid: arena.stash(tid) for tid in arena.layout.stash}
         # FWD task ids whose stash a task on another rank reads. run_fwd publishes a stash's flag for these
         # only, which holds while each stash has one reader (the task graph's rule, checked here)
-        readers = Counter(c.act_in[1] for c in self.graph.tasks if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash")
-        if readers and max(readers.values()) > 1:
-            shared = sorted(tid for tid, n in readers.items() if n > 1)
+        stash_readers = [c for c in self.graph.tasks if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash"]
+        shared = sorted(tid for tid, n in Counter(c.act_in[1] for c in stash_readers).items() if n > 1)
+        if shared:
             raise ValueError(f"task graph: the stash of FWD task(s) {shared} has several readers; the runtime "
                              "orders a stash by one reader (harmony/schedule/tasks.py makes one per stash)")
-        self.stash_remote = {c.act_in[1] for c in self.graph.tasks
-                             if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash" and c.rank != self.rank}
+        self.stash_remote = {c.act_in[1] for c in stash_readers if c.rank != self.rank}
         self.load_packs = {}            # task id -> indices of the backward packs its load_layers touch
         for t in self.compute_tasks:
             lo, hi = t.load_layers
@@ -420,13 +419,14 @@ class Worker:
         del inp
         if t.stash_out:
             ev = self.copier.d2h(self.stash_views[t.id], outs, "d2h_act")
-            if t.id not in self.stash_remote:
+            read_remotely = t.id in self.stash_remote
+            if not read_remotely:
                 # its one reader (tasks.py: one BWD task per stash) is on this rank and orders its copy
                 # after this event, on the GPU: no flag to publish, so no signal-thread job per stash
                 self.stash_events[t.id] = ev
             if ev is None:
                 self.stash_flags[t.id] = it + 1
-            elif t.id in self.stash_remote:
+            elif read_remotely:
                 flags, tid, val = self.stash_flags, t.id, it + 1
 
                 def publish(ev=ev):

@@ -9,6 +9,11 @@
 #                                               --move) or reading them; git refuses to add paths outside a
 #                                               sparse checkout
 set -euo pipefail
+#   SLIM_ALSO='results/large/ results/paper/2xH200/runs/swap-pp/' bash experiments/device/slim_tree.sh on HW
+#                                               also leaves out those folders (repository-relative, trailing
+#                                               slash), for a call whose job list reads none of them: the
+#                                               2x H200 tree alone had grown to 63.8 MiB by the fifty-second
+#                                               session, too close to the tool's limit
 #   bash experiments/device/slim_tree.sh on HW [HW...]  also leaves out every results/paper/ folder but HW (e.g.
 #                                               2xH200; name two for a call that may get either card):
 #                                               a call's job list reads only its own hardware's folder, and
@@ -21,6 +26,7 @@ case ${1:-} in
            [ -d "results/paper/$hw" ] || { echo "$0: no folder results/paper/$hw (one of: $(ls results/paper | tr '\n' ' '))" >&2; exit 2; }
            keep+=("/results/paper/$hw/" "!/results/paper/$hw/superseded/")
          done
+         for extra in ${SLIM_ALSO:-}; do keep+=("!/${extra#/}"); done
          git sparse-checkout set --no-cone '/*' '!/results/paper/*/' "${keep[@]}"
        else
          git sparse-checkout set --no-cone '/*' '!/results/paper/*/superseded/' '!/results/paper/4xH200/'

@@ -876,6 +876,35 @@ def _rerun_stale_module():
     return mod
 
 
+def test_rerun_stale_picks_records_by_path_and_orders_them_config_by_config(tmp_path):
+    """rerun-stale.py --records REGEX --order config (a side-by-side re-run in one call): only the matching
+    records, one configuration after another, each with its baselines first and then its Harmony runs."""
+    rs = _rerun_stale_module()
+    R = "results/paper/2xH200"
+
+    def record(rel, system, mode, model, d, t=1.0):
+        f = tmp_path / R / "runs" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"record": "summary", "system": system, "mode": mode, "model": model,
+                                 "minibatch": d, "gpus": 2, "iter_time_s": t, "env": {}}) + "\n")
+        return f"{R}/runs/{rel}"
+
+    b16 = [record("harmony-vDP/bert96/N2-D16-auto.jsonl", "harmony", "vDP", "bert96", 16),
+           record("swap-dp/bert96/N2-D16-best.jsonl", "swap-dp", "vDP", "bert96", 16)]
+    g16 = [record("harmony-vPP/gpt2-xl/N2-D16-auto.jsonl", "harmony", "vPP", "gpt2-xl", 16),
+           record("swap-dp/gpt2-xl/N2-D16-best.jsonl", "swap-dp", "vDP", "gpt2-xl", 16)]
+    record("swap-dp/gpt2-xl/N2-D256-best.jsonl", "swap-dp", "vDP", "gpt2-xl", 256)    # not picked
+    os.chdir(tmp_path)
+    try:
+        picked = [rec for _, rec, _ in rs.stale_records(R, "side_by_side", 2, None, None,
+                                                        r"/(bert96|gpt2-xl)/N2-D16-", by_config=True)]
+        default = [rec for _, rec, _ in rs.stale_records(R, "side_by_side", 2, None, None, r"/N2-D16-")]
+    finally:
+        os.chdir(ROOT)
+    assert picked == [b16[1], b16[0], g16[1], g16[0]]
+    assert default[:2] == [b16[0], g16[0]] and set(default[2:]) == {b16[1], g16[1]}
+
+
 def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_path):
     """experiments/device/rerun-stale.py: records without env.omp_wait_policy are stale (Harmony first,
     farthest from its prediction first; a fresh one, a search candidate and another N are left out); the

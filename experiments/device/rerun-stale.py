@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -46,9 +47,12 @@ def summary_of(path: Path) -> dict | None:
 
 
 def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | None,
-                  modes: set[str] | None = None) -> list[tuple[tuple, str, dict]]:
+                  modes: set[str] | None = None, records: str | None = None,
+                  by_config: bool = False) -> list[tuple[tuple, str, dict]]:
     """(priority, record path, summary) of the run records under RESULTS/runs/ whose summary and env both
-    lack `key`; Harmony first, farthest from its prediction first."""
+    lack `key` (and whose path matches the regular expression `records`, when given); Harmony first,
+    farthest from its prediction first. `by_config`: one configuration (model, minibatch) after another,
+    its baselines before its Harmony runs, so that a call cut short leaves whole side-by-side sets."""
     out = []
     for rec in sorted(Path(results, "runs").glob("*/*/*.jsonl")):
         if rec.name.count(".") > 1:                     # <record>.u<u>.jsonl: a search candidate
@@ -56,13 +60,18 @@ def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | 
         s = summary_of(rec)
         if s is None or key in s or key in (s.get("env") or {}):
             continue
+        if records is not None and not re.search(records, str(rec)):
+            continue
         system = s.get("system") or ""
         if (gpus is not None and s.get("gpus") != gpus) or (systems is not None and system not in systems) \
                 or (modes is not None and s.get("mode") not in modes):
             continue
         t, pred = s.get("iter_time_s"), s.get("predicted_iter_time_s")
         off = abs(math.log(t / pred)) if t and pred else 0.0   # within a system: farthest from its prediction first
-        out.append(((ORDER.get(system, 3), -off), str(rec), s))
+        order = (ORDER.get(system, 3), -off)
+        if by_config:
+            order = (s.get("model") or "", s.get("minibatch") or 0, -ORDER.get(system, 3), -off)
+        out.append((order, str(rec), s))
     return sorted(out, key=lambda t: t[0])
 
 
@@ -133,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=None, help="only records of this many GPUs")
     ap.add_argument("--systems", default=None, help="comma list of systems (default: all)")
     ap.add_argument("--modes", default=None, help="comma list of modes, e.g. vDP (default: all)")
+    ap.add_argument("--records", default=None, metavar="REGEX",
+                    help="only records whose path matches REGEX, e.g. 'gpt2-xl/N2-D(16|64)-' (with a --key no "
+                         "record has, this re-runs chosen records side by side in one call)")
+    ap.add_argument("--order", choices=("priority", "config"), default="priority",
+                    help="priority (default): Harmony first, farthest from its prediction first; config: one "
+                         "configuration after another, its baselines first, then its Harmony runs")
     ap.add_argument("-o", "--output")
     a = ap.parse_args(argv)
     results = a.results.rstrip("/")
@@ -143,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.config or not a.output:
         ap.error("--config and -o are required to write a job list")
     systems = set(a.systems.split(",")) if a.systems else None
-    stale = stale_records(results, a.key, a.gpus, systems, set(a.modes.split(",")) if a.modes else None)
+    stale = stale_records(results, a.key, a.gpus, systems, set(a.modes.split(",")) if a.modes else None,
+                          a.records, a.order == "config")
     if not stale:
         print(f"no stale records under {results}/runs/", file=sys.stderr)
         return 1

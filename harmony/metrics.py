@@ -250,6 +250,10 @@ def env_record(device: str = "cpu", precision: str = "fp32", gpu_memory_cap: int
         "cpu_model": cpu_model(), "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         **host_memory_record(),
     }
+    if os.environ.get("HARMONY_RUN_TAG"):
+        # which re-run list made this record (experiments/device/rerun-stale.py: its superseded/ REASON), so
+        # that the list knows its own runs when it is called again
+        rec["run_tag"] = os.environ["HARMONY_RUN_TAG"]
     if device.startswith("cuda") and torch.cuda.is_available():
         rec["gpu"] = torch.cuda.get_device_name(0)
         rec["gpu_count"] = torch.cuda.device_count()

@@ -111,3 +111,14 @@ def test_every_environment_record_carries_the_nccl_settings(monkeypatch):
     assert "NCCLX_NOT_NCCL" not in env_record("cpu")["nccl_env"]
     monkeypatch.delenv("NCCL_P2P_USE_CUDA_MEMCPY")
     assert "NCCL_P2P_USE_CUDA_MEMCPY" not in env_record("cpu")["nccl_env"]
+
+
+def test_a_record_names_the_re_run_list_that_made_it(monkeypatch):
+    """experiments/device/rerun-stale.py's lists set HARMONY_RUN_TAG to their superseded/ REASON, and a run's
+    environment record carries it as run_tag: the list's next call knows its own runs by it. Unset, the
+    record has no run_tag at all (a bare key would mark every run fresh)."""
+    from harmony.metrics import env_record
+    monkeypatch.delenv("HARMONY_RUN_TAG", raising=False)
+    assert "run_tag" not in env_record("cpu")
+    monkeypatch.setenv("HARMONY_RUN_TAG", "other-host-sbs")
+    assert env_record("cpu")["run_tag"] == "other-host-sbs"

@@ -903,6 +903,31 @@ def test_rerun_stale_picks_records_by_path_and_orders_them_config_by_config(tmp_
         os.chdir(ROOT)
     assert picked == [b16[1], b16[0], g16[1], g16[0]]
     assert default[:2] == [b16[0], g16[0]] and set(default[2:]) == {b16[1], g16[1]}
+    # the list's runs carry its tag (HARMONY_RUN_TAG -> env.run_tag), so a second call skips them although
+    # they lack the key too; the first pass moved each old record aside
+    stale = rs.stale_records(str(tmp_path / R), "side_by_side", 2, None, None, r"/bert96/N2-D16-",
+                             by_config=True)
+    stale = [(o, rec.replace(str(tmp_path) + "/", ""), s) for o, rec, s in stale]
+    make = """printf '{"record": "summary", "env": {"run_tag": "%s"}}\\n' "$HARMONY_RUN_TAG" > """
+    dry = "".join(_dry_job("baseline" if "swap" in rec else "run_harmony", [], [rec], make + rec) for rec in b16)
+    (tmp_path / "dry.txt").write_text(dry)
+    raw = tmp_path / "raw.sh"
+    sh([sys.executable, "-m", "harmony.workflow", "joblist", str(tmp_path / "dry.txt"), "-o", str(raw)])
+    text, n = rs.rewrite_joblist(raw.read_text().splitlines(), stale, R, "side_by_side", "other-host-sbs")
+    assert n == 2
+    script = tmp_path / "sbs.sh"
+    script.write_text(text)
+    first = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "ran 2, skipped 0" in first.stdout, first.stdout + first.stderr
+    assert all((tmp_path / R / "superseded/other-host-sbs" / rec.split(R + "/")[1]).exists() for rec in b16)
+    assert all(json.loads((tmp_path / rec).read_text())["env"]["run_tag"] == "other-host-sbs" for rec in b16)
+    again = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "ran 0, skipped 2" in again.stdout, again.stdout + again.stderr
+    os.chdir(tmp_path)
+    try:
+        assert rs.stale_records(R, "side_by_side", 2, None, None, r"/bert96/", reason="other-host-sbs") == []
+    finally:
+        os.chdir(ROOT)
 
 
 def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_path):
@@ -972,6 +997,11 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
     stale_copy.write_text("{}\n")
     assert rs.prune_moved(str(tmp_path / R), "omp_wait_policy", "omp-spin") == [stale_copy]
     assert not stale_copy.exists() and all((tmp_path / rec).exists() for rec in (near, far, base))
+    # a re-run by a key no record has (side by side): its new records lack the key too, and stay
+    for rec in (near, far, base):
+        (tmp_path / rec).write_text(json.dumps({"record": "summary", "iter_time_s": 0.5}) + "\n")
+    assert rs.prune_moved(str(tmp_path / R), "side_by_side", "omp-spin") == []
+    assert all((tmp_path / rec).exists() for rec in (near, far, base))
 
 
 def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):

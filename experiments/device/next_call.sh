@@ -14,8 +14,9 @@ export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
 case "$HW" in
-  2xH200)             # item 4: entry 21's test, entry 22's resnet1026 trace, entry 23's A/B (grid_gpu.sh tars its own)
-    BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/checks-2xH200.sh results/paper/2xH200 "${1:-x2-checks6}" ;;
+  2xH200)             # item 40: figure 10's bert96 and gpt2-xl D = 256 side by side on one host (grid_gpu.sh tars its own);
+    # the tree slimmed with SLIM_ALSO='results/large/ results/paper/2xH200/remeasure/ results/paper/2xH200/runs/swap-pp/'
+    BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/side-by-side2-2xH200.sh results/paper/2xH200 "${1:-x2-sbs2}" ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \

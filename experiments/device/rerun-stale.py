@@ -30,12 +30,15 @@ RERUN = r'''SUP=${SUPERSEDED:-%(sup)s}
 rerun() {  # rerun RECORD RULE 'SHELL' OUTPUT...: move the stale RECORD and its candidates aside, then run the job
   local rec=$1 f; shift
   if grep -q '"%(key)s"' "$rec" 2>/dev/null; then n_skip=$((n_skip+1)); return; fi   # fresh: ran after the fix
+  # fresh: this list ran it already (its runs' env records carry run_tag %(reason)s; a key no record has,
+  # as a side-by-side re-run's, would otherwise run them again in every call)
+  if grep -q '"run_tag": *"%(reason)s"' "$rec" 2>/dev/null; then n_skip=$((n_skip+1)); return; fi
   if [ "$budget" -gt 0 ] && [ "$SECONDS" -ge "$budget" ]; then n_left=$((n_left+1)); return; fi
   for f in "$rec" "${rec%%.jsonl}".u*.jsonl; do   # a fresh candidate (an earlier call's cut-off search) stays
     [ -e "$f" ] && ! grep -q '"%(key)s"' "$f" || continue
     mkdir -p "$SUP/$(dirname "${f#%(results)s/}")" && mv "$f" "$SUP/${f#%(results)s/}"
   done
-  job "$@"
+  HARMONY_RUN_TAG=%(reason)s; export HARMONY_RUN_TAG; job "$@"; unset HARMONY_RUN_TAG
 }
 '''
 
@@ -48,7 +51,7 @@ def summary_of(path: Path) -> dict | None:
 
 def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | None,
                   modes: set[str] | None = None, records: str | None = None,
-                  by_config: bool = False) -> list[tuple[tuple, str, dict]]:
+                  by_config: bool = False, reason: str | None = None) -> list[tuple[tuple, str, dict]]:
     """(priority, record path, summary) of the run records under RESULTS/runs/ whose summary and env both
     lack `key` (and whose path matches the regular expression `records`, when given); Harmony first,
     farthest from its prediction first. `by_config`: one configuration (model, minibatch) after another,
@@ -59,6 +62,8 @@ def stale_records(results: str, key: str, gpus: int | None, systems: set[str] | 
             continue
         s = summary_of(rec)
         if s is None or key in s or key in (s.get("env") or {}):
+            continue
+        if reason is not None and (s.get("env") or {}).get("run_tag") == reason:   # made by this re-run
             continue
         if records is not None and not re.search(records, str(rec)):
             continue
@@ -93,7 +98,7 @@ def rewrite_joblist(lines: list[str], stale: list[tuple[tuple, str, dict]], resu
     out = lines[:first]
     out[1:1] = [f"# Then rewritten by experiments/device/rerun-stale.py: {len(stale)} records under {results}/runs/ "
                 f"without {key}, each moved to superseded/{reason}/ just before it runs again."]
-    out.append(RERUN % {"sup": f"{results}/superseded/{reason}", "key": key, "results": results})
+    out.append(RERUN % {"sup": f"{results}/superseded/{reason}", "key": key, "results": results, "reason": reason})
     blocks: dict[str, list[str]] = {}        # record -> its job's lines (mkdir -p, job), put in priority order
     pending: list[str] = []
     tail: list[str] = []
@@ -116,12 +121,15 @@ def rewrite_joblist(lines: list[str], stale: list[tuple[tuple, str, dict]], resu
 
 def prune_moved(results: str, key: str, reason: str) -> list[Path]:
     """After a re-run's tarball is unpacked here: delete RESULTS/<path> for each file the device moved to
-    RESULTS/superseded/REASON/<path> whose copy here still lacks `key` (tar adds files, it cannot delete
-    the ones the device moved). A record the device ran again has the key and stays. Returns the deleted."""
+    RESULTS/superseded/REASON/<path> whose copy here is still that moved file, byte for byte, and lacks
+    `key` (tar adds files, it cannot delete the ones the device moved). A record the device ran again
+    differs from the moved one and stays, even when it lacks the key too (a side-by-side re-run's key is
+    one no record has: the fifty-second session's first prune, which tested only the key, deleted the
+    call's new records). Returns the deleted."""
     sup, gone = Path(results) / "superseded" / reason, []
     for moved in sorted(sup.rglob("*.jsonl")):
         here = Path(results) / moved.relative_to(sup)
-        if here.is_file() and f'"{key}"' not in here.read_text():
+        if here.is_file() and here.read_bytes() == moved.read_bytes() and f'"{key}"' not in here.read_text():
             here.unlink()
             gone.append(here)
     return gone
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--config and -o are required to write a job list")
     systems = set(a.systems.split(",")) if a.systems else None
     stale = stale_records(results, a.key, a.gpus, systems, set(a.modes.split(",")) if a.modes else None,
-                          a.records, a.order == "config")
+                          a.records, a.order == "config", a.reason)
     if not stale:
         print(f"no stale records under {results}/runs/", file=sys.stderr)
         return 1

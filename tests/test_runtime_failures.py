@@ -196,7 +196,7 @@ def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[
         "--update-threads", "1", "--worker-threads", "1", "--load-buffers", "compute-stream",
-        "--weight-copies", "per-tensor", "--run-ahead", "none"])
+        "--weight-copies", "per-tensor", "--run-ahead", "none", "--allreduce", "overlap"])
     _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     summary = read_jsonl(out)[-1]
@@ -207,6 +207,7 @@ def test_cli_run_thread_options(tmp_path):
     assert "run-ahead waits" not in err, err
     assert summary["load_buffers"] == "compute-stream"        # recorded; on the CPU there is one pool anyway
     assert summary["weight_copies"] == "per-tensor"
+    assert summary["allreduce"] == "overlap"        # recorded; on the CPU gloo's all-reduce blocks either way
     assert summary["env"]["omp_wait_policy"] == "ACTIVE"       # the user's setting wins
     p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
     _, err = p.communicate(timeout=120)
@@ -220,6 +221,8 @@ def test_cli_run_thread_options(tmp_path):
         run_schedule(rec, g, iters=1, weight_copies="one")
     with pytest.raises(ValueError, match="--run-ahead must be at least 0 tasks"):
         run_schedule(rec, g, iters=1, run_ahead=-1)
+    with pytest.raises(ValueError, match="allreduce 'async': choose one of inline, overlap"):
+        run_schedule(rec, g, iters=1, allreduce="async")
 
 
 @pytest.mark.parametrize("flag,mode,n", [("--deterministic", "vPP", 1), ("--ordered-reduce", "vDP", 2)])

@@ -75,6 +75,12 @@ def _cases():
         out += [(m, "vPP", 1, 3, 3, "P1", "per-tensor"), (m, "vDP", 1, *u, "P2", "per-tensor+compute-stream")]
         if n >= 2:
             out += [(m, "vDP", 2, *u, "P1", "per-tensor")]
+        # --allreduce overlap: the next task computes while a pack's gradients are all-reduced; only their
+        # copy to the host waits for the reduction
+        if n >= 2:
+            out += [(m, "vDP", 2, *u, "P2", "allreduce-overlap")]
+        if n >= 4:
+            out += [(m, "vDP", 4, 2, 2, "P1", "allreduce-overlap")]
     return out
 
 
@@ -82,7 +88,8 @@ def _cases():
 OPTIONS = {"compute-stream": {"load_buffers": "compute-stream"}, "per-tensor": {"weight_copies": "per-tensor"},
            "per-tensor+compute-stream": {"weight_copies": "per-tensor", "load_buffers": "compute-stream"},
            "compute-stream-plan": {"load_buffers": "auto"},
-           "run-ahead-0": {"load_buffers": "compute-stream", "run_ahead": 0}}
+           "run-ahead-0": {"load_buffers": "compute-stream", "run_ahead": 0},
+           "allreduce-overlap": {"allreduce": "overlap"}}
 
 
 def _with_plan(case, rec, g):
@@ -261,6 +268,22 @@ def test_eager_receives_change_no_number():
         assert lazy["status"] == eager["status"] == "ok", (lazy.get("message"), eager.get("message"))
         assert lazy["p2p_receive"] == "lazy" and eager["p2p_receive"] == "eager"
         assert eager["losses"] == lazy["losses"] and eager["bytes_p2p"] == lazy["bytes_p2p"] > 0
+
+
+def test_an_overlapped_all_reduce_changes_no_number():
+    """--allreduce overlap (docs/performance.md entry 77): the same collectives in the same order, only the
+    stream that waits for them differs, so vDP over two GPUs trains to the same losses, bit for bit, with
+    u_fwd != u_bwd and remainder microbatches, and counts the same bytes."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    for name, uf, ub, packing in (("gpt2-tiny", 4, 3, "P2"), ("resnet-tiny", 2, 2, "P1")):
+        _, rec, g = schedule(name, "vDP", 2, uf, ub, packing)
+        inline = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32")
+        overlap = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32", allreduce="overlap")
+        assert inline["status"] == overlap["status"] == "ok", (inline.get("message"), overlap.get("message"))
+        assert inline["allreduce"] == "inline" and overlap["allreduce"] == "overlap"
+        assert overlap["losses"] == inline["losses"], name
+        assert overlap["bytes_allreduce"] == inline["bytes_allreduce"] > 0
 
 
 def test_nccl_copy_engine_sends_change_no_number(monkeypatch):

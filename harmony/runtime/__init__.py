@@ -102,7 +102,7 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False,
-                 ordered_reduce: bool = False):
+                 ordered_reduce: bool = False, allreduce: str = "inline"):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
@@ -134,7 +134,7 @@ class Prepared:
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
                     "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
-                    "deterministic": deterministic, "ordered_reduce": ordered_reduce,
+                    "deterministic": deterministic, "ordered_reduce": ordered_reduce, "allreduce": allreduce,
                     "launcher_pid": os.getpid()}   # the process that holds the arena (host PSS, rank 0)
         self.records = []
 
@@ -274,7 +274,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None,
-                 deterministic: bool = False, ordered_reduce: bool = False) -> dict:
+                 deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = "inline") -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -303,13 +303,16 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     all-gather, then the additions), as plain PyTorch in the runtime's order does
     (`reference.train_in_order`), instead of the collective's all-reduce, whose association over more than
     two ranks is the library's own (NCCL's differs per chunk). For checking a curve bit for bit at N > 2;
-    it moves (N - 1) times the gradients per rank, against the ring all-reduce's 2 (N - 1) / N."""
+    it moves (N - 1) times the gradients per rank, against the ring all-reduce's 2 (N - 1) / N.
+    allreduce: vDP on cuda, `inline` (the compute stream waits for each pack's all-reduce) or `overlap` (only
+    the gradients' copy to the host waits for it; the next task computes meanwhile); the same sums either
+    way (docs/runtime.md, "The all-reduce"; docs/performance.md entry 77)."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
     from harmony.schedule.host_memory import process_reserve_bytes
     from harmony.runtime.launch import prepare_worker_environment
-    from harmony.runtime.transfer import check_weight_copies, resolve_load_buffers
+    from harmony.runtime.transfer import check_allreduce, check_weight_copies, resolve_load_buffers
     from harmony.schedule.tasks import count_bytes, layer_sizes_from_model
 
     if arena_prefault is None:          # only cuda pins the arena: on the CPU there is nothing to win
@@ -318,6 +321,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                         prefault=arena_prefault)
     load_buffers = resolve_load_buffers(load_buffers, record.get("prediction"))
     check_weight_copies(weight_copies)
+    check_allreduce(allreduce)
     coalesce_below = COALESCE_BELOW if coalesce_below is None else coalesce_below
     if coalesce_below < 0:
         raise ValueError(f"--coalesce-below must be at least 0 (0 turns coalescing off), got {coalesce_below}")
@@ -351,7 +355,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            load_buffers=load_buffers, weight_copies=weight_copies,
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
                            run_ahead=run_ahead, arena_prefault=arena_prefault, p2p_max_ctas=p2p_max_ctas,
-                           p2p_receive=p2p_receive, deterministic=deterministic, ordered_reduce=ordered_reduce)
+                           p2p_receive=p2p_receive, deterministic=deterministic, ordered_reduce=ordered_reduce,
+                           allreduce=allreduce)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -379,7 +384,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             load_buffers=load_buffers, weight_copies=weight_copies,
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
-            deterministic=deterministic, ordered_reduce=ordered_reduce,
+            deterministic=deterministic, ordered_reduce=ordered_reduce, allreduce=allreduce,
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             task_spans=_median_per_task(merged, warmup, "task_spans"),
             task_issued=_median_per_task(merged, warmup, "task_issued"),

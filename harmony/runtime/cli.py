@@ -25,7 +25,8 @@ def run_ahead_arg(text: str) -> int | None:
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
     from harmony.runtime import RUN_AHEAD
-    from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES, LOAD_BUFFERS, WEIGHT_COPIES
+    from harmony.runtime.transfer import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES, LOAD_BUFFERS,
+                                          WEIGHT_COPIES)
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
     p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")
@@ -72,6 +73,11 @@ def add_arguments(p) -> None:
                         "same bits, which GPT-2's fused attention backward otherwise does not; an op without a "
                         "deterministic CUDA kernel fails the run, naming it. For checking, not timing: GPT-2 medium ran 2x "
                         "slower with it on H200s (docs/performance.md entries 71-72)")
+    p.add_argument("--allreduce", choices=ALLREDUCE_MODES, default=DEFAULT_ALLREDUCE,
+                   help="vDP on cuda: inline (default), the compute stream waits for each pack's gradient "
+                        "all-reduce before the next task; overlap, only the gradients' copy to the host waits "
+                        "for it and the next task computes meanwhile, as the simulator assumes. The same sums "
+                        "either way (docs/runtime.md, The all-reduce; docs/performance.md entry 77)")
     p.add_argument("--ordered-reduce", action="store_true",
                    help="vDP: sum the ranks' gradients in rank order on every rank (an all-gather, then the "
                         "additions), as `python -m harmony.workflow reference --shares N` does, instead of the "
@@ -154,7 +160,8 @@ def main(args) -> int:
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
                                p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive,
-                               deterministic=args.deterministic, ordered_reduce=args.ordered_reduce)
+                               deterministic=args.deterministic, ordered_reduce=args.ordered_reduce,
+                               allreduce=args.allreduce)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

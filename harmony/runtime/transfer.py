@@ -76,6 +76,20 @@ def resolve_load_buffers(value: str, prediction: dict | None) -> str:
     return "compute-stream" if (prediction or {}).get("prefetch_waits") is not None else "copy-stream"
 
 
+# vDP's all-reduce of a pack's gradients (harmony run --allreduce; docs/runtime.md, "The all-reduce"):
+# inline, the compute stream waits for the reduction (and for the other ranks to reach it) before the next
+# task's kernels; overlap, only the gradients' copy to the host waits for it, and the next task computes
+# meanwhile, as the simulator has always assumed (docs/performance.md entry 77)
+ALLREDUCE_MODES = ("inline", "overlap")
+DEFAULT_ALLREDUCE = "inline"
+
+
+def check_allreduce(value: str) -> str:
+    if value not in ALLREDUCE_MODES:
+        raise ValueError(f"allreduce {value!r}: choose one of {', '.join(ALLREDUCE_MODES)}")
+    return value
+
+
 def check_weight_copies(value: str) -> str:
     if value not in WEIGHT_COPIES:
         raise ValueError(f"weight_copies {value!r}: choose one of {', '.join(WEIGHT_COPIES)}")

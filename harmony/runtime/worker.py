@@ -43,7 +43,7 @@ from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
-                                      check_weight_copies, wait_marks)
+                                      check_allreduce, check_weight_copies, wait_marks)
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
 
 
@@ -136,6 +136,7 @@ class Worker:
         self.precision = job["precision"]
         set_precision(self.precision)
         self.ordered_reduce = bool(job.get("ordered_reduce"))     # harmony run --ordered-reduce
+        self.allreduce_mode = check_allreduce(job.get("allreduce", "inline"))   # harmony run --allreduce
         if job.get("deterministic") and self.device.type == "cuda":
             set_deterministic(strict=True)      # harmony run --deterministic
         elif os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":
@@ -531,7 +532,7 @@ class Worker:
                 sum_in_rank_order(flat, self.N)
             else:                         # the ring: 2 (N - 1) / N of the gradients per rank
                 self.counters.add("allreduce", 2 * (self.N - 1) * nbytes // self.N)
-                dist.all_reduce(flat)
+                self._all_reduce(flat, to_host_only=t.grad_to_host)
             grads = list(torch.split(flat, [g.numel() for g in grads]))
             grads = [g.view(p.shape) for g, p in zip(grads, params)]
             missing = set()       # another rank may have had a gradient: the reduced sum is the gradient
@@ -552,6 +553,19 @@ class Worker:
                 self.updater.grads_arriving(pi, ev, missing=missing)
         for p in params:
             p.grad = None
+
+    def _all_reduce(self, flat: torch.Tensor, to_host_only: bool) -> None:
+        """Sum `flat` over the ranks. `--allreduce overlap` (cuda, gradients bound for the host only): the
+        collective runs on NCCL's stream and only the device-to-host stream waits for it, so the gradients'
+        copy (Copier.d2h, issued next) follows the reduction while the next task's kernels go ahead on the
+        compute stream; inline, the compute stream waits, including for the slowest rank to arrive. The
+        collectives are issued in the same order on every rank either way."""
+        if self.allreduce_mode == "overlap" and self.copier.cuda and to_host_only:
+            work = dist.all_reduce(flat, async_op=True)
+            with torch.cuda.stream(self.copier.d2h_stream):
+                work.wait()               # the current stream (d2h) waits on the collective, not the host
+        else:
+            dist.all_reduce(flat)
 
     def run_upd(self, t, it: int) -> None:
         self.updater.submit(self.pack_index[t.pack], it)

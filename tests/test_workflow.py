@@ -1838,3 +1838,13 @@ def test_cpu_convergence_commands_run_on_one_intra_op_thread(tmp_path):
         assert runs and refs, (scale, p.stdout[-2000:])
         assert all(("--worker-threads 1" in l) is flags for l in runs), (scale, runs)
         assert all(("--threads 1" in l) is flags for l in refs), (scale, refs)
+
+
+def test_ab_abba_runs_each_plan_a_b_b_a_with_the_arm_as_the_option():
+    """experiments/device/run_lib.sh ab_abba (the A/B scripts of entries 48 and 77): per plan, round 1 of A
+    then B, round 2 of B then A, each run given `OPTION ARM`."""
+    out = subprocess.run(["bash", "-c", 'source experiments/device/run_lib.sh; ab_one() { echo "$@"; }; '
+                          'ab_abba D S --allreduce inline overlap m1/p1 m2/p2'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
+    assert out == [f"D S {m} {p} {r} {arm} --allreduce {arm}" for m, p in (("m1", "p1"), ("m2", "p2"))
+                   for r, arm in (("1", "inline"), ("1", "overlap"), ("2", "overlap"), ("2", "inline"))]

@@ -17,15 +17,9 @@ mkdir -p "$A"
 export RUN_TIMEOUT_S=240
 # first, that the overlap changes no loss (tests/test_runtime_gpu.py, 2 GPUs: the bitwise test and the
 # allreduce-overlap cases against plain PyTorch)
-[ -s "$A/pytest-overlap.log" ] || { timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py \
-    -k "overlapped_all_reduce or allreduce-overlap" > "$A/pytest-overlap.log" 2>&1; tail -1 "$A/pytest-overlap.log"; }
+ab_gpu_tests "$A" overlap 240 "overlapped_all_reduce or allreduce-overlap"
 # measured/predicted now: bert96 D = 16 1.17, gpt2-xl D = 16 1.03, bert96 D = 64 1.03, gpt2-xl D = 64 1.03;
 # predicted gain: at most each plan's NCCL busy time per iteration (0-4%); the short plans first
 PLANS=${PLANS:-bert96/vDP-N2-D16-auto gpt2-xl/vDP-N2-D16-auto bert96/vDP-N2-D64-auto gpt2-xl/vDP-N2-D64-auto}
-for mp in $PLANS; do
-    for run in "1 inline" "1 overlap" "2 overlap" "2 inline"; do
-        set -- $run
-        ab_one "$A" "$S" "${mp%%/*}" "${mp#*/}" "$1" "$2" --allreduce "$2"
-    done
-done
+ab_abba "$A" "$S" --allreduce inline overlap $PLANS
 summarize_runs "$A" --arms inline overlap

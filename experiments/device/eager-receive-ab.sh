@@ -18,15 +18,9 @@ A=${RESULTS_DIR:?run through grid_gpu.sh}/remeasure/${AB_NAME:-eager-receive}
 mkdir -p "$A"
 export RUN_TIMEOUT_S=240
 # first, that eager receives change no loss (tests/test_runtime_gpu.py, 2 GPUs, about 40 s)
-[ -s "$A/pytest-eager.log" ] || { timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py \
-    -k "eager_receives" > "$A/pytest-eager.log" 2>&1; tail -1 "$A/pytest-eager.log"; }
+ab_gpu_tests "$A" eager 150 eager_receives
 # predicted eager/lazy (2x H200 profiles): gpt2-xl D = 64 -7.4%, gpt2-4096x12 D = 32 -9.3%, gpt2-xl D = 256 -5.9%,
 # resnet1026 D = 1024 -3.8%. Each plan A B B A (round 1 traced), the short plans first.
 PLANS=${PLANS:-gpt2-xl/vPP-N2-D64-auto gpt2-4096x12/vPP-N2-D32-u1-1-p2 gpt2-xl/vPP-N2-D256-auto resnet1026/vPP-N2-D1024-auto}
-for mp in $PLANS; do
-    for run in "1 lazy" "1 eager" "2 eager" "2 lazy"; do
-        set -- $run
-        ab_one "$A" "$S" "${mp%%/*}" "${mp#*/}" "$1" "$2" --p2p-receive "$2"
-    done
-done
+ab_abba "$A" "$S" --p2p-receive lazy eager $PLANS
 summarize_runs "$A" --arms lazy eager

@@ -27,4 +27,23 @@ ab_one() {
   fi
   return 0
 }
+# ab_gpu_tests DIR NAME SECONDS 'PYTEST -k EXPR': the GPU tests an A/B's arm relies on, once per folder
+# (DIR/pytest-NAME.log; a finished log is kept), before its runs
+ab_gpu_tests() {
+  local log=$1/pytest-$2.log
+  [ -s "$log" ] && return 0
+  timeout "$3" python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k "$4" > "$log" 2>&1
+  tail -1 "$log"
+}
+# ab_abba DIR SCHEDULES OPTION A B MODEL/PLAN...: each plan A B B A (round 1 traced) through ab_one, the arm
+# given to the run as `OPTION ARM` (eager-receive-ab.sh: --p2p-receive lazy eager; allreduce-overlap-ab.sh)
+ab_abba() {
+  local dir=$1 sched=$2 opt=$3 a=$4 b=$5 mp run; shift 5
+  for mp in "$@"; do
+    for run in "1 $a" "1 $b" "2 $b" "2 $a"; do
+      set -- $run
+      ab_one "$dir" "$sched" "${mp%%/*}" "${mp#*/}" "$1" "$2" "$opt" "$2"
+    done
+  done
+}
 summarize_runs() { python3 "$(dirname "${BASH_SOURCE[0]}")/summarize_runs.py" "$@"; }

@@ -62,10 +62,15 @@ WEIGHT_COPIES = ("per-tensor", "per-vlayer")
 DEFAULT_WEIGHT_COPIES = "per-vlayer"
 
 
-def check_load_buffers(value: str) -> str:
-    if value not in LOAD_BUFFERS:
-        raise ValueError(f"load_buffers {value!r}: choose one of {', '.join(LOAD_BUFFERS)}")
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    """`value` if it is one of `choices`, else a ValueError that names the setting and the choices."""
+    if value not in choices:
+        raise ValueError(f"{name} {value!r}: choose one of {', '.join(choices)}")
     return value
+
+
+def check_load_buffers(value: str) -> str:
+    return check_choice("load_buffers", value, LOAD_BUFFERS)
 
 
 def resolve_load_buffers(value: str, prediction: dict | None) -> str:
@@ -85,15 +90,11 @@ DEFAULT_ALLREDUCE = "inline"
 
 
 def check_allreduce(value: str) -> str:
-    if value not in ALLREDUCE_MODES:
-        raise ValueError(f"allreduce {value!r}: choose one of {', '.join(ALLREDUCE_MODES)}")
-    return value
+    return check_choice("allreduce", value, ALLREDUCE_MODES)
 
 
 def check_weight_copies(value: str) -> str:
-    if value not in WEIGHT_COPIES:
-        raise ValueError(f"weight_copies {value!r}: choose one of {', '.join(WEIGHT_COPIES)}")
-    return value
+    return check_choice("weight_copies", value, WEIGHT_COPIES)
 
 
 @dataclass(frozen=True)

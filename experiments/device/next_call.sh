@@ -14,9 +14,15 @@ export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
 case "$HW" in
-  2xH200)             # item 40: figure 10's bert96 and gpt2-xl D = 256 side by side on one host (grid_gpu.sh tars its own);
-    # the tree slimmed with SLIM_ALSO='results/large/ results/paper/2xH200/remeasure/ results/paper/2xH200/runs/swap-pp/'
-    BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/side-by-side2-2xH200.sh results/paper/2xH200 "${1:-x2-sbs2}" ;;
+  2xH200)             # item 41: the overlapped all-reduce's GPU tests and A/B (two calls: x2-arov1, x2-arov2); ITEM=40:
+    # figure 10's bert96 and gpt2-xl D = 256 side by side on one host, after item 41 has settled the default.
+    # grid_gpu.sh tars its own. Slim: SLIM_ALSO='results/large/ results/paper/2xH200/runs/swap-pp/' (item 41
+    # writes under remeasure/, so keep that folder; item 40 can leave it out too)
+    if [ "${ITEM:-41}" = 40 ]; then
+      BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/side-by-side2-2xH200.sh results/paper/2xH200 "${1:-x2-sbs2}"
+    else
+      BUDGET_S=585 TAIL_S=20 bash experiments/device/grid_gpu.sh experiments/device/allreduce-overlap-ab.sh auto "${1:-x2-arov1}"
+    fi ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \

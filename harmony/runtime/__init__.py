@@ -15,7 +15,7 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
-from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES
+from harmony.runtime.transfer import DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
 from harmony.units import format_bytes
 
@@ -102,7 +102,7 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False,
-                 ordered_reduce: bool = False, allreduce: str = "inline"):
+                 ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
@@ -274,7 +274,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None,
-                 deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = "inline") -> dict:
+                 deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that

@@ -42,8 +42,8 @@ from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.task_clock import TaskClock
-from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
-                                      check_allreduce, check_weight_copies, wait_marks)
+from harmony.runtime.transfer import (DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters,
+                                      StashInput, check_allreduce, check_weight_copies, wait_marks)
 from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
 
 
@@ -136,7 +136,7 @@ class Worker:
         self.precision = job["precision"]
         set_precision(self.precision)
         self.ordered_reduce = bool(job.get("ordered_reduce"))     # harmony run --ordered-reduce
-        self.allreduce_mode = check_allreduce(job.get("allreduce", "inline"))   # harmony run --allreduce
+        self.allreduce_mode = check_allreduce(job.get("allreduce", DEFAULT_ALLREDUCE))   # harmony run --allreduce
         if job.get("deterministic") and self.device.type == "cuda":
             set_deterministic(strict=True)      # harmony run --deterministic
         elif os.environ.get("HARMONY_DETERMINISTIC") and self.device.type == "cuda":

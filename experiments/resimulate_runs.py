@@ -88,7 +88,7 @@ PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a 
 
 def overridden(params, args, receive: str | None):
     """The simulator's parameters with the command line's what-ifs (--host-overhead, --beside-nccl,
-    --p2p-receive) applied; `receive` is the mode used when --p2p-receive is not given (None: the default)."""
+    --p2p-receive, --allreduce) applied; `receive` is the mode used when --p2p-receive is not given (None: the default)."""
     if args.host_overhead:
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
@@ -96,6 +96,8 @@ def overridden(params, args, receive: str | None):
         params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl, beside_nccl_eager=None)
     if args.p2p_receive or receive:
         params = dataclasses.replace(params, p2p_receive=args.p2p_receive or receive)
+    if args.allreduce:
+        params = dataclasses.replace(params, allreduce=args.allreduce)
     return params
 
 
@@ -169,6 +171,10 @@ def main(argv: list[str]) -> int:
                     help="model the runtime's receives between GPUs as posted lazily (each before its "
                          "microbatch) or eagerly (all at the task's start, the runtime's default since "
                          "docs/performance.md entry 48); default: as each run's record says it ran")
+    ap.add_argument("--allreduce", choices=("inline", "overlap"), default=None,
+                    help="model vDP's all-reduce as the runtime's default runs it (inline: the rank's next "
+                         "compute waits for it) or overlapped (`harmony run --allreduce overlap`, the model's "
+                         "default); docs/performance.md entry 77")
     ap.add_argument("--optimizer-rate-from-run", action="store_true",
                     help="simulate each run with the CPU optimizer rate its slowest worker measured (host "
                          "phases) instead of the calibration's: how much of a miss the calibrated rate "
@@ -262,6 +268,7 @@ def main(argv: list[str]) -> int:
                  f"microbatch of host work" if args.host_overhead else "")
               + (f" with compute {args.beside_nccl:g}x beside NCCL" if args.beside_nccl is not None else "")
               + (f" with {args.p2p_receive} receives" if args.p2p_receive else "")
+              + (f" with the all-reduce {args.allreduce}" if args.allreduce else "")
               + (" with each run's own CPU optimizer rate" if args.optimizer_rate_from_run else "")
               + f": median |measured/current - 1| {statistics.median(err):.3f}, "
               f"{sum(e <= 0.10 for e in err)} within 10%, ratios {min(ratios):.2f}-{max(ratios):.2f}")

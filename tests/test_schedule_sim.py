@@ -415,6 +415,28 @@ def test_hand_computed_vdp():
     assert sim.bytes["h2d_weights"] == 100 and sim.bytes["allreduce"] == 60 and sim.bytes["d2h_grads"] == 30
 
 
+def test_an_inline_all_reduce_holds_the_next_backward():
+    """SimParams.allreduce (docs/performance.md entry 77). With weights that load fast (100 B/s), vDP's
+    BWD(0,2) may start when BWD(2,3) ends, at 2.2 s, beside AR(2,3) (10 B at 10 B/s, 2.2-3.2 s): overlap,
+    the model's default. Inline, as the runtime's default does it, it waits for the collective and
+    starts at 3.2, and every later step moves 1 s with it: 9.2 -> 10.2 s per iteration. vPP has no
+    all-reduce: the same either way."""
+    costs = LayerCosts(make_profile())
+    fast = dataclasses.replace(PARAMS, h2d_Bps=100.0)
+    g = graph("vDP", 2, 4, 2, 2)
+    starts = {}
+    for mode, want in (("overlap", 9.2), ("inline", 10.2)):
+        sim = simulate(g, costs, dataclasses.replace(fast, allreduce=mode), record=True)
+        assert sim.iter_time_s == pytest.approx(want), mode
+        starts[mode] = min(e[3] for e in sim.events if e[0] == 0 and e[1] == "compute" and e[2] == "BWD (0, 2)")
+    assert starts == pytest.approx({"overlap": 2.2, "inline": 3.2})
+    gp = graph("vPP", 2, 4, 4, 4)
+    assert simulate(gp, costs, dataclasses.replace(fast, allreduce="inline")).iter_time_s == \
+        pytest.approx(simulate(gp, costs, fast).iter_time_s)
+    with pytest.raises(ValueError, match="allreduce must be 'inline' or 'overlap', got 'async'"):
+        dataclasses.replace(fast, allreduce="async")
+
+
 CONFIGS = [("vPP", 1, 8, 4, 2, ((0, 2), (2, 5), (5, 6)), ((0, 1), (1, 2), (2, 5)), {}),
            ("vPP", 2, 8, 4, 4, ((0, 3), (3, 6)), ((0, 3),), {}),
            ("vPP", 3, 7, 3, 2, ((0, 1), (1, 4), (4, 6)), ((0, 1), (1, 2), (2, 4)), {}),

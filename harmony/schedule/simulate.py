@@ -30,7 +30,8 @@ What overlaps, as the runtime does it:
     nothing is held across iterations. (2x H200, gpt2-xl vPP D = 64: rank 0 peaked at 10.06 GiB allocated
     where the task peaks alone said 9.65; held, 10.04; docs/performance.md entry 33);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
-    all-reduce in vDP); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
+    all-reduce in vDP; `allreduce` inline: each rank's next compute waits for that all-reduce, as the
+    runtime's default does); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
   - next iteration: a task's weight swap-in waits for the UPD of every pack it loads (previous iteration);
   - compute beside a resident NCCL send or receive (vPP, N > 1) runs `nccl_slowdown()` times slower:
     a send stays on the GPU, holding SMs, from its producer's first microbatch until its receive is posted,
@@ -88,12 +89,18 @@ class SimParams:
     # just before its microbatch; "eager", all at the task's start (then the consumer's GPU holds the
     # receives of microbatches not yet produced)
     p2p_receive: str = DEFAULT_RECEIVE_MODE
+    # vDP's gradient all-reduce (`harmony run --allreduce`): "overlap", the next compute task of a rank runs
+    # while it does (what this model has always assumed); "inline", the rank's compute waits for it, as the
+    # runtime's default does (docs/performance.md entry 77)
+    allreduce: str = "overlap"
     mb_pipeline: bool = True
     iterations: int = 3
 
     def __post_init__(self):
         if self.p2p_receive not in RECEIVE_MODES:
             raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
+        if self.allreduce not in ("inline", "overlap"):
+            raise ValueError(f"allreduce must be 'inline' or 'overlap', got {self.allreduce!r}")
 
     def nccl_slowdown(self) -> float:
         """The factor for compute beside a resident NCCL kernel under this receive mode."""
@@ -449,6 +456,9 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                     a0 = max(ring_free, max(c_end[d] for d in deps))
                     a1 = a0 + ar / params.p2p(0, 1 % N)
                     ring_free = a1
+                    if params.allreduce == "inline":     # each rank's compute stream waits for the collective
+                        for d in deps:
+                            comp_free[infos[d].rank] = max(comp_free[infos[d].rank], a1)
                     if record:
                         ev.append(("gpus", "allreduce", f"AR {t.pack}", a0, a1, {"bytes": ar}))
                     for d in deps:

@@ -154,6 +154,31 @@ def test_the_nccl_slowdown_is_charged_on_cuda_per_receive_mode_unless_the_calibr
         assert factor({**cal, "device": "cuda:0"}, beside_nccl_slowdown=1.3) == 1.3
 
 
+def test_the_runtimes_host_work_per_task_is_charged_on_cuda_unless_the_calibration_says_otherwise():
+    """docs/performance.md entry 78: from a CUDA calibration each compute task costs CUDA_HOST_TASK_S more
+    host time than the profile's issue times (entry 75's benchmark); the CPU is not charged, and a
+    calibration's or the caller's own value holds. On a host-bound graph (issue slower than the GPU) the
+    iteration grows by one charge per task on the rank's host lane."""
+    from harmony.schedule.simulate import CUDA_HOST_TASK_S
+    cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}).host_task_s == CUDA_HOST_TASK_S
+    assert SimParams.from_calibration({**cal, "device": "cpu"}).host_task_s == 0.0
+    assert SimParams.from_calibration({**cal, "device": "cuda:0", "host_task_s": 0.0}).host_task_s == 0.0
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}, host_task_s=2e-3).host_task_s == 2e-3
+    # one GPU, three one-vLayer tasks per iteration whose kernels take no time: the host lane is the
+    # iteration, and the charge adds 3 x 0.5 s to it
+    prof = make_profile(w=0, g=0, fwd_per_sample=0.0, bwd_per_sample=0.0, opt=0.0)
+    for vl in prof["vlayers"]:
+        vl["fwd_issue_s"] = [0.1 * u for u in prof["ubatch_sizes"]]
+        vl["bwd_issue_s"] = [0.1 * u for u in prof["ubatch_sizes"]]
+    costs = LayerCosts(prof)
+    g = graph("vPP", 1, 1, 1, 1, bwd=((0, 1), (1, 2), (2, 3)), fwd=((0, 1), (1, 2)))
+    tasks = sum(1 for t in g.tasks if t.kind != "UPD")
+    plain = simulate(g, costs, PARAMS).iter_time_s
+    charged = simulate(g, costs, dataclasses.replace(PARAMS, host_task_s=0.5)).iter_time_s
+    assert charged == pytest.approx(plain + 0.5 * tasks)
+
+
 def test_the_eager_factor_is_what_an_eager_simulation_charges():
     """The simulation itself takes the mode's factor: an eager graph with the eager factor set apart
     simulates exactly as with that factor for both modes."""

@@ -60,6 +60,15 @@ CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
 # The traces' number, not one fitted to runs: with it, figure 10's eager vPP runs at N = 2 (made after the
 # traces) come within 10% at 10 of 12 on 2x H200 and 11 of 12 on 2x H100 (1.15: 5 and 8; entry 58).
 CUDA_BESIDE_NCCL_SLOWDOWN_EAGER = 1.23
+# The runtime's own host work per compute task on CUDA (installing a pack's weights, its copies and stream
+# records, flags and timing marks), on top of the profile's issue times, which are plain PyTorch's: 1.19 ms,
+# from entry 75's narrow benchmark on one H200 (runtime over plain PyTorch: 1,561 us per vLayer at one-vLayer
+# packs, 522 at eight, so a + b = 1,561 and a / 8 + b = 522). It is measured there, not fitted to runs. It
+# matters where tasks are many and short: the swap baselines' one-vLayer packs, whose ResNet1026 runs were
+# 2.3-2.7x their prediction without it and are 1.00-1.15x with it, on 2x H200 and on the H100. Harmony's
+# figure-10 predictions do not move (docs/performance.md entry 78). A calibration's own `host_task_s`
+# overrides it; the CPU (gloo, no CUDA calls) is not charged.
+CUDA_HOST_TASK_S = 1.19e-3
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,8 @@ class SimParams:
     cpu_threads: int = 0                # the cores that rate was measured with (0: not measured, no share)
     task_overhead_s: float = DEFAULT_TASK_OVERHEAD_S
     # the runtime's own host work on the host lane, besides the profile's issue times: per compute task, and
-    # per vLayer and microbatch (0 by default: not calibrated; experiments/resimulate_runs.py
-    # --host-overhead asks what charging it would do, docs/performance.md entry 46)
+    # per vLayer and microbatch (0 here; from a CUDA calibration, per task CUDA_HOST_TASK_S, entry 78;
+    # experiments/resimulate_runs.py --host-overhead asks what other charges would do, entry 46)
     host_task_s: float = 0.0
     host_vlayer_s: float = 0.0
     # GPU compute runs this many times slower while an NCCL send/recv kernel of the rank's p2p is resident
@@ -151,6 +160,10 @@ class SimParams:
             if "beside_nccl_slowdown" not in kw:
                 kw.setdefault("beside_nccl_eager", CUDA_BESIDE_NCCL_SLOWDOWN_EAGER)
         kw.setdefault("beside_nccl_slowdown", float(nccl or 1.0))
+        host_task = raw.get("host_task_s")
+        if host_task is None and str(raw.get("device") or "").startswith("cuda"):
+            host_task = CUDA_HOST_TASK_S
+        kw.setdefault("host_task_s", float(host_task or 0.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)

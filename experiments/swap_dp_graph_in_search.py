@@ -1,9 +1,9 @@
 """Figure 10's vDP point at N = 2: Harmony's searched plan against swap-dp's own task graph (one vLayer per
-pack, at the u its search picked), both simulated with Harmony's model, profile and calibration, with the
-all-reduce overlapped and inline (docs/performance.md entry 78). swap-dp's graph lies in Harmony's schedule
+pack, at the u its search picked), both simulated with Harmony's model, profile and calibration (on CUDA with
+the runtime's host work per task, entry 78), with the all-reduce overlapped and inline (docs/performance.md entry 78). swap-dp's graph lies in Harmony's schedule
 space. This asks whether the search misses it, and whether the model can be trusted there; the runs'
 measured times are printed beside.
-    python experiments/swap_dp_graph_in_search.py MODEL D [RESULTS]     (RESULTS: results/paper/2xH200)
+    PYTHONPATH=. python experiments/swap_dp_graph_in_search.py MODEL D [RESULTS]     (RESULTS: results/paper/2xH200)
 """
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import dataclasses
 import json
 import sys
 
+from baselines.swap_dp import swap_dp_config
 from harmony.jsonio import read_jsonl
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.simulate import SimParams, simulate
-from harmony.schedule.tasks import ScheduleConfig, TaskGraph, build_task_graph
+from harmony.schedule.tasks import TaskGraph, build_task_graph
 
 
 def summary(path: str) -> dict:
@@ -36,10 +37,8 @@ def main(argv: list[str]) -> int:
     cap = schedule["search"]["planned_cap_bytes"]          # the cap the search planned with (its headroom)
     swap = summary(f"{R}/runs/swap-dp/{model_name}/N2-D{D}-best.jsonl")
     u = swap["ubatch_fwd"]
-    swap_cfg = ScheduleConfig(mode="vDP", gpus=2, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
-                              bwd_packs=tuple(map(tuple, swap["bwd_packs"])),
-                              fwd_packs=tuple(map(tuple, swap["fwd_packs"])),
-                              placement="every-gpu", group_size=1, pin_shared=False)
+    swap_cfg = swap_dp_config(model, D, 2, u, cap=swap.get("gpu_memory_cap"), profile=profile)
+    assert [list(p) for p in swap_cfg.bwd_packs] == swap["bwd_packs"], "the record ran other packs"
     graphs = {"harmony plan": TaskGraph.from_json(schedule["graph"]),
               "swap-dp graph": build_task_graph(swap_cfg, model["num_vlayers"])}
     for name, graph in graphs.items():

@@ -4,9 +4,10 @@ task (docs/performance.md entry 78).
 swap-dp and swap-pp run on Harmony's runtime as schedules with one vLayer per pack. The simulator charges a
 task's host work as the profile's issue times, which are plain PyTorch's. The runtime's own work per task
 (install, copies, stream records, flags, timing marks) is not charged. `--host-task-ms` charges it
-(SimParams.host_task_s; a CUDA calibration's default since entry 78). Its default, 1.19 ms, is entry 75's narrow benchmark on one H200: 1,561 µs per
-vLayer of runtime over plain PyTorch at one-vLayer packs and 522 at eight. Those give a + b = 1,561 and
-a / 8 + b = 522, so a = 1.19 ms per task. It is measured there, not fitted to these records.
+(SimParams.host_task_s; a CUDA calibration's default since entry 78). Its default, 0.60 ms, is entry 75's
+narrow benchmark on one H200: runtime over plain PyTorch for 131 vLayers, 1,561 us per vLayer at
+one-vLayer packs (259 FWD and BWD tasks) and 522 at eight (33 tasks), so 1,039 us x 131 / 226 tasks. It is
+measured there, not fitted to these records.
 
 Each record's graph is built again by the baseline's own config function (baselines.swap_dp / swap_pp) at
 the microbatch the record ran, checked against the record's packs, and simulated with the record's receive

@@ -61,14 +61,14 @@ CUDA_BESIDE_NCCL_SLOWDOWN = 1.15
 # traces) come within 10% at 10 of 12 on 2x H200 and 11 of 12 on 2x H100 (1.15: 5 and 8; entry 58).
 CUDA_BESIDE_NCCL_SLOWDOWN_EAGER = 1.23
 # The runtime's own host work per compute task on CUDA (installing a pack's weights, its copies and stream
-# records, flags and timing marks), on top of the profile's issue times, which are plain PyTorch's: 1.19 ms,
-# from entry 75's narrow benchmark on one H200 (runtime over plain PyTorch: 1,561 us per vLayer at one-vLayer
-# packs, 522 at eight, so a + b = 1,561 and a / 8 + b = 522). It is measured there, not fitted to runs. It
-# matters where tasks are many and short: the swap baselines' one-vLayer packs, whose ResNet1026 runs were
-# 2.3-2.7x their prediction without it and are 1.00-1.15x with it, on 2x H200 and on the H100. Harmony's
-# figure-10 predictions do not move (docs/performance.md entry 78). A calibration's own `host_task_s`
-# overrides it; the CPU (gloo, no CUDA calls) is not charged.
-CUDA_HOST_TASK_S = 1.19e-3
+# records, flags and timing marks), on top of the profile's issue times, which are plain PyTorch's: 0.60 ms,
+# from entry 75's narrow benchmark on one H200. Runtime over plain PyTorch, 131 vLayers: 1,561 us per vLayer
+# with one-vLayer packs (259 FWD and BWD tasks) and 522 with eight (33 tasks), so 1,039 us x 131 over 226
+# more tasks. It is measured there, not fitted to runs. It matters where tasks are many and short: the swap
+# baselines' one-vLayer packs, whose ResNet1026 runs were 2.3-2.7x their prediction without it and are
+# 1.4-1.6x with it. Harmony's figure-10 predictions do not move (docs/performance.md entry 78). A
+# calibration's own `host_task_s` overrides it; the CPU (gloo, no CUDA calls) is not charged.
+CUDA_HOST_TASK_S = 0.60e-3
 
 
 @dataclass(frozen=True)

@@ -57,13 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'system':8s} {'model':11s} {'N':>2s} {'D':>5s} {'u':>4s} {'tasks':>6s} {'measured':>9s} "
           f"{'model':>8s} {'ratio':>6s} {'+host':>8s} {'ratio':>6s}")
     before, after = [], []
+    inputs: dict[str, tuple | None] = {}       # model -> (model JSON, profile, its LayerCosts), read once
+
+    def model_inputs(name: str) -> tuple | None:
+        if name not in inputs:
+            profile_path = root / "profiles" / f"{name}.json"
+            profile = json.loads(profile_path.read_text()) if profile_path.exists() else None
+            inputs[name] = None if profile is None else (
+                json.loads((root / "models" / f"{name}.json").read_text()), profile, LayerCosts(profile))
+        return inputs[name]
+
     for system, path, s in records(root):
         model_name, D, N, u = s["model"], s["minibatch"], s["gpus"], s["ubatch_fwd"]
-        model = json.loads((root / "models" / f"{model_name}.json").read_text())
-        profile_path = root / "profiles" / f"{model_name}.json"
-        if not profile_path.exists():
+        if model_inputs(model_name) is None:
             continue
-        profile = json.loads(profile_path.read_text())
+        model, profile, costs = model_inputs(model_name)
         cfg = CONFIGS[system](model, D, N, u, cap=s.get("gpu_memory_cap"), profile=profile)
         if [list(p) for p in cfg.bwd_packs] != s["bwd_packs"]:
             print(f"{system:8s} {model_name:11s} {N:>2d} {D:>5d} {u:>4d}  (packs differ from the record's: skipped)")
@@ -71,7 +79,6 @@ def main(argv: list[str] | None = None) -> int:
         graph = build_task_graph(cfg, model["num_vlayers"])
         params = SimParams.from_calibration(calibration, optimizer=(model.get("optimizer") or {}).get("kind", "adamw"))
         params = dataclasses.replace(params, allreduce="inline", p2p_receive=s.get("p2p_receive") or "lazy")
-        costs = LayerCosts(profile)
         plain = simulate(graph, costs, dataclasses.replace(params, host_task_s=0.0)).iter_time_s
         charged = simulate(graph, costs, dataclasses.replace(params, host_task_s=a.host_task_ms / 1e3)).iter_time_s
         tasks = sum(1 for t in graph.tasks if t.kind != "UPD")

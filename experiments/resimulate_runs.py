@@ -65,7 +65,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harmony.schedule.tasks import RECEIVE_MODES
+from harmony.schedule.tasks import ALLREDUCE_MODES, RECEIVE_MODES
 
 
 def profile_path(folder: Path, model: str) -> Path | None:
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
                     help="model the runtime's receives between GPUs as posted lazily (each before its "
                          "microbatch) or eagerly (all at the task's start, the runtime's default since "
                          "docs/performance.md entry 48); default: as each run's record says it ran")
-    ap.add_argument("--allreduce", choices=("inline", "overlap"), default=None,
+    ap.add_argument("--allreduce", choices=ALLREDUCE_MODES, default=None,
                     help="model vDP's all-reduce as the runtime's default runs it (inline: the rank's next "
                          "compute waits for it) or overlapped (`harmony run --allreduce overlap`, the model's "
                          "default); docs/performance.md entry 77")

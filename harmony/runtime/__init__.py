@@ -15,8 +15,8 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
-from harmony.runtime.transfer import DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES
-from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
+from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES
+from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
 from harmony.units import format_bytes
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]

@@ -25,8 +25,8 @@ def run_ahead_arg(text: str) -> int | None:
 def add_arguments(p) -> None:
     from harmony.gpumem import PRECISIONS, add_gpu_memory_argument
     from harmony.runtime import RUN_AHEAD
-    from harmony.runtime.transfer import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES, LOAD_BUFFERS,
-                                          WEIGHT_COPIES)
+    from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES, LOAD_BUFFERS, WEIGHT_COPIES
+    from harmony.schedule.tasks import ALLREDUCE_MODES, DEFAULT_ALLREDUCE
     p.add_argument("schedule", help="schedule.json (from `harmony schedule`)")
     p.add_argument("--iters", type=int, required=True, help="training iterations, warm-up included")
     p.add_argument("--warmup", type=int, default=1, help="first iterations excluded from the medians (default 1)")

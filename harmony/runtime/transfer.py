@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harmony.schedule.tasks import TRANSFER_KINDS
+from harmony.schedule.tasks import ALLREDUCE_MODES, TRANSFER_KINDS
 
 
 class Counters:
@@ -79,14 +79,6 @@ def resolve_load_buffers(value: str, prediction: dict | None) -> str:
     if check_load_buffers(value) != "auto":
         return value
     return "compute-stream" if (prediction or {}).get("prefetch_waits") is not None else "copy-stream"
-
-
-# vDP's all-reduce of a pack's gradients (harmony run --allreduce; docs/runtime.md, "The all-reduce"):
-# inline, the compute stream waits for the reduction (and for the other ranks to reach it) before the next
-# task's kernels; overlap, only the gradients' copy to the host waits for it, and the next task computes
-# meanwhile, as the simulator has always assumed (docs/performance.md entry 77)
-ALLREDUCE_MODES = ("inline", "overlap")
-DEFAULT_ALLREDUCE = "inline"
 
 
 def check_allreduce(value: str) -> str:

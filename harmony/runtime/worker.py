@@ -42,9 +42,9 @@ from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.task_clock import TaskClock
-from harmony.runtime.transfer import (DEFAULT_ALLREDUCE, DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters,
-                                      StashInput, check_allreduce, check_weight_copies, wait_marks)
-from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
+from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
+                                      check_allreduce, check_weight_copies, wait_marks)
+from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:

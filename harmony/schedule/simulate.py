@@ -46,7 +46,8 @@ from dataclasses import dataclass, field, replace
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph, task_transfers
+from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph,
+                                   task_transfers)
 from harmony.timeline import intersection_length, merge_intervals
 
 DEFAULT_TASK_OVERHEAD_S = 0.0
@@ -108,7 +109,7 @@ class SimParams:
     def __post_init__(self):
         if self.p2p_receive not in RECEIVE_MODES:
             raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
-        if self.allreduce not in ("inline", "overlap"):
+        if self.allreduce not in ALLREDUCE_MODES:
             raise ValueError(f"allreduce must be 'inline' or 'overlap', got {self.allreduce!r}")
 
     def nccl_slowdown(self) -> float:
@@ -154,14 +155,15 @@ class SimParams:
             raise ValueError(f"host link must be 'shared' or 'per-gpu', got {host_link!r}")
         rate = raw.get("cpu_sgd_params_per_s" if optimizer == "sgd" else "cpu_adam_params_per_s") or 1e9
         p2p = tuple(tuple(row) for row in (raw.get("p2p_Bps") or ()))
+        cuda = str(raw.get("device") or "").startswith("cuda")
         nccl = raw.get("beside_nccl_slowdown")
-        if nccl is None and str(raw.get("device") or "").startswith("cuda"):
+        if nccl is None and cuda:
             nccl = CUDA_BESIDE_NCCL_SLOWDOWN
             if "beside_nccl_slowdown" not in kw:
                 kw.setdefault("beside_nccl_eager", CUDA_BESIDE_NCCL_SLOWDOWN_EAGER)
         kw.setdefault("beside_nccl_slowdown", float(nccl or 1.0))
         host_task = raw.get("host_task_s")
-        if host_task is None and str(raw.get("device") or "").startswith("cuda"):
+        if host_task is None and cuda:
             host_task = CUDA_HOST_TASK_S
         kw.setdefault("host_task_s", float(host_task or 0.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,

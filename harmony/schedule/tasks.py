@@ -38,6 +38,13 @@ RECEIVE_MODES = ("lazy", "eager")
 # eager since its A/B on two H100s (docs/performance.md entry 48): every vPP plan ran 2.6-15% faster and
 # without the allocator retries the lazy runs had; the runtime, its CLI and the simulator all default to this
 DEFAULT_RECEIVE_MODE = "eager"
+# vDP's all-reduce of a pack's gradients (harmony run --allreduce; docs/runtime.md, "The all-reduce"):
+# inline, the compute stream waits for the reduction (and for the other ranks to reach it) before the next
+# task's kernels; overlap, only the gradients' copy to the host waits for it, and the next task computes
+# meanwhile. The runtime defaults to inline until a GPU A/B decides; the simulator's default is overlap,
+# what the search has always assumed (SimParams.allreduce; docs/performance.md entry 77)
+ALLREDUCE_MODES = ("inline", "overlap")
+DEFAULT_ALLREDUCE = "inline"
 
 Range = tuple[int, int]   # half-open vLayer range [start, end)
 

@@ -86,9 +86,10 @@ def require_profile(folder: Path, model: str) -> Path:
 PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a run record says it ran
 
 
-def overridden(params, args, receive: str | None):
+def overridden(params, args, receive: str | None, allreduce: str | None = None):
     """The simulator's parameters with the command line's what-ifs (--host-overhead, --beside-nccl,
-    --p2p-receive, --allreduce) applied; `receive` is the mode used when --p2p-receive is not given (None: the default)."""
+    --p2p-receive, --allreduce) applied; `receive` and `allreduce` are the modes used when --p2p-receive and
+    --allreduce are not given (None: the simulator's default)."""
     if args.host_overhead:
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
@@ -96,8 +97,8 @@ def overridden(params, args, receive: str | None):
         params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl, beside_nccl_eager=None)
     if args.p2p_receive or receive:
         params = dataclasses.replace(params, p2p_receive=args.p2p_receive or receive)
-    if args.allreduce:
-        params = dataclasses.replace(params, allreduce=args.allreduce)
+    if args.allreduce or allreduce:
+        params = dataclasses.replace(params, allreduce=args.allreduce or allreduce)
     return params
 
 
@@ -173,8 +174,8 @@ def main(argv: list[str]) -> int:
                          "docs/performance.md entry 48); default: as each run's record says it ran")
     ap.add_argument("--allreduce", choices=ALLREDUCE_MODES, default=None,
                     help="model vDP's all-reduce as the runtime's default runs it (inline: the rank's next "
-                         "compute waits for it) or overlapped (`harmony run --allreduce overlap`, the model's "
-                         "default); docs/performance.md entry 77")
+                         "compute waits for it) or overlapped (`harmony run --allreduce overlap`); default: "
+                         "as each run's record says it ran; docs/performance.md entry 77")
     ap.add_argument("--optimizer-rate-from-run", action="store_true",
                     help="simulate each run with the CPU optimizer rate its slowest worker measured (host "
                          "phases) instead of the calibration's: how much of a miss the calibrated rate "
@@ -211,7 +212,7 @@ def main(argv: list[str]) -> int:
         profile = (profile_path(profiles, s["model"]) if args.profiles else None) \
             or profile_path(Path(run).parent, s["model"]) or require_profile(profiles, s["model"])
         rec, graph, costs, params = sim_inputs(sched, profile, cal)
-        params = overridden(params, args, s.get("p2p_receive") or "lazy")
+        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
         for line in task_span_lines(s, graph, task_spans(graph, costs, params, planned_cap(rec))):
             print(line)
         # a task longer than profiled: was the GPU's clock lower in the run than in the profile?
@@ -244,8 +245,9 @@ def main(argv: list[str]) -> int:
             print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
         rec, graph, costs, params = sim_inputs(sched, prof, cal)
-        # each run as it received (its summary's p2p_receive, lazy before the option existed), unless asked
-        params = overridden(params, args, s.get("p2p_receive") or "lazy")
+        # each run as it received and reduced (its summary's p2p_receive, lazy before the option existed, and
+        # allreduce, inline before the option existed), unless asked
+        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
         own_rate = run_worker_opt_rate(s) if args.optimizer_rate_from_run else None
         if own_rate:
             params = params.with_worker_opt_rate(own_rate, N)

@@ -223,6 +223,17 @@ def test_cli_run_thread_options(tmp_path):
         run_schedule(rec, g, iters=1, run_ahead=-1)
     with pytest.raises(ValueError, match="allreduce 'async': choose one of inline, overlap"):
         run_schedule(rec, g, iters=1, allreduce="async")
+    # the search models the all-reduce the runtime runs by default: inline, which the A/B of
+    # docs/performance.md entry 77 kept (a plan searched with one mode and run with the other is mispredicted)
+    import argparse
+    from harmony.runtime.cli import add_arguments
+    from harmony.schedule.simulate import SimParams
+    from harmony.schedule.tasks import DEFAULT_ALLREDUCE
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(["x.json", "--iters", "1", "-o", "r.jsonl"]).allreduce == DEFAULT_ALLREDUCE
+    assert SimParams.__dataclass_fields__["allreduce"].default == DEFAULT_ALLREDUCE == "inline"
+    assert run_schedule(rec, g, iters=1, device="cpu")["allreduce"] == "inline"
 
 
 @pytest.mark.parametrize("flag,mode,n", [("--deterministic", "vPP", 1), ("--ordered-reduce", "vDP", 2)])

@@ -1153,6 +1153,26 @@ def test_resimulate_runs_can_take_each_runs_own_optimizer_rate():
             assert params.with_worker_opt_rate(150.0, gpus).worker_opt_rate(gpus) == pytest.approx(150.0)
 
 
+def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
+    """A run is resimulated with the receive and all-reduce modes its record says it ran (lazy and inline
+    before the options existed); --p2p-receive and --allreduce override them (docs/performance.md entry 77)."""
+    import argparse
+    import importlib.util
+    from harmony.schedule.simulate import SimParams
+    spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    asked = dict(host_overhead=None, beside_nccl=None, p2p_receive=None, allreduce=None)
+    plain = argparse.Namespace(**asked)
+    base = SimParams(h2d_Bps=1e9, d2h_Bps=1e9)
+    p = mod.overridden(base, plain, "lazy", "overlap")
+    assert (p.p2p_receive, p.allreduce) == ("lazy", "overlap")
+    p = mod.overridden(base, plain, None)                      # a schedule: the simulator's defaults
+    assert (p.p2p_receive, p.allreduce) == ("eager", "inline")
+    p = mod.overridden(base, argparse.Namespace(**{**asked, "allreduce": "inline"}), "lazy", "overlap")
+    assert (p.p2p_receive, p.allreduce) == ("lazy", "inline")
+
+
 def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):
     """A run records when each compute task ran on its rank (harmony/runtime/task_clock.py): per iteration and
     rank, every compute task of that rank in order, spans that start after the previous one ends; the

@@ -13,16 +13,16 @@ set -u
 export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
+host_task() {   # item 42: the per-task host charge (docs/performance.md entry 78) on one GPU of this host, ~3 min
+  mkdir -p /tmp/ht
+  CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/runtime_overhead.py --device cuda --packs 1 2 4 8 16 \
+    --minibatch 8 --ubatch 8 --iters 10 --warmup 2 > /tmp/ht/overhead.log 2>&1; echo "runtime_overhead rc=$?"
+  CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
+  tail -12 /tmp/ht/overhead.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
+}
 case "$HW" in
-  2xH200)             # item 41: the overlapped all-reduce's GPU tests and A/B (two calls: x2-arov1, x2-arov2); ITEM=40:
-    # figure 10's bert96 and gpt2-xl D = 256 side by side on one host, after item 41 has settled the default.
-    # grid_gpu.sh tars its own. Slim: SLIM_ALSO='results/large/ results/paper/2xH200/runs/swap-pp/' (item 41
-    # writes under remeasure/, so keep that folder; item 40 can leave it out too)
-    if [ "${ITEM:-41}" = 40 ]; then
-      BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/side-by-side2-2xH200.sh results/paper/2xH200 "${1:-x2-sbs2}"
-    else
-      BUDGET_S=585 TAIL_S=20 bash experiments/device/grid_gpu.sh experiments/device/allreduce-overlap-ab.sh auto "${1:-x2-arov1}"
-    fi ;;
+  2xH200|1xH200*)     # item 42 (items 40 and 41 ran in the fifty-third session: device README, HISTORY.md)
+    host_task "${1:-ht1}" ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \
@@ -41,9 +41,10 @@ case "$HW" in
       GPU_SLOTS=4 GPU_PARALLEL_RE='convergence/.*-N1\.jsonl$' BUDGET_S=585 bash experiments/device/grid_gpu.sh \
         "experiments/device/jobs-convergence-$HW.sh" "results/paper/$HW" "${1:-x4-conv1}"
     fi ;;
-  1xH100-80GB-HBM3)   # item 39: bert96's N = 1 row profiled, searched and run on one host. Its list is written
+  1xH100-80GB-HBM3)   # ITEM=42: the per-task host charge on this host; else item 39: bert96's N = 1 row profiled, searched and run on one host. Its list is written
     # on the CPU machine first, moving the old records: bash experiments/device/make-jobs-samehost.sh --move
     # bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
+    if [ "${ITEM:-39}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
     if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
       echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
     fi

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph,
+from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph,
                                    task_transfers)
 from harmony.timeline import intersection_length, merge_intervals
 
@@ -99,10 +99,10 @@ class SimParams:
     # just before its microbatch; "eager", all at the task's start (then the consumer's GPU holds the
     # receives of microbatches not yet produced)
     p2p_receive: str = DEFAULT_RECEIVE_MODE
-    # vDP's gradient all-reduce (`harmony run --allreduce`): "overlap", the next compute task of a rank runs
-    # while it does (what this model has always assumed); "inline", the rank's compute waits for it, as the
-    # runtime's default does (docs/performance.md entry 77)
-    allreduce: str = "overlap"
+    # vDP's gradient all-reduce (`harmony run --allreduce`): "inline", the rank's compute waits for it, as the
+    # runtime's default does; "overlap", the next compute task of a rank runs while it does (what this model
+    # assumed until its A/B on 2x H200 measured no gain, docs/performance.md entry 77)
+    allreduce: str = DEFAULT_ALLREDUCE
     mb_pipeline: bool = True
     iterations: int = 3
 

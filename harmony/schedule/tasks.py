@@ -41,8 +41,9 @@ DEFAULT_RECEIVE_MODE = "eager"
 # vDP's all-reduce of a pack's gradients (harmony run --allreduce; docs/runtime.md, "The all-reduce"):
 # inline, the compute stream waits for the reduction (and for the other ranks to reach it) before the next
 # task's kernels; overlap, only the gradients' copy to the host waits for it, and the next task computes
-# meanwhile. The runtime defaults to inline until a GPU A/B decides; the simulator's default is overlap,
-# what the search has always assumed (SimParams.allreduce; docs/performance.md entry 77)
+# meanwhile. Inline is the default of the runtime and of the simulator (SimParams.allreduce): overlapped,
+# figure 10's vDP plans on 2x H200 ran 0.98-1.03x inline's time, because compute beside the resident NCCL
+# kernel slowed by about what the overlap hid (docs/performance.md entry 77)
 ALLREDUCE_MODES = ("inline", "overlap")
 DEFAULT_ALLREDUCE = "inline"
 

@@ -49,6 +49,7 @@ from harmony.optim import make_optimizer, set_lr
 from harmony.runtime import Prepared
 from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES, WEIGHT_COPIES
 from harmony.schedule.io import make_schedule_record
+from harmony.schedule.simulate import CUDA_HOST_TASK_S
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 
 
@@ -325,6 +326,28 @@ def main(argv=None) -> None:
     for pack, copies, L, nt, r, p, o, od, om, sd in rows:
         print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f} {om:>15.1f}"
               f" {sd:>12}")
+    # one line through the packings, when they differ in nothing else (one weight-copy mode, one seeding)
+    fit = host_task_fit([(nt, od * L / 1e6) for _, _, L, nt, _, _, _, od, _, _ in rows]) \
+        if len(a.weight_copies) == len(a.seeding) == 1 else None
+    if fit is not None:
+        a_s, c_s, n = fit
+        print(f"per-task host charge: {a_s * 1e3:.3f} ms a compute task, {c_s * 1e3:.1f} ms an iteration besides "
+              f"(least squares of the paired overhead over {n} packings; the simulator charges "
+              f"{CUDA_HOST_TASK_S * 1e3:.2f} ms a task on CUDA, docs/performance.md entry 78)")
+
+
+def host_task_fit(points: list[tuple[int, float]]) -> tuple[float, float, int] | None:
+    """Least-squares line overhead_s = a * tasks + c through (compute tasks per iteration, the runtime's paired
+    overhead over plain PyTorch in seconds per iteration), one point per packing of the same layers: a is the
+    runtime's host work per task, the simulator's `host_task_s` (entry 78 took it from two packings). None
+    with fewer than two distinct task counts."""
+    if len({t for t, _ in points}) < 2:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mo = sum(o for _, o in points) / n
+    a = sum((t - mt) * (o - mo) for t, o in points) / sum((t - mt) ** 2 for t, _ in points)
+    return a, mo - a * mt, n
 
 
 if __name__ == "__main__":

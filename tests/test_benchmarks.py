@@ -41,6 +41,18 @@ def test_runtime_overhead_parts_time_every_step_of_a_task(capsys):
     assert float(out.strip().splitlines()[-1].split()[4]) > 0, out
 
 
+def test_runtime_overhead_fits_the_per_task_host_charge_through_the_packings(capsys):
+    """Device README item 42: the runtime's host work per compute task, the slope of its paired overhead over
+    plain PyTorch against the number of tasks, one packing per point (entry 78's 0.60 ms came from two)."""
+    bench = _load("runtime_overhead")
+    a, c, n = bench.host_task_fit([(259, 0.2 + 259 * 6e-4), (33, 0.2 + 33 * 6e-4), (17, 0.2 + 17 * 6e-4)])
+    assert (a, c, n) == (pytest.approx(6e-4), pytest.approx(0.2), 3)
+    assert bench.host_task_fit([(33, 0.1), (33, 0.2)]) is None           # one task count: no slope
+    bench.main(["--blocks", "2", "--packs", "1", "8", "--minibatch", "4", "--iters", "1", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert "ms a compute task" in out and "over 2 packings" in out, out
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the GPU case below runs instead")
 def test_runtime_overhead_benchmark_refuses_cuda_without_a_gpu_and_names_the_fix(capsys):
     bench = _load("runtime_overhead")

@@ -17,8 +17,13 @@ host_task() {   # item 42: the per-task host charge (docs/performance.md entry 7
   mkdir -p /tmp/ht
   CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/runtime_overhead.py --device cuda --packs 1 2 4 8 16 \
     --minibatch 8 --ubatch 8 --iters 10 --warmup 2 > /tmp/ht/overhead.log 2>&1; echo "runtime_overhead rc=$?"
+  # the same fit on BERT layers (16 parameter tensors a layer against a ResNet block's 6, with dropout): a
+  # per-task charge that grows with the tensors a task moves shows here as a larger slope
+  CUDA_VISIBLE_DEVICES=0 timeout 150 python3 benchmarks/runtime_overhead.py --device cuda --model bert-tiny \
+    --set n_layer=32 hidden_dropout=0.1 attn_dropout=0.1 --packs 1 2 4 8 16 --minibatch 8 --ubatch 8 \
+    --iters 10 --warmup 2 > /tmp/ht/overhead-bert.log 2>&1; echo "runtime_overhead bert rc=$?"
   CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
-  tail -12 /tmp/ht/overhead.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
+  tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
 case "$HW" in
   2xH200|1xH200*)     # item 42 (items 40 and 41 ran in the fifty-third session: device README, HISTORY.md)

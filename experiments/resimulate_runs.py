@@ -110,15 +110,22 @@ def run_worker_opt_rate(summary: dict) -> float | None:
 
 
 def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
-    """The schedule a run record ran: named after the record under runs/harmony-*, else the device scripts'
-    `harmony.schedule.json` beside a `harmony.jsonl` (large_gpu.sh's folders) when its plan is the record's,
-    else matched by plan under SCHEDULES."""
+    """The schedule a run record ran: named after the record under runs/harmony-* (the one in SCHEDULES, or
+    else one that `stale_schedules.py --rewrite-runs` moved to superseded/*/schedules/ before the run was
+    measured again, whichever holds the record's plan), else the device scripts' `harmony.schedule.json`
+    beside a `harmony.jsonl` (large_gpu.sh's folders) when its plan is the record's, else matched by plan
+    under SCHEDULES."""
     m, D, N, mode = s["model"], s["minibatch"], s["gpus"], s["mode"]
+    plan = [s.get(k) for k in PLAN_KEYS]
     if Path(run).parent.parent.name.startswith("harmony-"):
         cfg = Path(run).stem.split("-", 2)[-1]                      # N4-D64-auto -> auto
-        sched = schedules / m / f"{mode}-N{N}-D{D}-{cfg}.json"
-        return sched if sched.exists() else None
-    plan = [s.get(k) for k in PLAN_KEYS]
+        name = f"{mode}-N{N}-D{D}-{cfg}.json"
+        named = [schedules / m / name] + sorted(schedules.parent.glob(f"superseded/*/schedules/{m}/{name}"))
+        for sched in (p for p in named if p.exists()):
+            c = json.loads(sched.read_text()).get("graph", {}).get("config", {})
+            if None in plan or [c.get(k) for k in PLAN_KEYS] == plan:     # a record without its plan: the name
+                return sched
+        return None
     beside = Path(run).with_name(Path(run).stem + ".schedule.json")
     candidates = [beside] if beside.exists() else []
     for sched in candidates + sorted((schedules / m).glob(f"{mode}-N{N}-D{D}-*.json")):

@@ -24,6 +24,12 @@ record used (a figure's predicted points, e.g. N = 4 on a one-GPU machine; a sea
 with its candidates CSV, trace and log, as the workflow's schedule rule does. A plan is its microbatches, packs and, for vPP across GPUs, the receive
 mode the search chose (entry 59). A schedule with a run is left as it is
 (its run executed that plan): re-run it to change it.
+
+`--rewrite --rewrite-runs REASON` also rewrites each schedule with a run whose prediction today's search
+moves by at least `--threshold` from the one its run was measured against, or whose plan today's search
+beats by that much: the old schedule files go to `superseded/REASON/`, and the last line names the runs to
+measure again (`experiments/device/rerun-stale.py ... --reason REASON --records ...`), since a prediction
+counts only when it was made before its run (docs/performance.md entry 79).
 """
 from __future__ import annotations
 
@@ -127,19 +133,32 @@ def run_record(root: Path, sched: Path, old: dict) -> Path:
     return root / "runs" / f"harmony-{c['mode']}" / sched.parent.name / f"N{c['gpus']}-D{c['minibatch']}-{cfg}.jsonl"
 
 
-def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str) -> str:
+SCHEDULE_SUFFIXES = (".json", ".csv", ".trace.json.gz")
+
+
+def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str, with_run: str | None = None) -> str:
     """The search just written to `searched` (schedule, CSV, trace) moved over `sched`, and its log where
-    the workflow's schedule rule keeps it, unless a run record used `sched`."""
+    the workflow's schedule rule keeps it, unless a run record used `sched`. `with_run` (a reason): a
+    schedule with a run is rewritten too, its old files moved to superseded/REASON/ first; the run record
+    stays until it is run again (experiments/device/rerun-stale.py --records, with the same reason)."""
     c = setting(old, sched)
     convergence = root.glob(f"convergence/*/{sched.parent.name}/harmony-{c['mode']}-N{c['gpus']}.jsonl")
-    if run_record(root, sched, old).exists() or (not sched.stem.endswith("-auto") and any(convergence)):
+    run = run_record(root, sched, old)
+    has_run = run.exists() or (not sched.stem.endswith("-auto") and any(convergence))
+    if has_run and not (with_run and run.exists()):
         return "  (has a run: left)"
-    for suffix in (".json", ".csv", ".trace.json.gz"):
+    log_path = root / "logs" / "schedule" / sched.parent.name / f"{sched.stem}.log"
+    if has_run:
+        for f in [Path(str(sched)[:-len(".json")] + x) for x in SCHEDULE_SUFFIXES] + [log_path]:
+            if f.exists():
+                dest = root / "superseded" / with_run / f.relative_to(root)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(f), str(dest))
+    for suffix in SCHEDULE_SUFFIXES:
         shutil.move(str(searched)[:-len(".json")] + suffix, str(sched)[:-len(".json")] + suffix)
-    path = root / "logs" / "schedule" / sched.parent.name / f"{sched.stem}.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(log)
-    return "  rewritten"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(log)
+    return f"  rewritten; its run {run.relative_to(root)} runs again ({with_run})" if has_run else "  rewritten"
 
 
 def main(argv=None) -> int:
@@ -149,6 +168,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="only this model")
     ap.add_argument("--rewrite", action="store_true",
                     help="write today's plan over each changed schedule that no run record used (predictions)")
+    ap.add_argument("--rewrite-runs", metavar="REASON", default=None,
+                    help="with --rewrite, also each schedule with a run whose prediction today differs from the "
+                         "one its run was measured against by at least --threshold (a plan STALE, or the model "
+                         "changed): its old files go to superseded/REASON/, and the runs to re-run are listed "
+                         "(a prediction is made before its run, so the record must be measured again)")
     ap.add_argument("--fixed", action="store_true",
                     help="also the fixed plans (MODE-N<g>-D<d>-u<f>-<b>-p<pack>.json): the same plan, today's prediction")
     ap.add_argument("--threshold", type=float, default=0.02, help="predicted gain that makes a plan STALE")
@@ -157,6 +181,10 @@ def main(argv=None) -> int:
                          "workflow's headroom would cost by prediction (a plan the search then picks is "
                          "slower or the same, so none is STALE)")
     a = ap.parse_args(argv)
+    if a.rewrite_runs and not a.rewrite:
+        ap.error("--rewrite-runs REASON goes with --rewrite")
+    if a.rewrite_runs is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", a.rewrite_runs):
+        ap.error(f"--rewrite-runs {a.rewrite_runs!r}: a reason is one folder name (letters, digits, . _ -)")
     named = re.compile(r"(vPP|vDP)-N\d+-D\d+-(auto|u\d+-\d+-p\d+)" if a.fixed else r"(vPP|vDP)-N\d+-D\d+-auto")
     scheds = sorted(p for p in (a.root / "schedules").glob("*/*.json")
                     if named.fullmatch(p.stem) and (a.only is None or p.parent.name == a.only)
@@ -170,6 +198,7 @@ def main(argv=None) -> int:
           f"simulated by today's model); STALE: another plan, "
           f">= {a.threshold:.0%} faster")
     stale = 0
+    rerun: list[str] = []       # --rewrite-runs: the run records whose schedule was rewritten
     cal = json.loads((a.root / "calibration.json").read_text())     # every plan is simulated with it
     with tempfile.TemporaryDirectory() as tmp:
         for i, p in enumerate(scheds):
@@ -190,7 +219,15 @@ def main(argv=None) -> int:
                 except ScheduleError as e:      # a task list this code does not rebuild: weigh against the record
                     t_same = old["prediction"]["iter_time_s"]
                     today = f"; its plan today: not simulated ({str(e).split(': ')[-1][:60]})"
-            done = rewrite(a.root, p, old, searched, log) if a.rewrite and changed else ""
+            # --rewrite-runs: the run was measured against a prediction today's model moves by the threshold,
+            # or today's search beats its plan by it (STALE below)
+            moved = "graph" in old and new is not None and (
+                abs(new["prediction"]["iter_time_s"] / old["prediction"]["iter_time_s"] - 1) >= a.threshold
+                or (same_plan(old) != same_plan(new) and 1 - new["prediction"]["iter_time_s"] / t_same >= a.threshold))
+            done = rewrite(a.root, p, old, searched, log, a.rewrite_runs if moved else None) \
+                if a.rewrite and changed else ""
+            if "runs again" in done:
+                rerun.append(str(run_record(a.root, p, old)))
             if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
                 now = "no plan either" if new is None else \
                     f"{plan(new)} {new['prediction']['iter_time_s']:8.3f} STALE"
@@ -207,6 +244,11 @@ def main(argv=None) -> int:
             print(f"{p.parent.name:18s} {p.stem:18s} record {plan(old)} {t_old:8.3f}  now {plan(new)} "
                   f"{t_new:8.3f} ({-gain:+.1%}){today} {mark}".rstrip() + done, flush=True)
     print(f"# {stale} stale")
+    if rerun:
+        print(f"# {len(rerun)} run(s) to measure again against their new prediction, e.g.: "
+              f"python experiments/device/rerun-stale.py {a.root} --key rewritten_schedule "
+              f"--reason {a.rewrite_runs} --records '{'|'.join(re.escape(r) for r in rerun)}' "
+              f"--config scale={a.root.parent.name} hardware={a.root.name} gpus_present=N iters=4 -o LIST.sh")
     return 0
 
 

@@ -176,18 +176,31 @@ def predicted_time(res: Results, scale: str):
                       f"D={worst[3]}), tolerance {tol:.0%}, {len(errs)} runs"), worst[0] <= tol
 
 
+def _recorded_prediction_bytes(res: Results, row: dict) -> dict:
+    """The simulator's bytes that a run record carries: its schedule's prediction when it ran (the schedule
+    file may since hold a re-searched plan, `stale_schedules.py --rewrite-runs`); {} when it has none."""
+    src = row.get("source")
+    for path in ((Path(src), res.root.parents[2] / src) if src else ()):
+        if path.is_file() and path.suffix == ".jsonl":
+            return (read_run(str(path))[0] or {}).get("predicted_bytes") or {}
+    return {}
+
+
 def predicted_bytes(res: Results, scale: str):
-    """Bytes counted by the runtime equal the simulator's count for the same schedule (within 1%)."""
+    """Bytes counted by the runtime equal the simulator's count for the same schedule (within 1%): the
+    prediction the run record carries, else its schedule file's."""
     errs, n = [], 0
     for fig in ("figure10", "figure12", "figure8", "figure17"):
         for r in res.ok(fig):
             if r["system"] not in HARMONY:
                 continue
-            mode = r["system"].split("-")[1]
-            sched = res.root / "schedules" / r["model"] / f"{mode}-N{r['gpus']}-D{r['minibatch']}-{r['cfg']}.json"
-            if not sched.exists():
-                continue
-            pred = (json.loads(sched.read_text()).get("prediction") or {}).get("bytes") or {}
+            pred = _recorded_prediction_bytes(res, r)
+            if not pred:
+                mode = r["system"].split("-")[1]
+                sched = res.root / "schedules" / r["model"] / f"{mode}-N{r['gpus']}-D{r['minibatch']}-{r['cfg']}.json"
+                if not sched.exists():
+                    continue
+                pred = (json.loads(sched.read_text()).get("prediction") or {}).get("bytes") or {}
             if not pred:
                 continue
             p_h2d = pred.get("h2d_weights", 0) + pred.get("h2d_act", 0)

@@ -224,6 +224,41 @@ def test_checks_claims_on_handmade_rows(tmp_path):
     assert res["C6"]["verdict"] == "pass" and float(res["C6"]["measured"]) == 0.0
 
 
+def test_c5_holds_a_run_to_the_bytes_its_own_record_predicted_not_a_re_searched_schedule(tmp_path):
+    """C5 compares a run's counted bytes with the prediction its record carries (its schedule's when it ran).
+    A schedule re-searched since (`stale_schedules.py --rewrite-runs`, a new plan waiting for its re-run)
+    does not fail it; a record without a prediction falls back to the schedule file of its name."""
+    from harmony.checks import Results, predicted_bytes
+    from harmony.figures import COLUMNS
+    R = tmp_path / "results" / "paper" / "hw"
+    sched = R / "schedules" / "m" / "vPP-N1-D8-auto.json"
+    sched.parent.mkdir(parents=True)
+    sched.write_text(json.dumps({"prediction": {"bytes": {"h2d_weights": 999, "d2h_grads": 999, "p2p": 0}}}))
+    run = R / "runs" / "harmony-vPP" / "m" / "N1-D8-auto.jsonl"
+    run.parent.mkdir(parents=True)
+
+    def c5(record_bytes: dict | None):
+        summ = {"record": "summary", "status": "ok", "bytes_h2d": 100, "bytes_d2h": 50, "bytes_p2p": 0}
+        if record_bytes is not None:
+            summ["predicted_bytes"] = record_bytes
+        run.write_text(json.dumps(summ) + "\n")
+        row = {"figure": "figure10", "model": "m", "minibatch": 8, "system": "harmony-vPP", "gpus": 1,
+               "cfg": "auto", "kind": "measured", "status": "ok", "bytes_h2d": 100, "bytes_d2h": 50,
+               "bytes_p2p": 0, "source": str(run)}
+        with open(R / "figure10.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerow(row)
+        return predicted_bytes(Results(R), "paper")
+
+    worst, detail, ok = c5({"h2d_weights": 60, "h2d_act": 40, "d2h_grads": 50, "d2h_act": 0, "p2p": 0})
+    assert ok and worst == 0.0, detail
+    worst, detail, ok = c5({"h2d_weights": 60, "h2d_act": 40, "d2h_grads": 40, "d2h_act": 0, "p2p": 0})
+    assert not ok and worst == pytest.approx(0.25), detail            # 50 counted against 40 predicted
+    worst, detail, ok = c5(None)                                      # no prediction on record: the file's
+    assert not ok and worst == pytest.approx(949 / 999), detail       # d2h: 50 counted against 999
+
+
 def _c6_on(tmp_path: Path, curves: dict[str, list[float]]):
     """C6 at paper scale on a figure 13 of these loss curves (system -> losses, one GPU each), written to a
     fresh results folder under tmp_path as the figure's CSV."""
@@ -1153,6 +1188,28 @@ def test_resimulate_runs_can_take_each_runs_own_optimizer_rate():
             assert params.with_worker_opt_rate(150.0, gpus).worker_opt_rate(gpus) == pytest.approx(150.0)
 
 
+def test_resimulate_runs_finds_a_runs_schedule_among_the_superseded_when_it_was_re_searched(tmp_path):
+    """After `stale_schedules.py --rewrite-runs`, a run's named schedule may hold a new plan until the run is
+    measured again: the run is simulated with the schedule of its own plan, kept under superseded/."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    plan = lambda u: {"ubatch_fwd": u, "ubatch_bwd": u, "fwd_packs": [[0, 2]], "bwd_packs": [[2, 4]]}
+    new = tmp_path / "schedules" / "m" / "vPP-N2-D8-auto.json"
+    old = tmp_path / "superseded" / "repredicted" / "schedules" / "m" / "vPP-N2-D8-auto.json"
+    for path, u in ((new, 4), (old, 2)):
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"graph": {"config": plan(u)}}))
+    run = str(tmp_path / "runs" / "harmony-vPP" / "m" / "N2-D8-auto.jsonl")
+    summary = lambda u: {"model": "m", "minibatch": 8, "gpus": 2, "mode": "vPP", **plan(u)}
+    assert mod.find_schedule(run, summary(4), tmp_path / "schedules") == new
+    assert mod.find_schedule(run, summary(2), tmp_path / "schedules") == old
+    assert mod.find_schedule(run, summary(1), tmp_path / "schedules") is None
+    no_plan = {"model": "m", "minibatch": 8, "gpus": 2, "mode": "vPP"}        # an old record: by name
+    assert mod.find_schedule(run, no_plan, tmp_path / "schedules") == new
+
+
 def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
     """A run is resimulated with the receive and all-reduce modes its record says it ran (lazy and inline
     before the options existed); --p2p-receive and --allreduce override them (docs/performance.md entry 77)."""
@@ -1476,6 +1533,46 @@ def test_stale_schedules_weighs_todays_search_against_the_plan_on_record_under_t
     line = next(x for x in out.splitlines() if x.startswith("gpt2-tiny"))
     assert f"its plan today {today:8.3f}" in line and "STALE" in line and line.endswith("rewritten"), line
     assert json.loads(sched.read_text())["prediction"]["iter_time_s"] == pytest.approx(t_new, abs=1e-3)
+
+
+def test_stale_schedules_rewrites_a_run_schedule_only_when_asked_and_lists_the_run_to_measure_again(tmp_path):
+    """--rewrite leaves a schedule its run used; --rewrite-runs REASON rewrites it when today's prediction
+    moved by the threshold, keeps the old files under superseded/REASON/ and names the run for
+    rerun-stale.py (a prediction counts only if it was made before its run; docs/performance.md entry 79)."""
+    from harmony.jsonio import write_json
+    R, model, prof = tiny_results_folder(tmp_path / "res")
+    sched = R / "schedules" / "gpt2-tiny" / "vDP-N1-D8-auto.json"
+    sched.parent.mkdir(parents=True)
+    sh([sys.executable, "-m", "harmony.cli", "schedule", str(prof), "--model", str(model), "--minibatch", "8",
+        "--gpus", "1", "--mode", "vDP", "--calibration", str(R / "calibration.json"), "-o", str(sched)])
+    rec = json.loads(sched.read_text())
+    rec["prediction"]["iter_time_s"] /= 1000                  # measured against an older model's prediction
+    write_json(sched, rec)
+    log = R / "logs" / "schedule" / "gpt2-tiny" / "vDP-N1-D8-auto.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("the old search\n")
+    run = R / "runs" / "harmony-vDP" / "gpt2-tiny" / "N1-D8-auto.jsonl"
+    run.parent.mkdir(parents=True)
+    run.write_text("{}\n")
+    tool = [sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R), "--rewrite"]
+    out = sh(tool).stdout
+    assert "(has a run: left)" in out and json.loads(sched.read_text()) == rec, out
+    out = sh(tool + ["--rewrite-runs", "model79"]).stdout
+    line = next(x for x in out.splitlines() if x.startswith("gpt2-tiny"))
+    assert "runs again (model79)" in line, line
+    old = R / "superseded" / "model79" / "schedules" / "gpt2-tiny" / "vDP-N1-D8-auto.json"
+    assert json.loads(old.read_text()) == rec and run.exists()
+    assert (R / "superseded" / "model79" / "logs" / "schedule" / "gpt2-tiny" / "vDP-N1-D8-auto.log").read_text() \
+        == "the old search\n" and log.read_text() != "the old search\n"
+    assert json.loads(sched.read_text())["prediction"]["iter_time_s"] > 100 * rec["prediction"]["iter_time_s"]
+    assert out.splitlines()[-1].startswith("# 1 run(s) to measure again") and "--reason model79" in out, out
+    # rewritten now, its prediction today's: a second pass moves nothing
+    assert "runs again" not in sh(tool + ["--rewrite-runs", "model79"]).stdout
+    for bad, msg in ((["--rewrite-runs", "x"], "goes with --rewrite"),
+                     (["--rewrite", "--rewrite-runs", "a/b"], "one folder name")):
+        p = subprocess.run([sys.executable, str(ROOT / "experiments/stale_schedules.py"), str(R)] + bad,
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and msg in p.stderr, p.stderr
 
 
 def test_stale_schedules_fixed_remakes_a_fixed_plans_prediction_unless_a_run_or_curve_used_it(tmp_path):

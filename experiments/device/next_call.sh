@@ -26,7 +26,13 @@ host_task() {   # item 42: the per-task host charge (docs/performance.md entry 7
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
 case "$HW" in
-  2xH200|1xH200*)     # item 42 (items 40 and 41 ran in the fifty-third session: device README, HISTORY.md)
+  2xH200)             # item 43: the five runs whose schedules today's model re-predicted, measured again (grid_gpu.sh
+    # tars its own; slim: SLIM_ALSO='results/large/ results/paper/2xH200/runs/swap-pp/'); ITEM=42: the per-task
+    # host charge on GPU 0 (items 40 and 41 ran in the fifty-third session: device README, HISTORY.md)
+    if [ "${ITEM:-43}" = 42 ]; then host_task "${1:-ht1}"
+    else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-2xH200.sh results/paper/2xH200 \
+      "${1:-x2-repred1}"; fi ;;
+  1xH200*)            # item 42
     host_task "${1:-ht1}" ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large

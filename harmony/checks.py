@@ -179,8 +179,9 @@ def predicted_time(res: Results, scale: str):
 def _recorded_prediction_bytes(res: Results, row: dict) -> dict:
     """The simulator's bytes that a run record carries: its schedule's prediction when it ran (the schedule
     file may since hold a re-searched plan, `stale_schedules.py --rewrite-runs`); {} when it has none."""
-    src = row.get("source")
-    for path in ((Path(src), res.root.parents[2] / src) if src else ()):
+    src = row.get("source")          # relative to the repository root, as the figures write it
+    repo = res.root.parents[2] if len(res.root.parents) > 2 else Path(".")     # results/<scale>/<hardware>
+    for path in ((Path(src), repo / src) if src else ()):
         if path.is_file() and path.suffix == ".jsonl":
             return (read_run(str(path))[0] or {}).get("predicted_bytes") or {}
     return {}

@@ -136,17 +136,19 @@ def run_record(root: Path, sched: Path, old: dict) -> Path:
 SCHEDULE_SUFFIXES = (".json", ".csv", ".trace.json.gz")
 
 
-def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str, with_run: str | None = None) -> str:
+def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str,
+            with_run: str | None = None) -> tuple[str, Path | None]:
     """The search just written to `searched` (schedule, CSV, trace) moved over `sched`, and its log where
     the workflow's schedule rule keeps it, unless a run record used `sched`. `with_run` (a reason): a
     schedule with a run is rewritten too, its old files moved to superseded/REASON/ first; the run record
-    stays until it is run again (experiments/device/rerun-stale.py --records, with the same reason)."""
+    stays until it is run again (experiments/device/rerun-stale.py --records, with the same reason).
+    Returns (the note for the line, the run record to measure again or None)."""
     c = setting(old, sched)
     convergence = root.glob(f"convergence/*/{sched.parent.name}/harmony-{c['mode']}-N{c['gpus']}.jsonl")
     run = run_record(root, sched, old)
     has_run = run.exists() or (not sched.stem.endswith("-auto") and any(convergence))
     if has_run and not (with_run and run.exists()):
-        return "  (has a run: left)"
+        return "  (has a run: left)", None
     log_path = root / "logs" / "schedule" / sched.parent.name / f"{sched.stem}.log"
     if has_run:
         for f in [Path(str(sched)[:-len(".json")] + x) for x in SCHEDULE_SUFFIXES] + [log_path]:
@@ -158,7 +160,9 @@ def rewrite(root: Path, sched: Path, old: dict, searched: Path, log: str, with_r
         shutil.move(str(searched)[:-len(".json")] + suffix, str(sched)[:-len(".json")] + suffix)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text(log)
-    return f"  rewritten; its run {run.relative_to(root)} runs again ({with_run})" if has_run else "  rewritten"
+    if has_run:
+        return f"  rewritten; its run {run.relative_to(root)} runs again ({with_run})", run
+    return "  rewritten", None
 
 
 def main(argv=None) -> int:
@@ -224,10 +228,10 @@ def main(argv=None) -> int:
             moved = "graph" in old and new is not None and (
                 abs(new["prediction"]["iter_time_s"] / old["prediction"]["iter_time_s"] - 1) >= a.threshold
                 or (same_plan(old) != same_plan(new) and 1 - new["prediction"]["iter_time_s"] / t_same >= a.threshold))
-            done = rewrite(a.root, p, old, searched, log, a.rewrite_runs if moved else None) \
-                if a.rewrite and changed else ""
-            if "runs again" in done:
-                rerun.append(str(run_record(a.root, p, old)))
+            done, again = rewrite(a.root, p, old, searched, log, a.rewrite_runs if moved else None) \
+                if a.rewrite and changed else ("", None)
+            if again is not None:
+                rerun.append(str(again))
             if "graph" not in old:      # the search on record found no plan (e.g. infeasible)
                 now = "no plan either" if new is None else \
                     f"{plan(new)} {new['prediction']['iter_time_s']:8.3f} STALE"

@@ -76,7 +76,7 @@ def add_arguments(p) -> None:
     p.add_argument("--allreduce", choices=ALLREDUCE_MODES, default=DEFAULT_ALLREDUCE,
                    help="vDP on cuda: inline (default), the compute stream waits for each pack's gradient "
                         "all-reduce before the next task; overlap, only the gradients' copy to the host waits "
-                        "for it and the next task computes meanwhile, as the simulator assumes. The same sums "
+                        "for it and the next task computes meanwhile (SimParams.allreduce models either). The same sums "
                         "either way (docs/runtime.md, The all-reduce; docs/performance.md entry 77)")
     p.add_argument("--ordered-reduce", action="store_true",
                    help="vDP: sum the ranks' gradients in rank order on every rank (an all-gather, then the "

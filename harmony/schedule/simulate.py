@@ -46,8 +46,8 @@ from dataclasses import dataclass, field, replace
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, TRANSFER_KINDS, TaskGraph,
-                                   task_transfers)
+from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES,
+                                   TRANSFER_KINDS, TaskGraph, task_transfers)
 from harmony.timeline import intersection_length, merge_intervals
 
 DEFAULT_TASK_OVERHEAD_S = 0.0

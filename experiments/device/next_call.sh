@@ -13,7 +13,7 @@ set -u
 export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
-host_task() {   # item 42: the per-task host charge (docs/performance.md entry 78) on one GPU of this host, ~3 min
+host_task() {   # item 42 (done on 2x H200; HISTORY.md): the per-task host charge (docs/performance.md entry 78) on one GPU of this host, ~3 min
   mkdir -p /tmp/ht
   CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/runtime_overhead.py --device cuda --packs 1 2 4 8 16 \
     --minibatch 8 --ubatch 8 --iters 10 --warmup 2 > /tmp/ht/overhead.log 2>&1; echo "runtime_overhead rc=$?"
@@ -26,14 +26,9 @@ host_task() {   # item 42: the per-task host charge (docs/performance.md entry 7
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
 case "$HW" in
-  2xH200)             # item 43: the five runs whose schedules today's model re-predicted, measured again (grid_gpu.sh
-    # tars its own; slim: SLIM_ALSO='results/large/ results/paper/2xH200/runs/swap-pp/'); ITEM=42: the per-task
-    # host charge on GPU 0 (items 40 and 41 ran in the fifty-third session: device README, HISTORY.md)
-    if [ "${ITEM:-43}" = 42 ]; then host_task "${1:-ht1}"
-    else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-2xH200.sh results/paper/2xH200 \
-      "${1:-x2-repred1}"; fi ;;
-  1xH200*)            # item 42
-    host_task "${1:-ht1}" ;;
+  2xH200|1xH200*)     # nothing queued: items 43 and 42 ran in the fifty-fourth session (device README, HISTORY.md);
+    # `ITEM=42` measures the per-task host charge again on this host (host_task above)
+    if [ "${ITEM:-}" = 42 ]; then host_task "${1:-ht1}"; else echo "nothing queued for $HW (device README, \"Next call\")"; fi ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \

@@ -37,8 +37,10 @@ case "$HW" in
   4xH200|4xH100-80GB-HBM3)   # item 28's controls and the own-order references, one GPU each, four at a time;
     # the list is generated here first: HW=4xH200 bash experiments/device/make-jobs-convergence-4gpu.sh
     # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
-    # ITEM=38: the second call, vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes)
-    if [ "${ITEM:-28}" = 38 ]; then
+    # ITEM=38: the second call, vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes); the default on
+    # 4x H200, where item 28 ran in the fifty-fourth session (x4-conv5)
+    first=28; [ "$HW" = 4xH200 ] && first=38
+    if [ "${ITEM:-$first}" = 38 ]; then
       mkdir -p /tmp/ord; STEP_S=240 timeout 480 bash experiments/device/ordered-reduce-4gpu.sh "results/paper/$HW" /tmp/ord \
         > /tmp/ord/console.log 2>&1; tail -4 /tmp/ord/console.log
       timeout 80 python3 -m pytest -q tests/test_runtime_gpu.py -k ordered_reduce > /tmp/ord/gputest.txt 2>&1

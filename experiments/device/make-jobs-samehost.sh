@@ -31,7 +31,7 @@
 #       vgg416:256=stale-schedule resnet1026:64,1024=stale-schedule Figure 8 (bert-large-nodrop, D = 600: the
 # searched plan and four fixed ones), last run before entry 32's runtime:
 #   DS=600 CFGS='*' MODES=vPP PROFILE=remake bash experiments/device/make-jobs-samehost.sh --move bert-large-nodrop=pre-entry-32
-HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
+HW=${HW:-1xH100-80GB-HBM3}; NGPU=${NGPU:-1}; NS=${NS:-$NGPU}; CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
 DS=${DS:-16 64 256 1024}; CFGS=${CFGS:-auto}
 MODES=${MODES:-vDP vPP}; both=0; [ "$MODES" = "vDP vPP" ] && both=1
 # PROFILE=remake: the profile moves and is made again even with one mode (a model that has only vPP
@@ -46,6 +46,10 @@ if [ $move = 1 ] && [ "$(git config --get core.sparseCheckout)" = true ]; then
        "'bash experiments/device/slim_tree.sh off' first, then 'on' again before the device call" >&2
   exit 2
 fi
+# NS (default NGPU, the host's GPUs): the run records' N values to move and make again, e.g. NS="1 2 4" for
+# figures 17/18's fixed plans at every N of a four-GPU host (device README item 44):
+#   HW=4xH200 NGPU=4 NS="1 2 4" DS=32 CFGS=u1-1-p2 bash experiments/device/make-jobs-samehost.sh --move \
+#       gpt2-4096x6=pre-reprofile gpt2-4096x12=pre-reprofile gpt2-4096x18=pre-reprofile gpt2-4096x24=pre-reprofile
 # MODEL=FOLDER moves that model's records to superseded/FOLDER instead (entry 32: copy-stream-5pct, the
 # split-timing runs on two allocator pools at 5% headroom).
 for arg in "${models[@]}"; do
@@ -57,18 +61,24 @@ for arg in "${models[@]}"; do
     [ $both = 1 ] && mkdir -p "$old/profiles" && git mv "$R/profiles/$m.json" "$old/profiles/"
     for mode in $MODES; do
       mkdir -p "$old/runs/harmony-$mode/$m"
-      for d in $ds; do
-        for f in "$R"/schedules/$m/$mode-N$NGPU-D$d-$CFGS.*; do [ -e "$f" ] && git mv "$f" "$old/schedules/$m/"; done
-        for f in "$R"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do [ -e "$f" ] && git mv "$f" "$old/runs/harmony-$mode/$m/"; done
-      done
+      # a run's record and its schedule move together; a schedule without a run (a predicted point) stays,
+      # for experiments/stale_schedules.py --rewrite to search again from the new profile
+      for d in $ds; do for n in $NS; do
+        for f in "$R"/runs/harmony-$mode/$m/N$n-D$d-$CFGS.jsonl; do
+          [ -e "$f" ] || continue
+          base=${f##*/}; base=${base%.jsonl}
+          for g in "$R"/schedules/$m/$mode-$base.*; do [ -e "$g" ] && git mv "$g" "$old/schedules/$m/"; done
+          git mv "$f" "$old/runs/harmony-$mode/$m/"
+        done
+      done; done
     done
   fi
   t=()   # the records this model's listing must make (every one moved away, or the folder's, without --move)
-  for d in $ds; do for mode in $MODES; do
-    for f in "$old"/runs/harmony-$mode/$m/N$NGPU-D$d-$CFGS.jsonl; do
+  for d in $ds; do for mode in $MODES; do for n in $NS; do
+    for f in "$old"/runs/harmony-$mode/$m/N$n-D$d-$CFGS.jsonl; do
       [ -e "$f" ] && t+=("$R/runs/harmony-$mode/$m/${f##*/}")
     done
-  done; done
+  done; done; done
   if [ $both = 1 ]; then listing -- "$R/profiles/$m.json" "${t[@]}"; else listing -- "${t[@]}"; fi
   wanted+=("${t[@]}")
 done

@@ -39,8 +39,16 @@ case "$HW" in
     # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
     # ITEM=38: the second call, vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes); the default on
     # 4x H200, where item 28 ran in the fifty-fourth session (x4-conv5)
+    # ITEM=44 (4x H200): figures 17/18's GPT-2 width-4096 profiled again and their five runs made again; the
+    # list is written here first, moving the old records (device README, item 44)
     first=28; [ "$HW" = 4xH200 ] && first=38
-    if [ "${ITEM:-$first}" = 38 ]; then
+    if [ "${ITEM:-$first}" = 44 ]; then
+      if ! grep -q -- "-o results/paper/$HW/profiles/gpt2-4096x12.json " experiments/device/jobs-samehost-4xH200.sh; then
+        echo "jobs-samehost-4xH200.sh has no gpt2-4096x12 profile job: write it first (device README, item 44)"; exit 2
+      fi
+      BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-samehost-4xH200.sh \
+        "results/paper/$HW" "${1:-x4-reprofile3}"
+    elif [ "${ITEM:-$first}" = 38 ]; then
       mkdir -p /tmp/ord; STEP_S=240 timeout 480 bash experiments/device/ordered-reduce-4gpu.sh "results/paper/$HW" /tmp/ord \
         > /tmp/ord/console.log 2>&1; tail -4 /tmp/ord/console.log
       timeout 80 python3 -m pytest -q tests/test_runtime_gpu.py -k ordered_reduce > /tmp/ord/gputest.txt 2>&1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # the README's column names -> results folders
-FOLDERS = {"1× H100": "1xH100-80GB-HBM3", "2× H200": "2xH200", "2× H100": "2xH100-80GB-HBM3"}
+FOLDERS = {"1× H100": "1xH100-80GB-HBM3", "2× H200": "2xH200", "2× H100": "2xH100-80GB-HBM3", "4× H200": "4xH200"}
 NUM = r"(\d+(?:\.\d+)?)"
 
 

@@ -26,8 +26,13 @@ host_task() {   # item 42 (done on 2x H200; HISTORY.md): the per-task host charg
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
 case "$HW" in
-  2xH200|1xH200*)     # nothing queued: items 43 and 42 ran in the fifty-fourth session (device README, HISTORY.md);
-    # `ITEM=42` measures the per-task host charge again on this host (host_task above)
+  2xH200)             # item 45: figures 17 and 8's fixed plans whose predictions today's model moves, measured again
+    # (about 10 minutes in two calls, x2-repredfix1 and 2; slim: SLIM_ALSO='results/large/
+    # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above)
+    if [ "${ITEM:-45}" = 42 ]; then host_task "${1:-ht1}"
+    else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
+      results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
+  1xH200*)            # nothing queued: item 42 ran in the fifty-fourth session; ITEM=42 measures it again
     if [ "${ITEM:-}" = 42 ]; then host_task "${1:-ht1}"; else echo "nothing queued for $HW (device README, \"Next call\")"; fi ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large

@@ -191,7 +191,7 @@ def test_checks_table(real_records):
     assert "claim" in p.stdout and "C1" in p.stdout and "summary:" in p.stdout
     rows = list(csv.DictReader(open(R / "checks.csv")))
     assert [r["claim"] for r in rows] == [f"C{i}" for i in range(1, 13)]
-    assert {r["verdict"] for r in rows} <= {"pass", "fail", "info", "no-data"}
+    assert {r["verdict"] for r in rows} <= {"pass", "fail", "info", "no-data", "incomplete"}
     c8 = next(r for r in rows if r["claim"] == "C8")
     assert c8["verdict"] == "fail"                               # missing grid points are reported
 
@@ -1041,17 +1041,19 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
 
 def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     """C10-C12 (paper scale), issue 8's targets per figure-10 configuration: best Harmony >= 1.5x every
-    baseline (one that cannot train meets it, one without a record is listed), every Harmony run within 10%
+    baseline (one that cannot train meets it, one without a record makes it incomplete), every Harmony run within 10%
     of its prediction, and at >= 80% of its schedule bound."""
     from harmony.checks import evaluate
     from harmony.figures import COLUMNS
     R = tmp_path / "results" / "paper" / "1xTEST"
     R.mkdir(parents=True)
 
-    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None):
+    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None, zero_offload=None):
         pts = [("harmony-vPP", "ok", 30.0, pred_factor, bound_fraction), ("harmony-vDP", "ok", 20.0, 1.0, 0.9),
                ("swap-dp", "ok", 10.0, None, None), ("swap-pp", "ok", swap_pp_sps, None, None),
                ("fsdp-offload", "oom", None, None, None)]
+        if zero_offload:
+            pts.append(("zero-offload", zero_offload, None, None, None))
         if resident_sps:
             pts.append(("resident", "ok", resident_sps, None, None))
         with open(R / "figure10.csv", "w", newline="") as f:
@@ -1072,8 +1074,14 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
                    + "\n")
 
     ok = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85)
-    assert ok["C10"]["verdict"] == "pass" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
-    assert "not measured (1): zero-offload g D=32 N=1" in ok["C10"]["detail"]   # zero-offload has no row
+    # zero-offload has no row: nothing measured misses, but "every baseline" cannot pass without it
+    assert ok["C10"]["verdict"] == "incomplete" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
+    assert "no record yet (1): zero-offload g D=32 N=1" in ok["C10"]["detail"]
+    assert ok["C3"]["verdict"] == "incomplete" and "no record yet (1): zero-offload g D=32 N=1" in ok["C3"]["detail"]
+    over = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85, zero_offload="over-time")
+    assert over["C10"]["verdict"] == "pass" and over["C3"]["verdict"] == "pass"   # a whole call, no iteration
+    assert "not measured (1): zero-offload g D=32 N=1 (over-time)" in over["C10"]["detail"]
+    assert "no record yet" not in over["C10"]["detail"] + over["C3"]["detail"]
     assert ok["C11"]["verdict"] == "pass" and "2 of 2 runs within 10%" in ok["C11"]["detail"]
     assert ok["C12"]["verdict"] == "pass"
     bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)

@@ -47,7 +47,10 @@ case "$HW" in
     # ITEM=44 (4x H200): figures 17/18's GPT-2 width-4096 profiled again and their five runs made again; the
     # list is written here first, moving the old records (device README, item 44)
     first=28; [ "$HW" = 4xH200 ] && first=38
-    if [ "${ITEM:-$first}" = 44 ]; then
+    if [ "${ITEM:-$first}" = 46 ]; then   # item 46: figure 10's missing baselines at N = 4 (several calls)
+      BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-baselines-4xH200.sh \
+        "results/paper/$HW" "${1:-x4-base1}"
+    elif [ "${ITEM:-$first}" = 44 ]; then
       if ! grep -q -- "-o results/paper/$HW/profiles/gpt2-4096x12.json " experiments/device/jobs-samehost-4xH200.sh; then
         echo "jobs-samehost-4xH200.sh has no gpt2-4096x12 profile job: write it first (device README, item 44)"; exit 2
       fi

@@ -82,16 +82,17 @@ def _throughput_rows(res: Results, kind="measured") -> list[dict]:
 
 
 def _unrecorded_baselines(res: Results, keys) -> list[str]:
-    """'swap-pp m D=64 N=4' for each baseline of BASELINE_SYSTEMS with no record at the configurations
-    `keys` ((model, D, N)), figures 10 and 12: its row absent, or there as a grid point not run ('missing').
-    One that ran out of memory, is infeasible, failed, or ran a whole device call without timing an
-    iteration ('over-time') has a record; the claims say what each of those means."""
+    """'swap-pp m D=64 N=4' for each baseline of BASELINE_SYSTEMS that the figures' grid holds at the
+    configurations `keys` ((model, D, N)) but that has no record: figures 10 and 12 list such a grid point as
+    'missing'. A system with no row is not on that scale's grid (the `large` scale runs no swap-dp), so it
+    is not counted. One that ran out of memory, is infeasible, failed, or ran a whole device call without
+    timing an iteration ('over-time') has a record; the claims say what each of those means."""
     seen = _by_point([r for f in ("figure10", "figure12") for r in res.rows(f) if r.get("kind") == "measured"])
     out = []
     for key in sorted(set(keys)):
         sy = seen.get(key, {})
         out += [f"{b} {key[0]} D={key[1]} N={key[2]}" for b in BASELINE_SYSTEMS
-                if (sy.get(b) or {}).get("status") in (None, "missing")]
+                if (sy.get(b) or {}).get("status") == "missing"]
     return out
 
 
@@ -488,9 +489,10 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     """Issue 8: Harmony's best mode >= 1.5x the samples/s of every baseline, per figure-10 configuration.
     A baseline that ran out of memory or is infeasible where Harmony trained meets it. One that ran a whole
     device call without timing an iteration ('over-time') is listed as not measured and does not hold the
-    verdict back: its rate is below one iteration per call. One with no record at all makes the verdict
-    'incomplete' where nothing measured misses (every baseline cannot pass on those that ran alone). Where a configuration misses the target and the
-    no-swap reference (`resident`: the whole model on the GPU, no cap) ran, the detail adds resident / that
+    verdict back: its rate is below one iteration per call. A grid point with no record ('missing') makes
+    the verdict 'incomplete' where nothing measured misses (every baseline cannot pass on those that ran
+    alone); a system the scale's grid does not hold (no row) is not a baseline there. Where a configuration
+    misses the target and the no-swap reference (`resident`: the whole model on the GPU, no cap) ran, the detail adds resident / that
     baseline: how far any system that swaps nothing gets past it, so a target above that ratio asks for
     more than removing every transfer would give. It also adds that baseline's iteration time over the
     lowest schedule bound of Harmony's runs there (the bound: no plan of that run's shape is faster, C12):
@@ -507,7 +509,7 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
             r = sy.get(b) or {}
             if r.get("status") == "ok" and _f(r.get("samples_per_s")):
                 ratios.append((max(h) / _f(r["samples_per_s"]), b))
-            elif r.get("status") not in ("oom", "infeasible", None, "missing"):
+            elif r and r.get("status") not in ("oom", "infeasible", "missing"):
                 # over-time: it had a device call and timed no iteration in it; no rate to state
                 missing.append(f"{b} {key[0]} D={key[1]} N={key[2]}"
                                + (" (over-time)" if r.get("status") == "over-time" else ""))

@@ -1048,11 +1048,11 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     R = tmp_path / "results" / "paper" / "1xTEST"
     R.mkdir(parents=True)
 
-    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None, zero_offload=None):
+    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None, zero_offload="missing"):
         pts = [("harmony-vPP", "ok", 30.0, pred_factor, bound_fraction), ("harmony-vDP", "ok", 20.0, 1.0, 0.9),
                ("swap-dp", "ok", 10.0, None, None), ("swap-pp", "ok", swap_pp_sps, None, None),
                ("fsdp-offload", "oom", None, None, None)]
-        if zero_offload:
+        if zero_offload:                  # "missing": a grid point without a record; None: not on the grid
             pts.append(("zero-offload", zero_offload, None, None, None))
         if resident_sps:
             pts.append(("resident", "ok", resident_sps, None, None))
@@ -1074,7 +1074,7 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
                    + "\n")
 
     ok = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85)
-    # zero-offload has no row: nothing measured misses, but "every baseline" cannot pass without it
+    # zero-offload's grid point has no record: nothing measured misses, but "every baseline" cannot pass
     assert ok["C10"]["verdict"] == "incomplete" and float(ok["C10"]["measured"]) == pytest.approx(2.0)
     assert "no record yet (1): zero-offload g D=32 N=1" in ok["C10"]["detail"]
     assert ok["C3"]["verdict"] == "incomplete" and "no record yet (1): zero-offload g D=32 N=1" in ok["C3"]["detail"]
@@ -1082,6 +1082,9 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     assert over["C10"]["verdict"] == "pass" and over["C3"]["verdict"] == "pass"   # a whole call, no iteration
     assert "not measured (1): zero-offload g D=32 N=1 (over-time)" in over["C10"]["detail"]
     assert "no record yet" not in over["C10"]["detail"] + over["C3"]["detail"]
+    off_grid = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85, zero_offload=None)
+    assert off_grid["C10"]["verdict"] == "pass" and off_grid["C3"]["verdict"] == "pass"  # no row: not a baseline here
+    assert "zero-offload" not in off_grid["C10"]["detail"]
     assert ok["C11"]["verdict"] == "pass" and "2 of 2 runs within 10%" in ok["C11"]["detail"]
     assert ok["C12"]["verdict"] == "pass"
     bad = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7)

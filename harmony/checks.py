@@ -492,12 +492,12 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     verdict back: its rate is below one iteration per call. A grid point with no record ('missing') makes
     the verdict 'incomplete' where nothing measured misses (every baseline cannot pass on those that ran
     alone); a system the scale's grid does not hold (no row) is not a baseline there. Where a configuration
-    misses the target and the no-swap reference (`resident`: the whole model on the GPU, no cap) ran, the detail adds resident / that
-    baseline: how far any system that swaps nothing gets past it, so a target above that ratio asks for
-    more than removing every transfer would give. It also adds that baseline's iteration time over the
-    lowest schedule bound of Harmony's runs there (the bound: no plan of that run's shape is faster, C12):
-    how far Harmony's searched plans could get past it if they ran at their bound. The verdict is the same
-    either way."""
+    misses the target and the no-swap reference (`resident`: the whole model on the GPU, no cap) ran, the
+    detail adds resident / that baseline: how far any system that swaps nothing gets past it, so a target
+    above that ratio asks for more than removing every transfer would give. It also adds that baseline's
+    iteration time over the lowest schedule bound of Harmony's runs there (the bound: no plan of that run's
+    shape is faster, C12): how far Harmony's searched plans could get past it if they ran at their bound.
+    The verdict is the same either way."""
     lows, missing, ceilings, bound_ceilings = [], [], {}, {}
     for key, sy in sorted(_figure10_points(res).items()):
         h = [_f(sy[s].get("samples_per_s")) for s in HARMONY if s in sy and sy[s].get("status") == "ok"]

@@ -1041,8 +1041,8 @@ def test_rerun_stale_moves_each_old_record_aside_just_before_its_new_run(tmp_pat
 
 def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     """C10-C12 (paper scale), issue 8's targets per figure-10 configuration: best Harmony >= 1.5x every
-    baseline (one that cannot train meets it, one without a record makes it incomplete), every Harmony run within 10%
-    of its prediction, and at >= 80% of its schedule bound."""
+    baseline (one that cannot train meets it, a grid point without a record makes it incomplete), every
+    Harmony run within 10% of its prediction, and at >= 80% of its schedule bound."""
     from harmony.checks import evaluate
     from harmony.figures import COLUMNS
     R = tmp_path / "results" / "paper" / "1xTEST"

@@ -13,7 +13,7 @@ set -u
 export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
-host_task() {   # item 42 (done on 2x H200; HISTORY.md): the per-task host charge (docs/performance.md entry 78) on one GPU of this host, ~3 min
+host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charge (entry 78) on GPU 0, ~3 min
   mkdir -p /tmp/ht
   CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/runtime_overhead.py --device cuda --packs 1 2 4 8 16 \
     --minibatch 8 --ubatch 8 --iters 10 --warmup 2 > /tmp/ht/overhead.log 2>&1; echo "runtime_overhead rc=$?"

@@ -96,9 +96,12 @@ def _unrecorded_baselines(res: Results, keys) -> list[str]:
     return out
 
 
-def _unrecorded_note(unrecorded: list[str]) -> str:
-    return (f"; no record yet ({len(unrecorded)}): {', '.join(unrecorded[:6])}"
-            + (f" and {len(unrecorded) - 6} more" if len(unrecorded) > 6 else "")) if unrecorded else ""
+def _listed(label: str, items: list[str], shown: int = 6) -> str:
+    """'; LABEL (n): a, b, ... and k more' for a detail's tail; '' when there is nothing to list."""
+    if not items:
+        return ""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return f"; {label} ({len(items)}): {', '.join(items[:shown])}{more}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,7 +154,7 @@ def faster_than_baselines(res: Results, scale: str):
     ok = worst[0] >= 1.0 and (INCOMPLETE if unrecorded else True)
     return worst[0], (f"best Harmony / best baseline samples/s: min {worst[0]:.2f}x at {worst[1][0]} "
                       f"D={worst[1][1]}, geometric mean {gm:.2f}x over {len(ratios)} configs"
-                      + _unrecorded_note(unrecorded)), ok
+                      + _listed("no record yet", unrecorded)), ok
 
 
 PEER_TARGETS = {"fsdp-offload": 1.5, "zero-offload": 1.2}   # issue targets at the `large` scale
@@ -534,10 +537,9 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
               + "; ".join(f"{k[0]} D={k[1]} N={k[2]}: {q:.2f}x {b}"
                           + _ceiling_note(b, ceilings.get(k), bound_ceilings.get(k), q < target)
                           for q, b, k in lows)
-              + (f"; not measured ({len(missing)}): {', '.join(missing[:6])}"
-                 + (f" and {len(missing) - 6} more" if len(missing) > 6 else "") if missing else ""))
+              + _listed("not measured", missing))
     unrecorded = _unrecorded_baselines(res, [k for _, _, k in lows])
-    return min(lows)[0], detail + _unrecorded_note(unrecorded), not below and (INCOMPLETE if unrecorded else True)
+    return min(lows)[0], detail + _listed("no record yet", unrecorded), not below and (INCOMPLETE if unrecorded else True)
 
 
 def _ceiling_note(baseline: str, resident: float | None, at_bound: float | None, missed: bool) -> str:

@@ -90,6 +90,26 @@ def test_an_output_sent_to_another_gpu_stays_allocated_through_the_next_task():
     assert not simulate(graph("vPP", 2, 4, 4, 4), costs, PARAMS, cap=cap).feasible
 
 
+def test_each_direction_between_two_gpus_is_its_own_p2p_lane():
+    # GPipe over three GPUs (swap-pp's graph: one stage per GPU, one microbatch per task), the last stage the
+    # slowest. The runtime sends over one process group per direction, so a gradient GPU 1 sends to GPU 0
+    # does not queue GPU 1's next activation to GPU 2. With lanes per sending GPU the simulator did, in its
+    # task order: GPU 2 idled 0.8 s between microbatches (docs/performance.md entry 80).
+    prof = make_profile(L=3, x=1)
+    heavy = prof["vlayers"][2]
+    heavy["fwd_s"], heavy["bwd_s"] = [4 * t for t in heavy["fwd_s"]], [4 * t for t in heavy["bwd_s"]]
+    stages = ((0, 1), (1, 2), (2, 3))
+    g = build_task_graph(ScheduleConfig(mode="vPP", gpus=3, minibatch=4, ubatch_fwd=1, ubatch_bwd=1,
+                                        bwd_packs=stages, fwd_packs=stages[:-1], group_size=1,
+                                        placement="stages", pin_shared=True, stages=stages), 3)
+    links = tuple(tuple(None if i == j else 10.0 for j in range(3)) for i in range(3))
+    sim = simulate(g, LayerCosts(prof), dataclasses.replace(PARAMS, p2p_Bps=links), record=True)
+    lo, hi = sim.iteration_ends[-2:]
+    last = sorted((s, e) for pid, lane, _n, s, e, _a in sim.events if pid == 2 and lane == "compute" and lo <= s < hi)
+    assert len(last) == 4
+    assert [b[0] for b in last[1:]] == pytest.approx([a[1] for a in last[:-1]])   # back to back
+
+
 def test_compute_beside_a_resident_send_is_charged_the_nccl_slowdown():
     # vPP on 2 GPUs, 2 microbatches of 2, lazy receives (eager's spans: the test after this one). As
     # profiled: FWD(0,2) on GPU 0 [31, 33] posts its first send at 32, which stays until BWD(2,3) on GPU 1

@@ -2,7 +2,8 @@
 
 Resources (each a serial stream; an operation starts when its inputs are ready and its stream is free;
 overlap happens only across streams):
-  per GPU r   swap-in (H2D), p2p-in, compute, p2p-out, swap-out (D2H)
+  per GPU r   swap-in (H2D), compute, swap-out (D2H)
+  per channel GPU src -> GPU dst: P2P (the runtime's one process group, one NCCL stream, per direction)
   host        the CPU optimizer: one stream per process, each at that worker's share of the calibrated
               all-core rate (the runtime gives each of N workers cores // N threads), when the calibration
               says how many cores it measured with (`cpu_threads`); otherwise one stream shared by all
@@ -426,8 +427,12 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
     link = (lambda r: 0) if shared else (lambda r: r)
     h2d_free = [0.0] * N
     d2h_free = [0.0] * N
-    p2pin_free = [0.0] * N
-    p2pout_free = [0.0] * N
+    # one P2P lane per channel (src, dst): the runtime gives each direction its own process group, so its
+    # own NCCL stream (harmony/runtime/p2p.py). Lanes per sending and per receiving GPU instead queued a
+    # message behind another channel's in the order tasks are simulated, not in time: swap-pp's last stage
+    # at N = 4 then waited for its next activation until the stage before it had sent a gradient the other
+    # way, 3.33 s predicted against 2.01 measured (docs/performance.md entry 80)
+    channel_free: dict[tuple[int, int], float] = {}
     comp_free = [0.0] * N
     ring_free = 0.0
     cpu_free = [0.0] * N
@@ -544,7 +549,7 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                 if nbytes is None:
                     f, l = (c_first[p] if pipe else c_end[p]), c_end[p]
                 else:
-                    f, l = _p2p(nbytes, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe,
+                    f, l = _p2p(nbytes, r, p, infos, c_first, c_end, channel_free, params, pipe,
                                 ev, t.pack, label)
                 first_in, last_in = max(first_in, f), max(last_in, l)
             # --- compute
@@ -607,18 +612,19 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                       ev or [], mem or [], iss_s, task_held), (c_start, c_first, c_end))
 
 
-def _p2p(tr, r, p, infos, c_first, c_end, p2pin_free, p2pout_free, params, pipe, ev, pack, label):
+def _p2p(tr, r, p, infos, c_first, c_end, channel_free, params, pipe, ev, pack, label):
     nbytes, src = tr
     dur = nbytes / params.p2p(src, r)
     pn = infos[p].nmb
+    free = channel_free.get((src, r), 0.0)
     if pipe:
-        a0 = max(p2pout_free[src], p2pin_free[r], c_first[p])
+        a0 = max(free, c_first[p])
         first = a0 + dur / pn
         last = max(a0 + dur, c_end[p] + dur / pn)
     else:
-        a0 = max(p2pout_free[src], p2pin_free[r], c_end[p])
+        a0 = max(free, c_end[p])
         first = last = a0 + dur
-    p2pout_free[src] = p2pin_free[r] = last
+    channel_free[(src, r)] = last
     if ev is not None:
         ev.append((r, "p2p-in", f"{label} {pack} from {src}", a0, last, {"bytes": nbytes}))
     return first, last

@@ -6,7 +6,7 @@
 #   bash experiments/device/slim_tree.sh on 2xH200
 #   cp results/paper/1xH100-80GB-HBM3/calibration.json .whl/cal-1xH100.json   # before slimming: the two-H100
 #                                                                            # branch reads it, the slim tree lacks it
-#   device: bash experiments/device/next_call.sh [TAG]     (carry .whl/cal-1xH100.json)
+#   device: bash experiments/device/next_call.sh [TAG]     (carry .whl: the DeepSpeed wheels zero-offload needs, and cal-1xH100.json)
 # Four GPUs: see that branch for the job list to write first.
 # Committed (the fiftieth session found the ignored `.whl/call.sh` of the session before gone with its checkout).
 set -u
@@ -42,11 +42,11 @@ case "$HW" in
   4xH200|4xH100-80GB-HBM3)   # item 28's controls and the own-order references, one GPU each, four at a time;
     # the list is generated here first: HW=4xH200 bash experiments/device/make-jobs-convergence-4gpu.sh
     # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
-    # ITEM=38: the second call, vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes)
+    # On 4x H200 the default is item 46 (fifty-fifth session: swap-pp done, fsdp-offload and zero-offload left;
+    # carry .whl, or grid_gpu.sh leaves the zero-offload jobs out), then ITEM=38.
+    # ITEM=38: vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes)
     # ITEM=44 (4x H200, done in the fifty-fifth session, x4-reprofile3): figures 17/18's GPT-2 width 4096
     # profiled again and their five runs made again; its list is written first, moving the old records
-    # on 4x H200 the default is item 46 (fifty-fifth session: swap-pp done, fsdp-offload and zero-offload left;
-    # carry .whl, or grid_gpu.sh leaves the zero-offload jobs out), then ITEM=38
     first=28; [ "$HW" = 4xH200 ] && first=46
     if [ "${ITEM:-$first}" = 46 ]; then   # item 46: figure 10's missing baselines at N = 4 (several calls)
       BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-baselines-4xH200.sh \

@@ -1780,6 +1780,29 @@ def test_pending_jobs_scales_another_machines_search_by_the_searches_done_on_bot
     assert rows[str(outs[1])].split()[0] == "13" and " x" not in rows[str(outs[1])].split("(", 1)[1], out
 
 
+def test_pending_jobs_takes_off_an_unfinished_searchs_candidates_on_record(tmp_path):
+    """pending_jobs.py: a search that a call's end cut off (its candidates on record, no final record) as the
+    call's last job has no console line after it; its candidates' iterations and set-up count as time spent
+    (x4-base6 left zero-offload VGG416 so, and the estimate had ignored its 180 s)."""
+    own, other = Path("results/paper/hwB"), Path("results/paper/hwA")
+    out_path = own / "runs" / "fsdp-offload" / "m" / "N2-D8-best.jsonl"
+    done = tmp_path / other / "runs" / "fsdp-offload" / "m" / "N1-D8-best.u4.jsonl"
+    done.parent.mkdir(parents=True)
+    done.write_text("".join(json.dumps({"record": "iteration", "time_s": 20.0}) + "\n" for _ in range(3)))
+    (done.parent / "N1-D8-best.jsonl").write_text(done.read_text())      # 60 s + 10 s set-up there
+    cut = tmp_path / own / "runs" / "fsdp-offload" / "m" / "N2-D8-best.u2.jsonl"
+    cut.parent.mkdir(parents=True)
+    cut.write_text(json.dumps({"record": "iteration", "time_s": 15.0}) + "\n")   # 15 s + 10 s spent here
+    (tmp_path / own / "calls").mkdir()
+    (tmp_path / own / "calls" / "c1.console.log").write_text(f"[c1] header\n[0 s] baseline: {out_path}\nran 0\n")
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"job baseline 'harmony baseline -o {out_path}' '{out_path}'\n")
+    out = sh([sys.executable, str(ROOT / "experiments/device/pending_jobs.py"), str(joblist), "--like", str(other),
+              "--root", str(tmp_path)]).stdout
+    row = next(line for line in out.splitlines() if str(out_path) in line)
+    assert row.split()[0] == "45" and "25 s spent on this one already" in row, out      # 70 s - 25 s
+
+
 def test_pending_jobs_refuses_a_like_folder_that_is_not_on_disk(tmp_path):
     """pending_jobs.py with --like naming a folder that `slim_tree.sh on HW` took off the disk says so and
     exits 1, instead of listing every baseline search as never run (the forty-second session read that)."""

@@ -10,7 +10,8 @@ A job is left when one of its outputs is missing or empty (the list's own rule).
     console logs show (`[T s] RULE: OUTPUT` lines, a job lasting until the next one started, summed over
     the calls a search was spread over) and what its records hold: each candidate's iterations plus a
     set-up of SETUP_S (zero-offload's DeepSpeed started training 28-59 s after launch in x2-grid1; the
-    others, about 10 s). A call's last job has no next line, so only its records count. A search from
+    others, about 10 s). A call's last job has no next line, so only its records count
+    (an unfinished search's time spent so far, too: its candidates on record). A search from
     another folder is scaled by the median ratio, this folder's time over that one's, of the same
     system's searches done in both (2x H200's first three zero-offload searches at N = 2 took 0.6, 2.6
     and 3.8x the H100's at N = 1), and unscaled where there is no such pair;
@@ -104,12 +105,12 @@ def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
     return DEADLINE_MARGIN * iter_s + overhead, f"{iters} x {record['prediction']['iter_time_s']:.2f} s predicted + set-up"
 
 
-def records_seconds(final: Path, system: str) -> float:
-    """A finished search's device time by its records: per candidate (`<stem>.u<U>.jsonl`, else the final
-    record alone), its iterations plus SETUP_S."""
+def records_seconds(final: Path, system: str, final_counts: bool = True) -> float:
+    """A search's device time by its records: per candidate (`<stem>.u<U>.jsonl`, else the final record
+    alone, unless `final_counts` is off: an unfinished search has none), its iterations plus SETUP_S."""
     from baselines.cli import candidate_cost_s
     from harmony.jsonio import candidate_paths
-    files = candidate_paths(final) or [final]
+    files = candidate_paths(final) or ([final] if final_counts else [])
     return sum(candidate_cost_s(str(f)) + SETUP_S.get(system, SETUP_S_OTHER) for f in files)
 
 
@@ -152,7 +153,8 @@ def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[P
     key = job_key(job.rule, job.outputs[0])
     if key is not None:
         _, system, model, d = key
-        spent = own[0].get(job.outputs[0], 0.0)
+        # a call's last job has no console line after it: its candidates on record count instead
+        spent = max(own[0].get(job.outputs[0], 0.0), records_seconds(root / job.outputs[0], system, final_counts=False))
         for i, (folder, past) in enumerate([(own_dir, own)] + like):
             finals = sorted((root / folder / "runs" / system / model).glob(f"N*-D{d}-best.jsonl"))
             finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]

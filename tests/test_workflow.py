@@ -1781,9 +1781,10 @@ def test_pending_jobs_scales_another_machines_search_by_the_searches_done_on_bot
 
 
 def test_pending_jobs_takes_off_an_unfinished_searchs_candidates_on_record(tmp_path):
-    """pending_jobs.py: a search that a call's end cut off (its candidates on record, no final record) as the
-    call's last job has no console line after it; its candidates' iterations and set-up count as time spent
-    (x4-base6 left zero-offload VGG416 so, and the estimate had ignored its 180 s)."""
+    """pending_jobs.py: what a search cut off by a call's end has done is its candidates on record (their
+    iterations and set-up), which its next call skips: not its calls' logged time, which also holds a cut
+    candidate's lost work or candidates since moved to superseded/ (x4-base6 left zero-offload VGG416 as
+    the call's last job, with no console line after it, and the estimate had ignored its 180 s)."""
     own, other = Path("results/paper/hwB"), Path("results/paper/hwA")
     out_path = own / "runs" / "fsdp-offload" / "m" / "N2-D8-best.jsonl"
     done = tmp_path / other / "runs" / "fsdp-offload" / "m" / "N1-D8-best.u4.jsonl"
@@ -1794,6 +1795,8 @@ def test_pending_jobs_takes_off_an_unfinished_searchs_candidates_on_record(tmp_p
     cut.parent.mkdir(parents=True)
     cut.write_text(json.dumps({"record": "iteration", "time_s": 15.0}) + "\n")   # 15 s + 10 s spent here
     (tmp_path / own / "calls").mkdir()
+    (tmp_path / own / "calls" / "c0.console.log").write_text(   # 100 s logged in an earlier call
+        f"[c0] header\n[0 s] baseline: {out_path}\n[100 s] profile: {own}/profiles/p.json\nran 1\n")
     (tmp_path / own / "calls" / "c1.console.log").write_text(f"[c1] header\n[0 s] baseline: {out_path}\nran 0\n")
     joblist = tmp_path / "jobs.sh"
     joblist.write_text(f"job baseline 'harmony baseline -o {out_path}' '{out_path}'\n")
@@ -1813,6 +1816,22 @@ def test_pending_jobs_refuses_a_like_folder_that_is_not_on_disk(tmp_path):
                         "results/paper/hwA", "--root", str(tmp_path)], capture_output=True, text=True)
     assert p.returncode == 1 and "results/paper/hwA: no runs/ folder on disk" in p.stdout, p.stdout
     assert "slim_tree.sh off" in p.stdout
+
+
+def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
+    """experiments/predict_swap_search.py on the committed 2x H200 folder: swap-dp's graph at each u the
+    workflow's search tries for D = 16 at N = 2 (1, 2, 4, 8), the one the search picked (u = 8) simulated
+    as resimulate_baselines.py simulates its record (0.732 s), and Harmony's best measured run beside it."""
+    from harmony.jsonio import read_jsonl
+    root = "results/paper/2xH200"
+    out = sh([sys.executable, str(ROOT / "experiments/predict_swap_search.py"), root, "swap-dp", "2", "gpt2-xl:16"]).stdout
+    line = next(x for x in out.splitlines() if x.startswith("gpt2-xl D=16:"))
+    cells = dict(c.split()[:2] for c in line.split(":", 1)[1].split("|")[0].split(";"))
+    assert list(cells) == ["u=1", "u=2", "u=4", "u=8"], line
+    assert cells["u=8"] == "0.732" and min(map(float, cells.values())) == 0.732, line
+    harmony = min(read_jsonl(ROOT / root / f"runs/harmony-{m}/gpt2-xl/N2-D16-auto.jsonl")[-1]["iter_time_s"]
+                  for m in ("vPP", "vDP"))
+    assert f"Harmony {harmony:.3f}, Harmony over the best candidate {0.732 / harmony:.2f}x" in line, line
 
 
 def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():

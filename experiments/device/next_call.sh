@@ -42,7 +42,8 @@ case "$HW" in
   4xH200|4xH100-80GB-HBM3)   # item 28's controls and the own-order references, one GPU each, four at a time;
     # the list is generated here first: HW=4xH200 bash experiments/device/make-jobs-convergence-4gpu.sh
     # (and the same for 4xH100-80GB-HBM3), then `slim_tree.sh on 4xH200 4xH100-80GB-HBM3`
-    # On 4x H200 the default is item 46 (fifty-sixth session: zero-offload ResNet1026 and VGG416 left;
+    # On 4x H200 the default is item 46 (fifty-sixth session: swap-dp's four again, entry 81, then
+    # zero-offload ResNet1026 and VGG416;
     # carry .whl, or grid_gpu.sh leaves the zero-offload jobs out), then ITEM=38.
     # ITEM=38: vDP N = 4 with --ordered-reduce against -s4 (about 6 minutes)
     # ITEM=44 (4x H200, done in the fifty-fifth session, x4-reprofile3): figures 17/18's GPT-2 width 4096

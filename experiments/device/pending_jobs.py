@@ -10,8 +10,8 @@ A job is left when one of its outputs is missing or empty (the list's own rule).
     console logs show (`[T s] RULE: OUTPUT` lines, a job lasting until the next one started, summed over
     the calls a search was spread over) and what its records hold: each candidate's iterations plus a
     set-up of SETUP_S (zero-offload's DeepSpeed started training 28-59 s after launch in x2-grid1; the
-    others, about 10 s). A call's last job has no next line, so only its records count
-    (an unfinished search's time spent so far, too: its candidates on record). A search from
+    others, about 10 s). A call's last job has no next line, so only its records count. An unfinished
+    search has done what its candidates on record hold, which its next call skips. A search from
     another folder is scaled by the median ratio, this folder's time over that one's, of the same
     system's searches done in both (2x H200's first three zero-offload searches at N = 2 took 0.6, 2.6
     and 3.8x the H100's at N = 1), and unscaled where there is no such pair;
@@ -153,8 +153,9 @@ def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[P
     key = job_key(job.rule, job.outputs[0])
     if key is not None:
         _, system, model, d = key
-        # a call's last job has no console line after it: its candidates on record count instead
-        spent = max(own[0].get(job.outputs[0], 0.0), records_seconds(root / job.outputs[0], system, final_counts=False))
+        # what a resumed search skips is its candidates on record, not the calls' time on it: a candidate cut
+        # off is lost, and so are candidates moved to superseded/ (4x H200's swap-dp, fifty-sixth session)
+        spent = records_seconds(root / job.outputs[0], system, final_counts=False)
         for i, (folder, past) in enumerate([(own_dir, own)] + like):
             finals = sorted((root / folder / "runs" / system / model).glob(f"N*-D{d}-best.jsonl"))
             finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]

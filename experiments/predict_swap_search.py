@@ -1,0 +1,77 @@
+"""What Harmony's simulator predicts for each candidate of a swap baseline's microbatch search, written before
+the search runs (docs/performance.md entry 81): the baseline's own task graph (baselines.swap_dp / swap_pp,
+one vLayer per pack) at every u the workflow's search tries (powers of two dividing D/N:
+`harmony.workflow` `baseline_ubatch_args`), simulated with the folder's profile and calibration
+(the runtime's host work per task included, entry 78; the all-reduce inline, as the runtime runs it), beside
+Harmony's best measured run of the same point, whose record gives the cap the point is planned under. A u
+whose task cannot fit the cap prints `infeasible`.
+
+    PYTHONPATH=. python experiments/predict_swap_search.py RESULTS SYSTEM N MODEL:D [MODEL:D ...]
+    e.g. results/paper/4xH200 swap-dp 4 gpt2-xl:64 bert96:64 vgg416:64 resnet1026:256
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from baselines.common import Infeasible
+from baselines.swap_dp import swap_dp_config
+from baselines.swap_pp import swap_pp_config
+from harmony.jsonio import read_jsonl
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.simulate import SimParams, simulate
+from harmony.schedule.tasks import build_task_graph
+
+CONFIGS = {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}
+
+
+def harmony_runs(root: Path, model: str, n: int, d: int) -> list[dict]:
+    """Harmony's measured vPP and vDP runs at this point (their default `auto` plans) that finished."""
+    out = []
+    for mode in ("vPP", "vDP"):
+        path = root / "runs" / f"harmony-{mode}" / model / f"N{n}-D{d}-auto.jsonl"
+        if path.exists():
+            s = read_jsonl(path)[-1]
+            if s.get("status") == "ok" and s.get("iter_time_s"):
+                out.append(s)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[1] not in CONFIGS:
+        print(__doc__, file=sys.stderr)
+        return 2
+    root, system, n = Path(argv[0]), argv[1], int(argv[2])
+    calibration = json.loads((root / "calibration.json").read_text())
+    print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured")
+    for point in argv[3:]:
+        name, d = point.split(":")[0], int(point.split(":")[1])
+        model = json.loads((root / "models" / f"{name}.json").read_text())
+        profile = json.loads((root / "profiles" / f"{name}.json").read_text())
+        costs = LayerCosts(profile)
+        params = SimParams.from_calibration(calibration, optimizer=(model.get("optimizer") or {}).get("kind", "adamw"))
+        params = dataclasses.replace(params, allreduce="inline")
+        runs = harmony_runs(root, name, n, d)
+        if not runs:       # the cap the point was planned under comes from them
+            print(f"{name} D={d}: no Harmony run at N = {n} under {root}/runs: nothing to compare with")
+            continue
+        cap, h = runs[0].get("gpu_memory_cap"), min(r["iter_time_s"] for r in runs)
+        cells, best = [], None
+        per_gpu = d // n
+        for u in (u for u in (1, 2, 4, 8, 16, 32, 64, 128, 256) if u <= per_gpu and per_gpu % u == 0):
+            try:
+                cfg = CONFIGS[system](model, d, n, u, cap=cap, profile=profile)
+                t = simulate(build_task_graph(cfg, model["num_vlayers"]), costs, params).iter_time_s
+                cells.append(f"u={u} {t:.3f}")
+                best = t if best is None or t < best else best
+            except Infeasible:
+                cells.append(f"u={u} infeasible")
+        ratio = f", Harmony over the best candidate {best / h:.2f}x" if best else ""
+        print(f"{name} D={d}: {'; '.join(cells)} | Harmony {h:.3f}{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

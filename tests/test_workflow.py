@@ -1834,6 +1834,42 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
     assert f"Harmony {harmony:.3f}, Harmony over the best candidate {0.732 / harmony:.2f}x" in line, line
 
 
+def test_runtime_gap_counts_runtime_commits_between_a_baseline_and_harmonys_run(tmp_path):
+    """experiments/runtime_gap.py: per figure-10 point, the runtime commits between each swap baseline's
+    record and Harmony's faster run (entry 81: 4x H200's swap-dp was six days older); commits elsewhere do
+    not count, and --min leaves out the small gaps."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    git("config", "user.email", "t@t"); git("config", "user.name", "t")
+    commits = []
+    for i, path in enumerate(["harmony/runtime/a.py", "README.md", "harmony/runtime/a.py", "harmony/runtime/a.py"]):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(f"# {i}\n")
+        git("add", "-A"); git("commit", "-qm", f"c{i}")
+        commits.append(subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                                      text=True).stdout.strip())
+    runs = tmp_path / "res" / "runs"
+
+    def record(system, name, commit, t=1.0, status="ok"):
+        f = runs / system / "m" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps({"record": "summary", "status": status, "iter_time_s": t,
+                                 "env": {"git_commit": commit + "-dirty"}}) + "\n")
+    record("harmony-vPP", "N2-D8-auto.jsonl", commits[0], t=2.0)      # the slower mode: not the reference
+    record("harmony-vDP", "N2-D8-auto.jsonl", commits[3], t=1.0)
+    record("swap-dp", "N2-D8-best.jsonl", commits[0])                  # two runtime commits before it
+    record("swap-pp", "N2-D8-best.jsonl", commits[2], status="oom")     # one
+    out = subprocess.run([sys.executable, str(ROOT / "experiments/runtime_gap.py"), "res"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout
+    rows = {line.split()[4]: line.split() for line in out.splitlines() if line.startswith("m ")}
+    assert rows["swap-dp"][2:4] == ["harmony-vDP", commits[3][:8]] and rows["swap-dp"][-1] == "2", out
+    assert rows["swap-pp"][-2:] == ["1", "(oom)"], out
+    out = subprocess.run([sys.executable, str(ROOT / "experiments/runtime_gap.py"), "res", "--min", "2"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert "swap-dp" in out and "swap-pp " not in out.split("\n", 2)[2], out
+
+
 def test_deepen_profile_maps_a_shallow_profile_onto_a_deeper_model():
     """experiments/deepen_profile.py: the profile of GPT-2 with 2 blocks, mapped onto the same GPT-2 with 5,
     gives every vLayer the costs the deeper model's own profile has (analytic profiles: shape-derived, so

@@ -1,0 +1,78 @@
+"""How far apart in code Harmony's figure-10 runs and the swap baselines they are compared with were made
+(docs/performance.md entry 81). swap-dp and swap-pp run on Harmony's runtime, so a baseline record made
+on an older runtime measures that runtime, not only the baseline: a C3/C10 ratio across the gap compares
+two versions of the same code. For each figure-10 point of a results folder, the commits to the runtime
+(`harmony/runtime/`, the swap baselines' schedule builders) between each swap baseline's record and the
+Harmony run it is measured against (the faster mode), from the records' `env.git_commit`.
+
+    python experiments/runtime_gap.py RESULTS [--min N]     (--min: list only gaps of at least N commits)
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from harmony.jsonio import read_jsonl
+
+RUNTIME_PATHS = ("harmony/runtime", "baselines/swap_dp.py", "baselines/swap_pp.py")
+SWAP_BASELINES = ("swap-dp", "swap-pp")
+
+
+def record_commit(summary: dict) -> str | None:
+    """The commit whose code made a record (a trailing `-dirty` dropped: the device's slim tree)."""
+    commit = ((summary.get("env") or {}).get("git_commit") or "").removesuffix("-dirty")
+    return commit or None
+
+
+def commits_between(a: str, b: str) -> int | None:
+    """Runtime commits on one side of a..b and not the other (either order), or None if one is unknown."""
+    try:
+        out = subprocess.run(["git", "rev-list", "--count", f"{a}...{b}", "--", *RUNTIME_PATHS],
+                             capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError:
+        return None
+    return int(out.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results")
+    ap.add_argument("--min", type=int, default=0, help="list only gaps of at least this many commits")
+    a = ap.parse_args(argv)
+    runs = Path(a.results) / "runs"
+    if not runs.is_dir():
+        print(f"{a.results}: no runs/ folder", file=sys.stderr)
+        return 2
+    print(f"# {a.results}: runtime commits ({', '.join(RUNTIME_PATHS)}) between each swap baseline's record "
+          "and Harmony's faster run of the same point")
+    print(f"{'model':12s} {'point':9s} {'Harmony, commit':20s} {'baseline':8s} {'commit':8s} {'apart':>5s}")
+    for harmony_rec in sorted(runs.glob("harmony-v??/*/N*-D*-auto.jsonl")):
+        model, point = harmony_rec.parent.name, harmony_rec.name.removesuffix("-auto.jsonl")
+        if harmony_rec.parent.parent.name != "harmony-vPP" and (runs / "harmony-vPP" / model / harmony_rec.name).exists():
+            continue                                  # each point once, from the vPP side when both ran
+        modes = [p for p in (runs / f"harmony-{m}" / model / harmony_rec.name for m in ("vPP", "vDP")) if p.exists()]
+        done = [(read_jsonl(p)[-1], p) for p in modes]
+        done = [(s, p) for s, p in done if s.get("status") == "ok" and s.get("iter_time_s")]
+        if not done:
+            continue
+        best, best_path = min(done, key=lambda sp: sp[0]["iter_time_s"])
+        h_commit = record_commit(best)
+        for system in SWAP_BASELINES:
+            rec = runs / system / model / f"{point}-best.jsonl"
+            if not rec.exists() or h_commit is None:
+                continue
+            summary = read_jsonl(rec)[-1]
+            b_commit = record_commit(summary)
+            gap = commits_between(b_commit, h_commit) if b_commit else None
+            if gap is not None and gap < a.min:
+                continue
+            note = "" if summary.get("status") == "ok" else f"  ({summary.get('status')})"
+            print(f"{model:12s} {point:9s} {best_path.parent.parent.name + ' ' + h_commit[:8]:20s} {system:8s} "
+                  f"{(b_commit or '-')[:8]:8s} {'?' if gap is None else gap:>5}{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

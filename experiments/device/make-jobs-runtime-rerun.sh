@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Device README item 47: the swap baselines whose records are MIN or more runtime commits older than
+# Harmony's run of the same figure-10 point (experiments/runtime_gap.py; docs/performance.md entry 81),
+# searched again beside that point's Harmony runs, so that each ratio is measured on one runtime and one
+# host. For each such point, moves its records (both swap baselines': final record, search candidates and
+# log; both Harmony runs', not their schedules) to RESULTS/superseded/pre-runtime-rerun/ and writes
+# experiments/device/jobs-runtime-rerun-HW.sh, one listing per point so that its runs follow each other.
+# Run here, where snakemake is, right before the call: until it runs, those points have no record.
+#   HW=2xH200 NGPU=2 [MIN=10] bash experiments/device/make-jobs-runtime-rerun.sh [--dry]
+#   --dry: print what would move and stop
+set -euo pipefail
+: "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
+MIN=${MIN:-10}; dry=0; [ "${1:-}" = --dry ] && dry=1
+CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
+if [ "$(git config --get core.sparseCheckout)" = true ]; then
+  echo "$0: the tree is slim (experiments/device/slim_tree.sh on): run 'slim_tree.sh off' first" >&2; exit 2
+fi
+source "$(dirname "$0")/joblist_lib.sh"
+old=$R/superseded/pre-runtime-rerun
+# runtime_gap.py's rows: MODEL POINT HARMONY-MODE COMMIT BASELINE COMMIT GAP [(status)]
+mapfile -t rows < <(python experiments/runtime_gap.py "$R" --min "$MIN" | tail -n +3 | awk '{print $1, $2, $5}')
+[ ${#rows[@]} -gt 0 ] || { echo "no swap baseline in $R is $MIN or more runtime commits older than Harmony's run"; exit 0; }
+move() {   # move PATH: into the superseded folder, keeping its place under RESULTS
+  local dest="$old/${1#"$R"/}"
+  if [ $dry = 1 ]; then echo "would move $1"; return; fi
+  mkdir -p "$(dirname "$dest")"; git mv "$1" "$dest"
+}
+declare -A points=()
+for row in "${rows[@]}"; do set -- $row; points["$1 $2"]=""; done
+for key in "${!points[@]}"; do
+  set -- $key; model=$1; point=$2
+  # both swap baselines of the point, the one within MIN too: the point's Harmony runs are made again
+  for system in swap-dp swap-pp; do
+    base="$R/runs/$system/$model/$point-best"
+    [ -e "$base.jsonl" ] || continue
+    for f in "$base".jsonl "$base".u*.jsonl "$R/logs/baseline/$system/$model/$point-best.log"; do
+      [ -e "$f" ] && move "$f"
+    done
+    points[$key]+=" $base.jsonl"
+  done
+  for mode in vPP vDP; do
+    f="$R/runs/harmony-$mode/$model/$point-auto.jsonl"
+    [ -e "$f" ] && { move "$f"; points[$key]+=" $f"; }
+  done
+done
+[ $dry = 1 ] && exit 0
+for key in $(printf '%s\n' "${!points[@]}" | tr ' ' '~' | sort); do
+  listing -- ${points[${key//\~/ }]}
+done
+write_joblist "experiments/device/jobs-runtime-rerun-$HW.sh"
+echo "moved to $old; the list: experiments/device/jobs-runtime-rerun-$HW.sh (pending_jobs.py gives its device time)"

@@ -3,7 +3,8 @@
 on an older runtime measures that runtime, not only the baseline: a C3/C10 ratio across the gap compares
 two versions of the same code. For each figure-10 point of a results folder, the commits to the runtime
 (`harmony/runtime/`, the swap baselines' schedule builders) between each swap baseline's record and the
-Harmony run it is measured against (the faster mode), from the records' `env.git_commit`.
+Harmony run it is measured against (the faster mode), from the code each record names (its source tree
+hashes, else its `env.git_commit`). Run from the repository root.
 
     python experiments/runtime_gap.py RESULTS [--min N]     (--min: list only gaps of at least N commits)
 """
@@ -15,14 +16,30 @@ import sys
 from pathlib import Path
 
 from harmony.jsonio import read_jsonl
+from harmony.provenance import commits_with
 
 RUNTIME_PATHS = ("harmony/runtime", "baselines/swap_dp.py", "baselines/swap_pp.py")
 SWAP_BASELINES = ("swap-dp", "swap-pp")
 
 
-def record_commit(summary: dict) -> str | None:
-    """The commit whose code made a record (a trailing `-dirty` dropped: the device's slim tree)."""
-    commit = ((summary.get("env") or {}).get("git_commit") or "").removesuffix("-dirty")
+def record_commit(summary: dict, found: dict) -> str | None:
+    """The commit whose code made a record: the oldest commit whose `harmony/` and `baselines/` hold the
+    tree hashes the record carries (`env.source_trees`, from the files that ran), else its `git_commit`
+    (a trailing `-dirty` dropped), which on the lent machines can lag the files (docs/artifact-evaluation.md,
+    "Which code made a number"). `found` caches the lookups by tree hashes."""
+    env = summary.get("env") or {}
+    trees = env.get("source_trees")
+    if trees:
+        key = tuple(sorted(trees.items()))
+        if key not in found:
+            try:
+                commits = commits_with(trees, repo=Path.cwd())
+            except ValueError:
+                commits = []
+            found[key] = commits[-1] if commits else None
+        if found[key]:
+            return found[key]
+    commit = (env.get("git_commit") or "").removesuffix("-dirty")
     return commit or None
 
 
@@ -47,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"# {a.results}: runtime commits ({', '.join(RUNTIME_PATHS)}) between each swap baseline's record "
           "and Harmony's faster run of the same point")
+    found: dict = {}
     print(f"{'model':12s} {'point':9s} {'Harmony, commit':20s} {'baseline':8s} {'commit':8s} {'apart':>5s}")
     for harmony_rec in sorted(runs.glob("harmony-v??/*/N*-D*-auto.jsonl")):
         model, point = harmony_rec.parent.name, harmony_rec.name.removesuffix("-auto.jsonl")
@@ -58,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         if not done:
             continue
         best, best_path = min(done, key=lambda sp: sp[0]["iter_time_s"])
-        h_commit = record_commit(best)
+        h_commit = record_commit(best, found)
         for system in SWAP_BASELINES:
             rec = runs / system / model / f"{point}-best.jsonl"
             if not rec.exists() or h_commit is None:
                 continue
             summary = read_jsonl(rec)[-1]
-            b_commit = record_commit(summary)
+            b_commit = record_commit(summary, found)
             gap = commits_between(b_commit, h_commit) if b_commit else None
             if gap is not None and gap < a.min:
                 continue

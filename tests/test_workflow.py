@@ -1837,7 +1837,8 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
 def test_runtime_gap_counts_runtime_commits_between_a_baseline_and_harmonys_run(tmp_path):
     """experiments/runtime_gap.py: per figure-10 point, the runtime commits between each swap baseline's
     record and Harmony's faster run (entry 81: 4x H200's swap-dp was six days older); commits elsewhere do
-    not count, and --min leaves out the small gaps."""
+    not count, a record's source tree hashes outrank a git_commit that lags them, and --min leaves out the
+    small gaps."""
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
     git("init", "-q")
@@ -1851,14 +1852,19 @@ def test_runtime_gap_counts_runtime_commits_between_a_baseline_and_harmonys_run(
                                       text=True).stdout.strip())
     runs = tmp_path / "res" / "runs"
 
-    def record(system, name, commit, t=1.0, status="ok"):
+    def record(system, name, commit, t=1.0, status="ok", ran=None):
+        """`ran`: the commit whose files ran (source_trees), where git_commit lags them"""
+        env = {"git_commit": commit + "-dirty"}
+        if ran:
+            tree = subprocess.run(["git", "rev-parse", f"{ran}:harmony"], cwd=tmp_path, capture_output=True,
+                                  text=True).stdout.strip()
+            env["source_trees"] = {"harmony": tree}
         f = runs / system / "m" / name
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps({"record": "summary", "status": status, "iter_time_s": t,
-                                 "env": {"git_commit": commit + "-dirty"}}) + "\n")
+        f.write_text(json.dumps({"record": "summary", "status": status, "iter_time_s": t, "env": env}) + "\n")
     record("harmony-vPP", "N2-D8-auto.jsonl", commits[0], t=2.0)      # the slower mode: not the reference
     record("harmony-vDP", "N2-D8-auto.jsonl", commits[3], t=1.0)
-    record("swap-dp", "N2-D8-best.jsonl", commits[0])                  # two runtime commits before it
+    record("swap-dp", "N2-D8-best.jsonl", commits[3], ran=commits[0])  # ran two runtime commits before it
     record("swap-pp", "N2-D8-best.jsonl", commits[2], status="oom")     # one
     out = subprocess.run([sys.executable, str(ROOT / "experiments/runtime_gap.py"), "res"], cwd=tmp_path,
                          capture_output=True, text=True, check=True).stdout

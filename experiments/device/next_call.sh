@@ -13,6 +13,13 @@ set -u
 export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
+runtime_rerun() {   # item 47: a folder's stale swap baselines and Harmony runs side by side (list written first)
+  local list="experiments/device/jobs-runtime-rerun-$HW.sh"
+  if [ ! -s "$list" ]; then
+    echo "$list is not written: run 'HW=$HW NGPU=... bash experiments/device/make-jobs-runtime-rerun.sh' here first (device README, item 47)"; exit 2
+  fi
+  BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh "$list" "results/paper/$HW" "$1"
+}
 host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charge (entry 78) on GPU 0, ~3 min
   mkdir -p /tmp/ht
   CUDA_VISIBLE_DEVICES=0 timeout 400 python3 benchmarks/runtime_overhead.py --device cuda --packs 1 2 4 8 16 \
@@ -28,8 +35,10 @@ host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charg
 case "$HW" in
   2xH200)             # item 45: figures 17 and 8's fixed plans whose predictions today's model moves, measured again
     # (about 10 minutes in two calls, x2-repredfix1 and 2; slim: SLIM_ALSO='results/large/
-    # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above)
+    # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above);
+    # ITEM=47 runs the stale swap baselines again beside Harmony (runtime_rerun above; its list written first)
     if [ "${ITEM:-45}" = 42 ]; then host_task "${1:-ht1}"
+    elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
   1xH200*)            # nothing queued: item 42 ran in the fifty-fourth session; ITEM=42 measures it again
@@ -71,6 +80,7 @@ case "$HW" in
     # on the CPU machine first, moving the old records: bash experiments/device/make-jobs-samehost.sh --move
     # bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
     if [ "${ITEM:-39}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    if [ "${ITEM:-39}" = 47 ]; then runtime_rerun "${1:-h100-rerun1}"; exit 0; fi
     if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
       echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
     fi

@@ -1,7 +1,7 @@
 """What Harmony's simulator predicts for each candidate of a swap baseline's microbatch search, written before
 the search runs (docs/performance.md entry 81): the baseline's own task graph (baselines.swap_dp / swap_pp,
 one vLayer per pack) at every u the workflow's search tries (powers of two dividing D/N:
-`harmony.workflow` `baseline_ubatch_args`), simulated with the folder's profile and calibration
+`harmony.workflow.baseline_ubatches`), simulated with the folder's profile and calibration
 (the runtime's host work per task included, entry 78; the all-reduce inline, as the runtime runs it), beside
 Harmony's best measured run of the same point, whose record gives the cap the point is planned under. A u
 whose task cannot fit the cap prints `infeasible`.
@@ -11,32 +11,17 @@ whose task cannot fit the cap prints `infeasible`.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from pathlib import Path
 
 from baselines.common import Infeasible
-from baselines.swap_dp import swap_dp_config
-from baselines.swap_pp import swap_pp_config
-from harmony.jsonio import read_jsonl
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.simulate import SimParams, simulate
+from harmony.schedule.simulate import simulate
 from harmony.schedule.tasks import build_task_graph
-
-CONFIGS = {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}
-
-
-def harmony_runs(root: Path, model: str, n: int, d: int) -> list[dict]:
-    """Harmony's measured vPP and vDP runs at this point (their default `auto` plans) that finished."""
-    out = []
-    for mode in ("vPP", "vDP"):
-        path = root / "runs" / f"harmony-{mode}" / model / f"N{n}-D{d}-auto.jsonl"
-        if path.exists():
-            s = read_jsonl(path)[-1]
-            if s.get("status") == "ok" and s.get("iter_time_s"):
-                out.append(s)
-    return out
+from harmony.workflow import baseline_ubatches
+from resimulate_baselines import CONFIGS, swap_sim_params    # experiments/: this script's folder is on sys.path
+from runtime_gap import harmony_runs
 
 
 def main(argv: list[str]) -> int:
@@ -51,16 +36,15 @@ def main(argv: list[str]) -> int:
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads((root / "profiles" / f"{name}.json").read_text())
         costs = LayerCosts(profile)
-        params = SimParams.from_calibration(calibration, optimizer=(model.get("optimizer") or {}).get("kind", "adamw"))
-        params = dataclasses.replace(params, allreduce="inline")
+        params = swap_sim_params(calibration, model)
         runs = harmony_runs(root, name, n, d)
         if not runs:       # the cap the point was planned under comes from them
             print(f"{name} D={d}: no Harmony run at N = {n} under {root}/runs: nothing to compare with")
             continue
-        cap, h = runs[0].get("gpu_memory_cap"), min(r["iter_time_s"] for r in runs)
+        cap = next(iter(runs.values())).get("gpu_memory_cap")
+        h = min(r["iter_time_s"] for r in runs.values())
         cells, best = [], None
-        per_gpu = d // n
-        for u in (u for u in (1, 2, 4, 8, 16, 32, 64, 128, 256) if u <= per_gpu and per_gpu % u == 0):
+        for u in baseline_ubatches(d, n):
             try:
                 cfg = CONFIGS[system](model, d, n, u, cap=cap, profile=profile)
                 t = simulate(build_task_graph(cfg, model["num_vlayers"]), costs, params).iter_time_s

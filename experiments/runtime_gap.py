@@ -11,6 +11,7 @@ hashes, else its `env.git_commit`). Run from the repository root.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,19 @@ def record_commit(summary: dict, found: dict) -> str | None:
     return commit or None
 
 
+def harmony_runs(root: Path, model: str, n: int, d: int) -> dict[str, dict]:
+    """Mode -> summary of Harmony's measured vPP and vDP runs at this point (their default `auto` plans)
+    that finished."""
+    out = {}
+    for mode in ("vPP", "vDP"):
+        path = root / "runs" / f"harmony-{mode}" / model / f"N{n}-D{d}-auto.jsonl"
+        if path.exists():
+            s = read_jsonl(path)[-1]
+            if s.get("status") == "ok" and s.get("iter_time_s"):
+                out[mode] = s
+    return out
+
+
 def commits_between(a: str, b: str) -> int | None:
     """Runtime commits on one side of a..b and not the other (either order), or None if one is unknown."""
     try:
@@ -66,16 +80,13 @@ def main(argv: list[str] | None = None) -> int:
           "and Harmony's faster run of the same point")
     found: dict = {}
     print(f"{'model':12s} {'point':9s} {'Harmony, commit':20s} {'baseline':8s} {'commit':8s} {'apart':>5s}")
-    for harmony_rec in sorted(runs.glob("harmony-v??/*/N*-D*-auto.jsonl")):
-        model, point = harmony_rec.parent.name, harmony_rec.name.removesuffix("-auto.jsonl")
-        if harmony_rec.parent.parent.name != "harmony-vPP" and (runs / "harmony-vPP" / model / harmony_rec.name).exists():
-            continue                                  # each point once, from the vPP side when both ran
-        modes = [p for p in (runs / f"harmony-{m}" / model / harmony_rec.name for m in ("vPP", "vDP")) if p.exists()]
-        done = [(read_jsonl(p)[-1], p) for p in modes]
-        done = [(s, p) for s, p in done if s.get("status") == "ok" and s.get("iter_time_s")]
+    points = {(p.parent.name, p.name.removesuffix("-auto.jsonl")) for p in runs.glob("harmony-v??/*/N*-D*-auto.jsonl")}
+    for model, point in sorted(points):
+        n, d = (int(x) for x in re.fullmatch(r"N(\d+)-D(\d+)", point).groups())
+        done = harmony_runs(runs.parent, model, n, d)
         if not done:
             continue
-        best, best_path = min(done, key=lambda sp: sp[0]["iter_time_s"])
+        mode, best = min(done.items(), key=lambda kv: kv[1]["iter_time_s"])
         h_commit = record_commit(best, found)
         for system in SWAP_BASELINES:
             rec = runs / system / model / f"{point}-best.jsonl"
@@ -87,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             if gap is not None and gap < a.min:
                 continue
             note = "" if summary.get("status") == "ok" else f"  ({summary.get('status')})"
-            print(f"{model:12s} {point:9s} {best_path.parent.parent.name + ' ' + h_commit[:8]:20s} {system:8s} "
+            print(f"{model:12s} {point:9s} {'harmony-' + mode + ' ' + h_commit[:8]:20s} {system:8s} "
                   f"{(b_commit or '-')[:8]:8s} {'?' if gap is None else gap:>5}{note}")
     return 0
 

@@ -501,25 +501,27 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     iteration time over the lowest schedule bound of Harmony's runs there (the bound: no plan of that run's
     shape is faster, C12): how far Harmony's searched plans could get past it if they ran at their bound.
     The verdict is the same either way."""
-    lows, missing, ceilings, bound_ceilings = [], [], {}, {}
+    lows, missing, unrecorded, ceilings, bound_ceilings = [], [], [], {}, {}
     for key, sy in sorted(_figure10_points(res).items()):
         h = [_f(sy[s].get("samples_per_s")) for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
         h = [x for x in h if x]
         if not h:
             continue
-        ratios = []
+        ratios, here, no_record = [], f"{key[0]} D={key[1]} N={key[2]}", []
         for b in BASELINE_SYSTEMS:
             r = sy.get(b) or {}
             if r.get("status") == "ok" and _f(r.get("samples_per_s")):
                 ratios.append((max(h) / _f(r["samples_per_s"]), b))
-            elif r and r.get("status") not in ("oom", "infeasible", "missing"):
+            elif r.get("status") == "missing":
+                no_record.append(f"{b} {here}")
+            elif r and r.get("status") not in ("oom", "infeasible"):
                 # over-time: it had a device call and timed no iteration in it; no rate to state
-                missing.append(f"{b} {key[0]} D={key[1]} N={key[2]}"
-                               + (" (over-time)" if r.get("status") == "over-time" else ""))
+                missing.append(f"{b} {here}" + (" (over-time)" if r.get("status") == "over-time" else ""))
         if not ratios:
             continue
         q, b = min(ratios)
         lows.append((q, b, key))
+        unrecorded += no_record
         # a bound above its own run's time is not one (a profile older than the run; C12 says so)
         bounds = [(_f(sy[s].get("schedule_bound_s")), _f(sy[s].get("iter_time_s")))
                   for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
@@ -537,9 +539,8 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
               + "; ".join(f"{k[0]} D={k[1]} N={k[2]}: {q:.2f}x {b}"
                           + _ceiling_note(b, ceilings.get(k), bound_ceilings.get(k), q < target)
                           for q, b, k in lows)
-              + _listed("not measured", missing))
-    unrecorded = _unrecorded_baselines(res, [k for _, _, k in lows])
-    return min(lows)[0], detail + _listed("no record yet", unrecorded), not below and (INCOMPLETE if unrecorded else True)
+              + _listed("not measured", missing) + _listed("no record yet", unrecorded))
+    return min(lows)[0], detail, not below and (INCOMPLETE if unrecorded else True)
 
 
 def _ceiling_note(baseline: str, resident: float | None, at_bound: float | None, missed: bool) -> str:

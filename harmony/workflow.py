@@ -124,6 +124,17 @@ def parse_ubatch_override(value) -> str | list[int]:
     return us
 
 
+SEARCH_UBATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def baseline_ubatches(minibatch: int, gpus: int, spec="search") -> list[int]:
+    """The microbatch sizes a baseline's search tries: `search` = the powers of two that divide D/N, a list
+    = those of its candidates that divide D/N; D/N alone when none does."""
+    per_gpu = max(minibatch // max(gpus, 1), 1)
+    cands = SEARCH_UBATCHES if spec == "search" else tuple(spec)
+    return [u for u in cands if u <= per_gpu and per_gpu % u == 0] or [per_gpu]
+
+
 @dataclass
 class Plan:
     scale: str
@@ -264,11 +275,9 @@ class Plan:
         With `baseline_ubatch_start_from` (a results folder of another machine) and a search, also
         `--ubatch-start`: the best u of the same system, model and D there (the climb starts at it)."""
         spec = self.settings.get("baseline_ubatch")
-        per_gpu = max(minibatch // max(gpus, 1), 1)
         if not spec:
             return ""
-        cands = (1, 2, 4, 8, 16, 32, 64, 128, 256) if spec == "search" else tuple(spec)
-        us = [u for u in cands if u <= per_gpu and per_gpu % u == 0] or [per_gpu]
+        us = baseline_ubatches(minibatch, gpus, spec)
         start = (self.baseline_best_ubatch(system, model, minibatch, gpus)
                  if len(us) > 1 and system and model else None)
         return "--ubatch " + ",".join(map(str, us)) + (f" --ubatch-start {start}" if start else "")

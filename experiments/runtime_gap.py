@@ -4,7 +4,10 @@ on an older runtime measures that runtime, not only the baseline: a C3/C10 ratio
 two versions of the same code. For each figure-10 point of a results folder, the commits to the runtime
 (`harmony/runtime/`, the swap baselines' schedule builders) between each swap baseline's record and the
 Harmony run it is measured against (the faster mode), from the code each record names (its source tree
-hashes, else its `env.git_commit`). Run from the repository root.
+hashes, else its `env.git_commit`), and how many allocations each record's caching allocator retried per
+iteration at the cap (its `alloc_retries`, the busiest GPU): the runtime of 2026-11-23/24 retried where
+today's does not, and on one H200 that alone made swap-pp 3.6-4.5% slower at gpt2-xl D = 16 and 64
+(entry 82). Run from the repository root.
 
     python experiments/runtime_gap.py RESULTS [--min N]     (--min: list only gaps of at least N commits)
 """
@@ -57,6 +60,12 @@ def harmony_runs(root: Path, model: str, n: int, d: int) -> dict[str, dict]:
     return out
 
 
+def retries(summary: dict) -> int:
+    """Allocations the record's caching allocator retried per iteration at its cap, on its busiest GPU."""
+    r = summary.get("alloc_retries") or [0]
+    return max(r) if isinstance(r, list) else int(r)
+
+
 def commits_between(a: str, b: str) -> int | None:
     """Runtime commits on one side of a..b and not the other (either order), or None if one is unknown."""
     try:
@@ -79,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {a.results}: runtime commits ({', '.join(RUNTIME_PATHS)}) between each swap baseline's record "
           "and Harmony's faster run of the same point")
     found: dict = {}
-    print(f"{'model':12s} {'point':9s} {'Harmony, commit':20s} {'baseline':8s} {'commit':8s} {'apart':>5s}")
+    print(f"{'model':12s} {'point':9s} {'Harmony, commit':20s} {'baseline':8s} {'commit':8s} {'apart':>5s}"
+          f"  retries (Harmony, baseline)")
     points = {(p.parent.name, p.name.removesuffix("-auto.jsonl")) for p in runs.glob("harmony-v??/*/N*-D*-auto.jsonl")}
     for model, point in sorted(points):
         n, d = (int(x) for x in re.fullmatch(r"N(\d+)-D(\d+)", point).groups())
@@ -99,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             note = "" if summary.get("status") == "ok" else f"  ({summary.get('status')})"
             print(f"{model:12s} {point:9s} {'harmony-' + mode + ' ' + h_commit[:8]:20s} {system:8s} "
-                  f"{(b_commit or '-')[:8]:8s} {'?' if gap is None else gap:>5}{note}")
+                  f"{(b_commit or '-')[:8]:8s} {'?' if gap is None else gap:>5}  {retries(best):>3d} {retries(summary):>3d}"
+                  f"{note}")
     return 0
 
 

@@ -12,12 +12,15 @@
 #   (GPU machine, repository root), then tar OUTDIR into $OUT.
 #
 # Knobs: ARMS (label=tree ..., run in that order in odd rounds, reversed in even ones), BASE_ARMS (the labels
-# that run the baseline; default: all), HARMONY_ARMS (the labels that run SCHEDULE; empty: none), ROUNDS (2), ITERS (6) and WARMUP (2: four timed iterations),
+# that run the baseline; default: all), HARMONY_ARMS (the labels that run the SCHEDULES; empty: none), ROUNDS (2),
+# ITERS (6) and WARMUP (2: four timed iterations),
 # IN (results/paper/1xH100-80GB-HBM3: the folder whose model, profile and schedule are run), MODEL (gpt2-xl),
-# D (16), U (16: the baseline's microbatch, the one its record chose), BASELINE (swap-pp), SCHEDULE
-# ($IN/schedules/$MODEL/vDP-N1-D$D-auto.json), CAP (11GiB; empty: none), DEVICE (cuda), PREC (tf32 on cuda,
+# D (16), U (16: the baseline's microbatch, the one its record chose), BASELINE (swap-pp), SCHEDULES
+# (NAME=schedule.json ...: Harmony's plans, each run in every HARMONY_ARMS arm; default
+# plan=$IN/schedules/$MODEL/vDP-N1-D$D-auto.json), CAP (11GiB; empty: none), DEVICE (cuda), PREC (tf32 on cuda,
 # fp32 on the CPU), RUN_LIMIT_S (150 per run), DEADLINE_S (570: no run starts that could end after it).
-# Writes OUTDIR/{base,harmony}.LABEL.ROUND.jsonl/.log, OUTDIR/host.*.txt (load and memory before each run),
+# Writes OUTDIR/base.LABEL.ROUND.jsonl/.log and harmony[-NAME].LABEL.ROUND.jsonl/.log (NAME for every plan
+# but the one named `plan`), OUTDIR/host.*.txt (load and memory before each run),
 # OUTDIR/env.json, and prints each arm's per-run times, medians and their ratios to the first arm's.
 set -uo pipefail
 OUTDIR=${1:?usage: runtime-gap-ab-1gpu.sh OUTDIR}
@@ -28,7 +31,7 @@ ROUNDS=${ROUNDS:-2}; ITERS=${ITERS:-6}; WARMUP=${WARMUP:-2}
 IN=${IN:-results/paper/1xH100-80GB-HBM3}; MODEL=${MODEL:-gpt2-xl}; D=${D:-16}; U=${U:-16}
 BASELINE=${BASELINE:-swap-pp}; CAP=${CAP-11GiB}; DEVICE=${DEVICE:-cuda}
 PREC=${PREC:-$([ "$DEVICE" = cuda ] && echo tf32 || echo fp32)}
-SCHEDULE=${SCHEDULE:-$IN/schedules/$MODEL/vDP-N1-D$D-auto.json}
+SCHEDULES=${SCHEDULES:-plan=${SCHEDULE:-$IN/schedules/$MODEL/vDP-N1-D$D-auto.json}}
 RUN_LIMIT_S=${RUN_LIMIT_S:-150}; DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-570} ))
 ROOT=$PWD
 mkdir -p "$OUTDIR"; OUTDIR=$(cd "$OUTDIR" && pwd)
@@ -67,18 +70,22 @@ for r in $(seq 1 "$ROUNDS"); do
     one base "$l" "$r" -- baseline "$BASELINE" "$MODEL_ARG" --minibatch "$D" --gpus 1 "${CAP_ARG[@]}" \
       --ubatch "$U" --iters "$ITERS" --warmup "$WARMUP" --device "$DEVICE" --precision "$PREC" "${PROFILE_ARG[@]}"
   done
-  for l in "${order[@]}"; do
-    case " $HARMONY_ARMS " in *" $l "*)
-      one harmony "$l" "$r" -- run "$(abs "$SCHEDULE")" --iters "$ITERS" --warmup "$WARMUP" --data synthetic \
-        "${CAP_ARG[@]}" --precision "$PREC" --device "$DEVICE" ;;
-    esac
+  for sch in $SCHEDULES; do
+    kind=harmony; [ "${sch%%=*}" = plan ] || kind="harmony-${sch%%=*}"
+    for l in "${order[@]}"; do
+      case " $HARMONY_ARMS " in *" $l "*)
+        one "$kind" "$l" "$r" -- run "$(abs "${sch#*=}")" --iters "$ITERS" --warmup "$WARMUP" --data synthetic \
+          "${CAP_ARG[@]}" --precision "$PREC" --device "$DEVICE" ;;
+      esac
+    done
   done
 done
 
 python3 - "$OUTDIR" "${labels[@]}" <<'EOF'
 import glob, json, statistics, sys
 out, labels = sys.argv[1], sys.argv[2:]
-for kind in ("base", "harmony"):
+kinds = sorted({f.rsplit("/", 1)[1].split(".")[0] for f in glob.glob(f"{out}/*.jsonl")}, key=lambda k: (k != "base", k))
+for kind in kinds:
     med = {}
     for label in labels:
         t = []

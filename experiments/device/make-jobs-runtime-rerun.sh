@@ -6,8 +6,10 @@
 # log; both Harmony runs', not their schedules) to RESULTS/superseded/pre-runtime-rerun/ and writes
 # experiments/device/jobs-runtime-rerun-HW.sh, one listing per point so that its runs follow each other.
 # Run here, where snakemake is, right before the call: until it runs, those points have no record.
-#   HW=2xH200 NGPU=2 [MIN=10] bash experiments/device/make-jobs-runtime-rerun.sh [--dry]
+#   HW=2xH200 NGPU=2 [MIN=10] [ONLY='MODEL MODEL/POINT ...'] bash experiments/device/make-jobs-runtime-rerun.sh [--dry]
 #   --dry: print what would move and stop
+#   ONLY: just these models or points (e.g. ONLY='gpt2-xl bert96/N1-D256': the points that decide the H100's
+#   C3, entry 82), so that a session's calls can take those first
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 MIN=${MIN:-10}; dry=0; [ "${1:-}" = --dry ] && dry=1
@@ -18,7 +20,9 @@ fi
 source "$(dirname "$0")/joblist_lib.sh"
 old=$R/superseded/pre-runtime-rerun
 # runtime_gap.py's rows: MODEL POINT HARMONY-MODE COMMIT BASELINE COMMIT GAP [(status)]
-mapfile -t rows < <(python experiments/runtime_gap.py "$R" --min "$MIN" | tail -n +3 | awk '{print $1, $2, $5}')
+# (read first: a process substitution would hide the script's failure, and an empty list reads as "none")
+gap=$(python experiments/runtime_gap.py "$R" --min "$MIN")
+mapfile -t rows < <(printf '%s\n' "$gap" | tail -n +3 | awk '{print $1, $2, $5}')
 [ ${#rows[@]} -gt 0 ] || { echo "no swap baseline in $R is $MIN or more runtime commits older than Harmony's run"; exit 0; }
 move() {   # move PATH: into the superseded folder, keeping its place under RESULTS
   local dest="$old/${1#"$R"/}"
@@ -26,7 +30,12 @@ move() {   # move PATH: into the superseded folder, keeping its place under RESU
   mkdir -p "$(dirname "$dest")"; git mv "$1" "$dest"
 }
 declare -A points=()
-for row in "${rows[@]}"; do set -- $row; points["$1 $2"]=""; done
+for row in "${rows[@]}"; do
+  set -- $row
+  if [ -n "${ONLY:-}" ]; then case " $ONLY " in *" $1 "*|*" $1/$2 "*) ;; *) continue ;; esac; fi
+  points["$1 $2"]=""
+done
+[ ${#points[@]} -gt 0 ] || { echo "no stale point in $R matches ONLY='${ONLY:-}'"; exit 0; }
 for key in "${!points[@]}"; do
   set -- $key; model=$1; point=$2
   # both swap baselines of the point, the one within MIN too: the point's Harmony runs are made again

@@ -2062,3 +2062,46 @@ def test_ab_abba_runs_each_plan_a_b_b_a_with_the_arm_as_the_option():
                          cwd=ROOT, capture_output=True, text=True, timeout=30, check=True).stdout.splitlines()
     assert out == [f"D S {m} {p} {r} {arm} --allreduce {arm}" for m, p in (("m1", "p1"), ("m2", "p2"))
                    for r, arm in (("1", "inline"), ("1", "overlap"), ("2", "overlap"), ("2", "inline"))]
+
+
+def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
+    """experiments/device/runtime-gap-ab-1gpu.sh (entry 82) on the CPU: an arm made by `git archive` runs the
+    baseline from its own tree (its files, not the working tree's: a marker in its copy of the package shows
+    in its log), the working-tree arm runs two named Harmony plans, arms.txt says which code each arm is, and
+    the summary names every arm's runs."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the repository's git metadata")
+    inp = tmp_path / "in"
+    for d in ("models", "profiles", "schedules/gpt2-tiny"):
+        (inp / d).mkdir(parents=True)
+    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(inp / "models/gpt2-tiny.json")])
+    sh(["harmony", "profile", str(inp / "models/gpt2-tiny.json"), "-o", str(inp / "profiles/gpt2-tiny.json"),
+        "--device", "cpu", "--trials", "1"])
+    sched = inp / "schedules/gpt2-tiny/vDP-N1-D4-auto.json"
+    sh(["harmony", "schedule", str(inp / "profiles/gpt2-tiny.json"), "-D", "4", "-N", "1", "--mode", "vDP",
+        "--calibration", "analytic:paper", "--model", str(inp / "models/gpt2-tiny.json"), "-o", str(sched)])
+    arm = tmp_path / "arm"
+    arm.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD", "harmony", "baselines"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "x", "-C", str(arm)], input=archive, check=True)
+    (arm / "COMMIT").write_text("archived-head\n")
+    # the archived copy announces itself: its runs must come from these files
+    init = arm / "harmony" / "__init__.py"
+    init.write_text(init.read_text() + "\nimport sys as _sys\nprint('ARCHIVED-ARM-CODE', file=_sys.stderr)\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "ARMS": f"old={arm} new=.", "BASE_ARMS": "old", "HARMONY_ARMS": "new",
+           "SCHEDULES": f"plan={sched} other={sched}", "IN": str(inp), "MODEL": "gpt2-tiny", "D": "4", "U": "2",
+           "CAP": "", "DEVICE": "cpu", "ITERS": "2", "WARMUP": "1", "ROUNDS": "1"}
+    p = subprocess.run(["bash", str(ROOT / "experiments/device/runtime-gap-ab-1gpu.sh"), str(out)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ARCHIVED-ARM-CODE" in (out / "base.old.1.log").read_text()
+    assert "ARCHIVED-ARM-CODE" not in (out / "harmony.new.1.log").read_text()
+    for f in ("base.old.1.jsonl", "harmony.new.1.jsonl", "harmony-other.new.1.jsonl", "env.json"):
+        assert (out / f).exists(), f"{f} missing: {sorted(x.name for x in out.iterdir())}"
+    assert not (out / "base.new.1.jsonl").exists(), "BASE_ARMS=old: the new arm runs no baseline"
+    arms = (out / "arms.txt").read_text().splitlines()
+    assert arms[0].endswith("archived-head") and arms[1].startswith("new . the working tree"), arms
+    for line in ("base old: s/iteration", "harmony new: s/iteration", "harmony-other new: s/iteration"):
+        assert line in p.stdout, p.stdout

@@ -2,8 +2,8 @@
 # Does the runtime's version move the times figure 10 compares? (docs/performance.md entry 82, device README
 # item 48.) swap-dp and swap-pp run on Harmony's runtime, and on the H100 most of their records were made 10 to
 # 25 runtime commits before Harmony's runs of the same point (entry 81, experiments/runtime_gap.py). This runs
-# one swap baseline and one Harmony plan on one GPU under several versions of the code, interleaved (A B C,
-# then C B A, ...) so that a drift of the host hits every version alike.
+# one swap baseline and Harmony's plans (one or more) on one GPU under several versions of the code,
+# interleaved (A B C, then C B A, ...) so that a drift of the host hits every version alike.
 #
 # The versions are trees made on the CPU machine, where git is (the device's copy carries no .git):
 #   mkdir -p abtrees/C && git archive C harmony baselines pyproject.toml | tar x -C abtrees/C; echo C > abtrees/C/COMMIT   (untracked:

@@ -2105,3 +2105,41 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
     assert arms[0].endswith("archived-head") and arms[1].startswith("new . the working tree"), arms
     for line in ("base old: s/iteration", "harmony new: s/iteration", "harmony-other new: s/iteration"):
         assert line in p.stdout, p.stdout
+
+
+def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
+    """experiments/device/make-jobs-runtime-rerun.sh --dry (device README item 47): it moves the stale points'
+    swap baselines and Harmony runs, and ONLY= narrows that to the models or points named (the H100's C3 is
+    decided by gpt2-xl and bert96 D = 256, entry 82); a point ONLY leaves out is not touched."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("config", "user.email", "t@t"); git("config", "user.name", "t")
+    for rel in ("experiments/runtime_gap.py", "experiments/device/make-jobs-runtime-rerun.sh",
+                "experiments/device/joblist_lib.sh"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, tmp_path / rel)
+    commits = []
+    for i in range(3):                        # three runtime commits between the baselines and Harmony
+        (tmp_path / "harmony/runtime").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "harmony/runtime/a.py").write_text(f"# {i}\n")
+        git("add", "-A"); git("commit", "-qm", f"c{i}")
+        commits.append(git("rev-parse", "HEAD"))
+    runs = tmp_path / "results/paper/HW/runs"
+    for model in ("gpt2-xl", "vgg416"):
+        for system, commit, name in (("harmony-vPP", commits[2], "N1-D16-auto.jsonl"),
+                                     ("swap-pp", commits[0], "N1-D16-best.jsonl")):
+            f = runs / system / model / name
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps({"record": "summary", "status": "ok", "iter_time_s": 1.0,
+                                     "env": {"git_commit": commit}}) + "\n")
+    env = {**os.environ, "HW": "HW", "NGPU": "1", "MIN": "2"}
+    script = ["bash", "experiments/device/make-jobs-runtime-rerun.sh", "--dry"]
+    both = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+    assert "swap-pp/gpt2-xl/N1-D16-best.jsonl" in both and "swap-pp/vgg416/N1-D16-best.jsonl" in both, both
+    one = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "gpt2-xl"}, capture_output=True, text=True,
+                         check=True).stdout
+    assert "harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in one and "vgg416" not in one, one
+    none = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "bert96/N1-D256"}, capture_output=True,
+                          text=True, check=True).stdout
+    assert "would move" not in none and "matches ONLY" in none, none

@@ -2109,8 +2109,9 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
 
 def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     """experiments/device/make-jobs-runtime-rerun.sh --dry (device README item 47): it moves the stale points'
-    swap baselines and Harmony runs, and ONLY= narrows that to the models or points named (the H100's C3 is
-    decided by gpt2-xl and bert96 D = 256, entry 82); a point ONLY leaves out is not touched."""
+    swap baselines and Harmony runs, ONLY= narrows that to the models or points named (the H100's C3 is
+    decided by gpt2-xl and bert96 D = 256, entry 82), a point ONLY leaves out is not touched, and SYSTEMS
+    without `harmony` leaves Harmony's runs where they are."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
     git("init", "-q")
@@ -2140,6 +2141,9 @@ def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     one = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "gpt2-xl"}, capture_output=True, text=True,
                          check=True).stdout
     assert "harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in one and "vgg416" not in one, one
+    kept = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "gpt2-xl", "SYSTEMS": "swap-dp swap-pp"},
+                          capture_output=True, text=True, check=True).stdout
+    assert "swap-pp/gpt2-xl" in kept and "harmony-vPP" not in kept, kept     # Harmony's runs stay
     none = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "bert96/N1-D256"}, capture_output=True,
                           text=True, check=True).stdout
     assert "would move" not in none and "matches ONLY" in none, none

@@ -10,9 +10,17 @@
 #   --dry: print what would move and stop
 #   ONLY: just these models or points (e.g. ONLY='gpt2-xl bert96/N1-D256': the points that decide the H100's
 #   C3, entry 82), so that a session's calls can take those first
+#   SYSTEMS: which records of each point move and run again (default 'swap-dp swap-pp harmony'); without
+#   `harmony`, Harmony's runs stay, for points where an A/B showed its side unmoved by the code since its
+#   run (entry 82: 0.994-1.001 on one H200) and measured the baselines' records as the stale side
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 MIN=${MIN:-10}; dry=0; [ "${1:-}" = --dry ] && dry=1
+SYSTEMS=${SYSTEMS:-swap-dp swap-pp harmony}
+for s in $SYSTEMS; do
+  case $s in swap-dp|swap-pp|harmony) ;; *) echo "$0: SYSTEMS: $s is not one of swap-dp swap-pp harmony" >&2; exit 2 ;; esac
+done
+has() { case " $SYSTEMS " in *" $1 "*) return 0 ;; esac; return 1; }
 CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
 if [ "$(git config --get core.sparseCheckout)" = true ]; then
   echo "$0: the tree is slim (experiments/device/slim_tree.sh on): run 'slim_tree.sh off' first" >&2; exit 2
@@ -40,14 +48,16 @@ for key in "${!points[@]}"; do
   set -- $key; model=$1; point=$2
   # both swap baselines of the point, the one within MIN too: the point's Harmony runs are made again
   for system in swap-dp swap-pp; do
+    has "$system" || continue
     base="$R/runs/$system/$model/$point-best"
     [ -e "$base.jsonl" ] || continue
-    for f in "$base".jsonl "$base".u*.jsonl "$R/logs/baseline/$system/$model/$point-best.log"; do
+    for f in "$base".jsonl "$base".u*.jsonl "$base".u*.jsonl.partial "$R/logs/baseline/$system/$model/$point-best.log"; do
       [ -e "$f" ] && move "$f"
     done
     points[$key]+=" $base.jsonl"
   done
   for mode in vPP vDP; do
+    has harmony || break
     f="$R/runs/harmony-$mode/$model/$point-auto.jsonl"
     [ -e "$f" ] && { move "$f"; points[$key]+=" $f"; }
   done

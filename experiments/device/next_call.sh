@@ -41,8 +41,17 @@ case "$HW" in
     elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
-  1xH200*)            # nothing queued: item 42 ran in the fifty-fourth session; ITEM=42 measures it again
-    if [ "${ITEM:-}" = 42 ]; then host_task "${1:-ht1}"; else echo "nothing queued for $HW (device README, \"Next call\")"; fi ;;
+  1xH200*)            # item 49: Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
+    # against swap-pp u = 16 on the H100's profile, today's code, interleaved (results/probes/runtime-gap/item49/
+    # README.md, about 6 minutes); ITEM=42 measures the per-task host charge again
+    if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    I=results/probes/runtime-gap/item49
+    ARMS='new=.' HARMONY_ARMS=new ROUNDS=2 DEADLINE_S=560 SCHEDULES="plan=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl/vDP-N1-D16-auto.json
+      h10=$I/gpt2-xl-vPP-N1-D16-headroom0.10.json h07=$I/gpt2-xl-vPP-N1-D16-headroom0.07.json" \
+      bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/${1:-i49}" > "/tmp/${1:-i49}.console" 2>&1
+    tail -12 "/tmp/${1:-i49}.console"; cp "/tmp/${1:-i49}.console" "/tmp/${1:-i49}/console.log"
+    nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/${1:-i49}/gpu.csv"
+    tar czf "$OUT/${1:-i49}.tgz" -C /tmp "${1:-i49}" ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \
@@ -76,11 +85,12 @@ case "$HW" in
       GPU_SLOTS=4 GPU_PARALLEL_RE='convergence/.*-N1\.jsonl$' BUDGET_S=585 bash experiments/device/grid_gpu.sh \
         "experiments/device/jobs-convergence-$HW.sh" "results/paper/$HW" "${1:-x4-conv1}"
     fi ;;
-  1xH100-80GB-HBM3)   # ITEM=42: the per-task host charge on this host; else item 39: bert96's N = 1 row profiled, searched and run on one host. Its list is written
-    # on the CPU machine first, moving the old records: bash experiments/device/make-jobs-samehost.sh --move
-    # bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
-    if [ "${ITEM:-39}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
-    if [ "${ITEM:-39}" = 47 ]; then runtime_rerun "${1:-h100-rerun1}"; exit 0; fi
+  1xH100-80GB-HBM3)   # item 47 by default (its list is written: GPT2-XL's swap searches, entry 82); ITEM=42: the
+    # per-task host charge on this host; ITEM=39: bert96's N = 1 row profiled, searched and run on one host. Its
+    # list is written on the CPU machine first, moving the old records: bash
+    # experiments/device/make-jobs-samehost.sh --move bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
+    if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    if [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-h100-rerun1}"; exit 0; fi
     if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
       echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
     fi

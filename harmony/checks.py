@@ -515,6 +515,7 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     shape is faster, C12): how far Harmony's searched plans could get past it if they ran at their bound.
     The verdict is the same either way."""
     lows, missing, unrecorded, ceilings, bound_ceilings = [], [], [], {}, {}
+    awaiting: set[tuple] = set()                # configurations with a baseline not on record yet
     for key, sy in sorted(_figure10_points(res).items()):
         h = [_f(sy[s].get("samples_per_s")) for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
         h = [x for x in h if x]
@@ -535,6 +536,8 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
         q, b = min(ratios)
         lows.append((q, b, key))
         unrecorded += no_record
+        if no_record:
+            awaiting.add(key)
         # a bound above its own run's time is not one (a profile older than the run; C12 says so)
         bounds = [(_f(sy[s].get("schedule_bound_s")), _f(sy[s].get("iter_time_s")))
                   for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
@@ -548,7 +551,11 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     if not lows:
         return None, "no figure-10 configuration with Harmony and a baseline measured", None
     below = [x for x in lows if x[0] < target]
-    detail = (f"lowest ratio per configuration ({len(below)} of {len(lows)} below {target}x): "
+    # a configuration at the target only because a baseline has no record yet is not a pass: count it apart
+    # (the H100's GPT-2 swap records superseded in entry 82 left fsdp-offload as their lowest, 4-8x)
+    waiting = [k for q, _, k in lows if q >= target and k in awaiting]
+    detail = (f"lowest ratio per configuration ({len(below)} of {len(lows)} below {target}x"
+              + (f", {len(waiting)} of the others awaiting a baseline's record" if waiting else "") + "): "
               + "; ".join(f"{k[0]} D={k[1]} N={k[2]}: {q:.2f}x {b}"
                           + _ceiling_note(b, ceilings.get(k), bound_ceilings.get(k), q < target)
                           for q, b, k in lows)

@@ -162,8 +162,8 @@ def faster_than_baselines(res: Results, scale: str):
     unrecorded = _unrecorded_baselines(res, [k for _, k in ratios] + without, SWAPPING)
     # where every swapping baseline has a record and none trained (out of memory, infeasible), Harmony is
     # faster by training at all: said, not a ratio
-    untrained = [f"{m} D={d} N={n}" for m, d, n in sorted(without)
-                 if not _unrecorded_baselines(res, [(m, d, n)], SWAPPING)]
+    untrained = [here for here in (f"{m} D={d} N={n}" for m, d, n in sorted(without))
+                 if not any(u.endswith(f" {here}") for u in unrecorded)]
     ok = worst[0] >= 1.0 and (INCOMPLETE if unrecorded else True)
     return worst[0], (f"best Harmony / best swapping baseline samples/s: min {worst[0]:.2f}x at {worst[1][0]} "
                       f"D={worst[1][1]}, geometric mean {gm:.2f}x over {len(ratios)} configs"
@@ -482,7 +482,6 @@ def nothing_dropped(res: Results, scale: str):
                           + (f", {len(unfinished)} of them a microbatch search with candidates on record"
                              if unfinished else "")
                           + f", {bad} failed points shown as such"), not missing
-
 
 
 

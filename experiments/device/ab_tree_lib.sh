@@ -1,9 +1,10 @@
 # Sourced by the A/B device scripts that compare this tree (A) with a patched copy of it (B):
-# host-overhead-ab-1xH100.sh (entry 43) and host-work-ab-1gpu.sh (entry 75).
+# host-overhead-ab-1xH100.sh (entry 43) and host-work-ab-1gpu.sh (entry 75); runtime-gap-ab-1gpu.sh (entry 82)
+# takes ab_step for its arms, each a commit's archived tree (AB_TREE).
 #   make_b_tree PATCH      sets A (this tree) and B (/tmp/ab-tree-b: A without results/.git/.whl, PATCH applied);
 #                          exits 2 when PATCH does not apply
 #   ab_step NAME LABEL ROUND LIMIT_S -- command...
-#                          runs the command in LABEL's tree (a or b) under `timeout LIMIT_S`, its output in
+#                          runs the command in LABEL's tree (a or b, or AB_TREE[LABEL]) under `timeout LIMIT_S`, its output in
 #                          $AB_OUT/NAME.LABEL.ROUND.log; skipped when $AB_DEADLINE (epoch s) is nearer
 #   ab_summary DIR RUNS... one line per RUN name and tree: the ok records' s/iteration and their median,
 #                          then the benchmark rows (runtime_overhead.py's) of DIR/{overhead,bert}.*.log
@@ -18,7 +19,10 @@ make_b_tree() {
 
 ab_step() {
   local name=$1 label=$2 r=$3 limit=$4; shift 5
-  local tree=$A; [ "$label" = b ] && tree=$B
+  # LABEL's tree: AB_TREE[LABEL] where the caller names more arms (runtime-gap-ab-1gpu.sh), else A or B
+  local tree=
+  if declare -p AB_TREE >/dev/null 2>&1; then tree=${AB_TREE[$label]:-}; fi   # an associative array, when set
+  [ -n "$tree" ] || { tree=$A; [ "$label" = b ] && tree=$B; }
   if [ $(( $(date +%s) + limit )) -gt "$AB_DEADLINE" ]; then
     echo "[$SECONDS s] $name $label round $r: left (the call's deadline is nearer than its ${limit} s)"; return
   fi

@@ -45,13 +45,13 @@ case "$HW" in
     # against swap-pp u = 16 on the H100's profile, today's code, interleaved (results/probes/runtime-gap/item49/
     # README.md, about 6 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
-    I=results/probes/runtime-gap/item49
+    I=results/probes/runtime-gap/item49; T=${1:-i49}
     ARMS='new=.' HARMONY_ARMS=new ROUNDS=2 DEADLINE_S=560 SCHEDULES="plan=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl/vDP-N1-D16-auto.json
       h10=$I/gpt2-xl-vPP-N1-D16-headroom0.10.json h07=$I/gpt2-xl-vPP-N1-D16-headroom0.07.json" \
-      bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/${1:-i49}" > "/tmp/${1:-i49}.console" 2>&1
-    tail -12 "/tmp/${1:-i49}.console"; cp "/tmp/${1:-i49}.console" "/tmp/${1:-i49}/console.log"
-    nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/${1:-i49}/gpu.csv"
-    tar czf "$OUT/${1:-i49}.tgz" -C /tmp "${1:-i49}" ;;
+      bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T" > "/tmp/$T.console" 2>&1
+    tail -12 "/tmp/$T.console"; cp "/tmp/$T.console" "/tmp/$T/console.log"
+    nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$T/gpu.csv"
+    tar czf "$OUT/$T.tgz" -C /tmp "$T" ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \

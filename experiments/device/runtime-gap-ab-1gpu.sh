@@ -41,25 +41,22 @@ PROFILE_ARG=(); [ -f "$IN/profiles/$MODEL.json" ] && PROFILE_ARG=(--profile "$(a
 CAP_ARG=(); [ -n "$CAP" ] && CAP_ARG=(--gpu-memory "$CAP")
 export PYTHONUNBUFFERED=1
 PYTHONPATH=$ROOT python3 -m harmony.cli env --device "$DEVICE" --precision "$PREC" > "$OUTDIR/env.json"
-labels=(); declare -A tree
+labels=(); declare -A AB_TREE                     # ab_tree_lib.sh's ab_step runs a label in AB_TREE[label]
 for a in $ARMS; do
   l=${a%%=*}; t=$(abs "${a#*=}")
   [ -d "$t/harmony" ] || { echo "arm $l: $t holds no harmony/ (make it with git archive, header)" >&2; exit 2; }
-  labels+=("$l"); tree[$l]=$t
+  labels+=("$l"); AB_TREE[$l]=$t
   # which code each arm is: an archived tree's COMMIT file (its records' env cannot tell: no .git there)
   echo "$l ${a#*=} $(cat "$t/COMMIT" 2>/dev/null || echo 'the working tree (its records carry source_trees)')" >> "$OUTDIR/arms.txt"
 done
 
-one() {   # one KIND LABEL ROUND -- harmony.cli arguments...
+. "$(dirname "${BASH_SOURCE[0]}")/ab_tree_lib.sh"
+AB_OUT=$OUTDIR; AB_DEADLINE=$DEADLINE; export PYTHONPATH=${PYTHONPATH:-}
+one() {   # one KIND LABEL ROUND -- harmony.cli arguments...: ab_step in the arm's tree, with the host's state
   local kind=$1 label=$2 r=$3; shift 4
-  local t=${tree[$label]} stem="$OUTDIR/$kind.$label.$r"
-  if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then
-    echo "[$SECONDS s] $kind $label round $r: left (the call's deadline is nearer than ${RUN_LIMIT_S} s)"; return
-  fi
   { uptime; free -g; ps -eo pid,pcpu,rss,etime,comm --sort=-pcpu | head -6; } > "$OUTDIR/host.$kind.$label.$r.txt" 2>&1
-  # from inside the arm's tree: `python -m` puts the working directory first on sys.path
-  (cd "$t" && PYTHONPATH="$t" timeout "$RUN_LIMIT_S" python3 -m harmony.cli "$@" -o "$stem.jsonl") > "$stem.log" 2>&1
-  echo "[$SECONDS s] $kind $label round $r: rc=$? $(grep -v Warning "$stem.log" | tail -1 | cut -c1-140)"
+  # from inside the arm's tree (ab_step cds there): `python -m` puts the working directory first on sys.path
+  ab_step "$kind" "$label" "$r" "$RUN_LIMIT_S" -- python3 -m harmony.cli "$@" -o "$OUTDIR/$kind.$label.$r.jsonl"
 }
 
 for r in $(seq 1 "$ROUNDS"); do

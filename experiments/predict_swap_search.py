@@ -4,7 +4,10 @@ one vLayer per pack) at every u the workflow's search tries (powers of two divid
 `harmony.workflow.baseline_ubatches`), simulated with the folder's profile and calibration
 (the runtime's host work per task included, entry 78; the all-reduce inline, as the runtime runs it), beside
 Harmony's best measured run of the same point, whose record gives the cap the point is planned under. A u
-whose task cannot fit the cap prints `infeasible`.
+whose task cannot fit the cap prints `infeasible`; one whose simulated peak is over the cap is printed with
+that peak and left out of the best (docs/performance.md entry 83: the baseline's own check is a lower
+bound, so its search tries it, and on the GPU it ran out of memory). The simulated peak can also be under
+the truth: at GPT2-XL D = 256, u = 16 predicts 10.19 GiB and ran out of memory under 11 GiB.
 
     PYTHONPATH=. python experiments/predict_swap_search.py RESULTS SYSTEM N MODEL:D [MODEL:D ...]
     e.g. results/paper/4xH200 swap-dp 4 gpt2-xl:64 bert96:64 vgg416:64 resnet1026:256
@@ -47,7 +50,14 @@ def main(argv: list[str]) -> int:
         for u in baseline_ubatches(d, n):
             try:
                 cfg = CONFIGS[system](model, d, n, u, cap=cap, profile=profile)
-                t = simulate(build_task_graph(cfg, model["num_vlayers"]), costs, params).iter_time_s
+                sim = simulate(build_task_graph(cfg, model["num_vlayers"]), costs, params)
+                t, peak = sim.iter_time_s, max(sim.peak_memory_bytes)
+                if cap is not None and peak > cap:
+                    # the baseline's own check is a lower bound and lets it try this u (an OOM is a
+                    # record), but the simulator's peak says it cannot train: item 50 measured u = 32 at
+                    # GPT2-XL D = 64 (19.77 GiB predicted) out of memory under 11 GiB
+                    cells.append(f"u={u} {t:.3f} (peak {peak / 2**30:.2f} GiB over the cap: left out)")
+                    continue
                 cells.append(f"u={u} {t:.3f}")
                 best = t if best is None or t < best else best
             except Infeasible:

@@ -32,6 +32,20 @@ host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charg
   CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
+point_ab() {   # items 50, 51: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL with the H100's profile and cap,
+  # today's code: swap-pp at U_ONCE once (does it fit? 2 iterations, 1 timed), then swap-pp at U against
+  # Harmony's SCHEDULES, interleaved over two rounds (runtime-gap-ab-1gpu.sh), each run ITERS iterations of
+  # which WARMUP untimed
+  local T=$1 D=$2 U1=$3 U=$4 IT=$5 WU=$6 SCH=$7
+  ARMS='new=.' D=$D U=$U1 ITERS=2 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=140 DEADLINE_S=150 \
+    bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/u$U1" > "/tmp/$T.console" 2>&1
+  ARMS='new=.' HARMONY_ARMS=new D=$D U=$U ITERS=$IT WARMUP=$WU ROUNDS=2 RUN_LIMIT_S=140 \
+    DEADLINE_S=$((560 - SECONDS)) SCHEDULES="$SCH" \
+    bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/u$U" >> "/tmp/$T.console" 2>&1
+  tail -14 "/tmp/$T.console"; cp "/tmp/$T.console" "/tmp/$T/console.log"
+  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$T/gpu.csv"
+  tar czf "$OUT/$T.tgz" -C /tmp "$T"
+}
 case "$HW" in
   2xH200)             # item 45: figures 17 and 8's fixed plans whose predictions today's model moves, measured again
     # (about 10 minutes in two calls, x2-repredfix1 and 2; slim: SLIM_ALSO='results/large/
@@ -41,10 +55,20 @@ case "$HW" in
     elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
-  1xH200*)            # item 49: Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
+  1xH200*)            # ITEM=51: GPT2-XL D = 256's swap-pp u = 16 once, then u = 8 against Harmony's plan
+    # (results/probes/runtime-gap/item51/README.md, about 8 minutes); ITEM=50 (done in the fifty-eighth session)
+    # the same at D = 64; item 49 (done there too): Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
     # against swap-pp u = 16 on the H100's profile, today's code, interleaved (results/probes/runtime-gap/item49/
     # README.md, about 6 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    H=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl
+    if [ "${ITEM:-49}" = 50 ]; then   # item 50 (done, fifty-eighth session): D = 64, swap-pp u = 32 once, then u = 16
+      I=results/probes/runtime-gap/item50    # against the committed plan and the 2% one
+      point_ab "${1:-i50}" 64 32 16 4 2 "plan=$H/vDP-N1-D64-auto.json h02=$I/gpt2-xl-vPP-N1-D64-headroom0.02.json"; exit 0
+    fi
+    if [ "${ITEM:-49}" = 51 ]; then   # item 51: D = 256, swap-pp u = 16 once, then u = 8 against Harmony's plan
+      point_ab "${1:-i51}" 256 16 8 3 1 "plan=$H/vPP-N1-D256-auto.json"; exit 0
+    fi
     I=results/probes/runtime-gap/item49; T=${1:-i49}
     ARMS='new=.' HARMONY_ARMS=new ROUNDS=2 DEADLINE_S=560 SCHEDULES="plan=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl/vDP-N1-D16-auto.json
       h10=$I/gpt2-xl-vPP-N1-D16-headroom0.10.json h07=$I/gpt2-xl-vPP-N1-D16-headroom0.07.json" \

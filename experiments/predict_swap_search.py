@@ -6,8 +6,9 @@ one vLayer per pack) at every u the workflow's search tries (powers of two divid
 Harmony's best measured run of the same point, whose record gives the cap the point is planned under. A u
 whose task cannot fit the cap prints `infeasible`; one whose simulated peak is over the cap is printed with
 that peak and left out of the best (docs/performance.md entry 83: the baseline's own check is a lower
-bound, so its search tries it, and on the GPU it ran out of memory). The simulated peak can also be under
-the truth: at GPT2-XL D = 256, u = 16 predicts 10.19 GiB and ran out of memory under 11 GiB.
+bound, so its search tries it, and on the GPU it ran out of memory). With the loss pack's waiting inputs
+counted (entry 84) the peak called all five GPT2-XL points items 49-51 ran: the two that ran out of
+memory are over the cap, and the three that trained are 0.4-0.5 GiB over their allocated peaks.
 
     PYTHONPATH=. python experiments/predict_swap_search.py RESULTS SYSTEM N MODEL:D [MODEL:D ...]
     e.g. results/paper/4xH200 swap-dp 4 gpt2-xl:64 bert96:64 vgg416:64 resnet1026:256
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> int:
                 if cap is not None and peak > cap:
                     # the baseline's own check is a lower bound and lets it try this u (an OOM is a
                     # record), but the simulator's peak says it cannot train: item 50 measured u = 32 at
-                    # GPT2-XL D = 64 (19.77 GiB predicted) out of memory under 11 GiB
+                    # GPT2-XL D = 64 (19.97 GiB predicted) out of memory under 11 GiB
                     cells.append(f"u={u} {t:.3f} (peak {peak / 2**30:.2f} GiB over the cap: left out)")
                     continue
                 cells.append(f"u={u} {t:.3f}")

@@ -57,6 +57,27 @@ def test_hand_computed_vpp(N):
     assert sim.bytes["d2h_grads"] == 30 and sim.bytes["allreduce"] == 0
 
 
+def test_simulated_peak_counts_outputs_that_wait_on_the_gpu_for_a_later_task():
+    """Entry 84: a swap baseline runs one microbatch a task, all forwards first, so each microbatch's input
+    to the loss pack waits on the GPU from its forward until its backward. The other tasks' peaks carry
+    it: 0, 1, 2, 3 outputs through the forwards, then one fewer per loss task consumed. Harmony's tasks
+    take the whole group and its consumer is the rank's next task: nothing waits, each task's peak is its
+    own (LayerCosts.task_bytes)."""
+    X = 100
+    costs = LayerCosts(make_profile(x=X))
+
+    def waiting(group_size):
+        g = build_task_graph(ScheduleConfig(mode="vPP", gpus=1, minibatch=4, ubatch_fwd=1, ubatch_bwd=1,
+                                            bwd_packs=((0, 1), (1, 3)), fwd_packs=((0, 1),),
+                                            group_size=group_size, placement="stages", stages=((0, 3),)), 3)
+        sim = simulate(g, costs, PARAMS)
+        return [sim.task_peak_bytes[t.id] - int(costs.task_bytes(t.kind, *t.pack, t.ubatch, t.num_samples))
+                for t in g.tasks if t.kind != "UPD"]
+    #                 FWD (0,1) x 4       (BWD (1,3), BWD (0,1)) x 4
+    assert waiting(1) == [0, X, 2 * X, 3 * X] + [3 * X, 3 * X, 2 * X, 2 * X, X, X, 0, 0]
+    assert waiting(None) == [0, 0, 0]
+
+
 def test_prefetch_waits_name_the_loads_that_do_not_fit_beside_the_previous_task():
     # Task peaks: FWD(0,2) 20, BWD(2,3) 20, BWD(0,2) 40 (W + dW of two layers). Uncapped, every load is
     # prefetched during the rank's previous task: the next iteration's FWD(0,2) loads 20 B beside BWD(0,2)'s

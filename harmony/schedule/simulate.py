@@ -30,6 +30,9 @@ What overlaps, as the runtime does it:
     has issued (and allocated) that next task; the runtime drops its sends at the iteration's end, so
     nothing is held across iterations. (2x H200, gpt2-xl vPP D = 64: rank 0 peaked at 10.06 GiB allocated
     where the task peaks alone said 9.65; held, 10.04; docs/performance.md entry 33);
+  - an output made for a later task of the same GPU that is not the next one waits there in between, on
+    top of the peaks of the tasks that run meanwhile (a swap baseline's loss-pack inputs through the
+    forward pass; Harmony's consumers are the next task, so nothing of Harmony's waits; entry 84);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP; `allreduce` inline: each rank's next compute waits for that all-reduce, as the
     runtime's default does); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
@@ -221,8 +224,8 @@ class SimResult:
 class _Info:
     __slots__ = ("t", "kind", "rank", "nmb", "w_bytes", "act_h2d", "p2p_act",
                  "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
-                 "prefetch_bytes", "stash_src", "sent_bytes", "dev", "iss", "dev_first", "iss_first",
-                 "dev_last")
+                 "prefetch_bytes", "stash_src", "sent_bytes", "waiting_bytes", "dev", "iss", "dev_first",
+                 "iss_first", "dev_last")
 
 
 def _sim_order(g: TaskGraph) -> list[int]:
@@ -261,6 +264,7 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.upd_dur = 0.0
         x.stash_src = None
         x.sent_bytes = 0
+        x.waiting_bytes = 0
         if t.kind == "UPD":
             x.upd_dur = upd_duration(costs, params, t.pack, g.config.gpus)
             infos.append(x)
@@ -309,7 +313,41 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
             infos[t.act_in[1]].sent_bytes += x.p2p_act[0]
         if x.p2p_grad is not None:
             infos[t.grad_in].sent_bytes += x.p2p_grad[0]
+    _add_waiting_outputs(g, costs, infos)
     return infos
+
+
+def _add_waiting_outputs(g: TaskGraph, costs: LayerCosts, infos: list[_Info]) -> None:
+    """Per compute task, the outputs that an earlier task of its rank made for a later one there and that
+    wait on the GPU while it runs (`waiting_bytes`). Harmony's consumer is the rank's next task, so nothing
+    waits: the producer's and the consumer's own peaks hold the output (LayerCosts.group_buffers). A
+    swap baseline runs one microbatch a task, and its loss pack's input waits through the rest of the
+    forward pass: at GPT2-XL D = 256 u = 8, 31 microbatches of the LM head's input, 1.6 GiB that the peak
+    left out (predicted 5.40 GiB, 6.53 allocated; at u = 16 the OOM the peak did not predict:
+    docs/performance.md entry 84). The rank runs its compute tasks in graph order."""
+    pos: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for t in g.tasks:
+        if t.kind != "UPD":
+            pos[t.id] = count.get(t.rank, 0)
+            count[t.rank] = pos[t.id] + 1
+    # alive strictly between the producer's and the consumer's positions on the rank: a difference array
+    delta = {r: [0] * (n + 1) for r, n in count.items()}
+    for t in g.tasks:
+        if t.kind == "UPD":
+            continue
+        for p, what in ((t.act_in[1] if t.act_in[0] == "task" else None, "Y"), (t.grad_in, "dX")):
+            if p is None or g.tasks[p].rank != t.rank or pos[t.id] - pos[p] < 2:
+                continue
+            q = g.tasks[p]
+            per_sample = costs.xout[q.pack[1] - 1] if what == "Y" else costs.xin[q.pack[0]]
+            delta[t.rank][pos[p] + 1] += int(per_sample * q.num_samples)
+            delta[t.rank][pos[t.id]] -= int(per_sample * q.num_samples)
+    run = {r: 0 for r in count}
+    for t in g.tasks:
+        if t.kind != "UPD":
+            run[t.rank] += delta[t.rank][pos[t.id]]
+            infos[t.id].waiting_bytes = run[t.rank]
 
 
 # passes that re-time the compute beside resident NCCL kernels from the previous pass's timeline
@@ -562,7 +600,7 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
             s1 = max(s0 + dev, h0 + x.iss, last_in + x.dev_last * k)
             comp_free[r] = s1
             c_start[tid], c_first[tid], c_end[tid] = s0, max(s0 + x.dev_first * k, h0 + x.iss_first), s1
-            x_peak = x.peak + held[r]
+            x_peak = x.peak + held[r] + x.waiting_bytes
             task_held[tid] = held[r]
             held[r] = x.sent_bytes
             task_peaks[tid] = x_peak

@@ -14,11 +14,13 @@ Stage boundaries (N > 1): activations and their gradients go GPU->GPU (P2P, stre
 microbatch, harmony/runtime/p2p.py). A resident stage accumulates dW on the GPU across its microbatches and
 sends it to host memory once, after its last backward (`grad_keep`, harmony.schedule.tasks), as GPipe
 does; a stage that swaps per layer sends each vLayer's dW after every microbatch, summed in host memory.
-Known difference from GPipe: the input of every backward pack but the first (the data, read again) and
-the loss pack (fed by the last forward task) is stashed in host memory between its forward and its
-backward (the task language stashes each backward pack's input; GPipe keeps stage inputs on the GPU): an
-extra D2H+H2D of one activation per resident stage per microbatch, small next to the weights (a stage that
-swaps per layer stashes every vLayer's input, as swap-dp does).
+Known difference from GPipe: the input of every backward pack but the first (the data, read again) is
+stashed in host memory between its forward and its backward (the task language stashes each backward
+pack's input; GPipe keeps stage inputs on the GPU): an extra D2H+H2D of one activation per resident stage
+per microbatch, small next to the weights (a stage that swaps per layer stashes every vLayer's input, as
+swap-dp does). The loss pack's input is stashed too when the last forward runs on its GPU; kept there, it
+waited through every other microbatch's forward (GPT2-XL D = 256: 1.5 GiB at u = 16, which then ran out
+of memory under 11 GiB; docs/performance.md entry 85). From another GPU it arrives over P2P.
 """
 from __future__ import annotations
 

@@ -65,14 +65,30 @@ def test_swap_pp_stages_balanced_and_split_when_over_cap():
     assert all(any(a <= s and e <= b_ for a, b_ in capped.stages) for s, e in capped.bwd_packs)
 
 
-@pytest.mark.parametrize("system,gpus", [("swap-dp", 1), ("swap-pp", 2)])
-def test_swap_baselines_train_like_pytorch_on_the_runtime(system, gpus):
+def single_layer_cap(mj, u):
+    """A cap that every single vLayer (and the loss pack) fits but no whole stage does, by swap-pp's own
+    lower-bound rule: swap-pp then swaps per layer within its stage."""
+    from baselines.swap_dp import TaskMemory, single_layer_packs
+    mem = TaskMemory(mj)
+    return max(max(mem.lower_bound("BWD", s, e, u), mem.lower_bound("FWD", s, e, u))
+               for s, e in single_layer_packs(0, mj["num_vlayers"], mj))
+
+
+@pytest.mark.parametrize("system,gpus,per_layer", [("swap-dp", 1, False), ("swap-pp", 2, False),
+                                                   ("swap-pp", 1, True)])
+def test_swap_baselines_train_like_pytorch_on_the_runtime(system, gpus, per_layer):
+    """per_layer: one GPU swapping per vLayer in GPipe order, so the loss pack's input is a stash read back
+    after every microbatch's forward (entry 85), not the last forward task's output."""
     runtime = pytest.importorskip("harmony.runtime")
     _, mj = load_model("mlp-tiny")
     build = swap_dp_config if system == "swap-dp" else swap_pp_config
-    cfg = build(mj, D, gpus, 2)
-    rec = schedule_record(system, mj, cfg, cap=None, precision="fp32")
+    cap = single_layer_cap(mj, 2) if per_layer else None
+    cfg = build(mj, D, gpus, 2, cap=cap)
+    rec = schedule_record(system, mj, cfg, cap=cap, precision="fp32")
     graph = TaskGraph.from_json(rec["graph"])
+    if per_layer:
+        loss = [t for t in graph.tasks if t.kind == "BWD" and t.pack == cfg.bwd_packs[-1]]
+        assert len(cfg.bwd_packs) > 2 and len(loss) == D // 2 and all(t.act_in[0] == "stash" for t in loss)
     losses, params, by_kind = runtime.train_with_schedule(rec, graph, iters=ITERS)
     ref_losses, ref_params = reference("mlp-tiny")
     assert losses == pytest.approx(ref_losses, rel=1e-6)

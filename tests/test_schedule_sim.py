@@ -58,24 +58,34 @@ def test_hand_computed_vpp(N):
 
 
 def test_simulated_peak_counts_outputs_that_wait_on_the_gpu_for_a_later_task():
-    """Entry 84: a swap baseline runs one microbatch a task, all forwards first, so each microbatch's input
-    to the loss pack waits on the GPU from its forward until its backward. The other tasks' peaks carry
-    it: 0, 1, 2, 3 outputs through the forwards, then one fewer per loss task consumed. Harmony's tasks
-    take the whole group and its consumer is the rank's next task: nothing waits, each task's peak is its
-    own (LayerCosts.task_bytes)."""
+    """Entry 84: an output made for a later task of its GPU, other than the next one, waits there and
+    counts in the peaks of the tasks in between. The graph builder of the fifty-seventh session fed a
+    swap baseline's loss pack from the last forward task in GPipe order (its schedule files still hold
+    such graphs): each microbatch's input to the loss pack waited from its forward to its loss task, 0, 1,
+    2, 3 outputs through the forwards, then one fewer per loss task. Today's builder stashes that input
+    (entry 85), and Harmony's consumers are the next task: nothing waits in either."""
     X = 100
     costs = LayerCosts(make_profile(x=X))
 
-    def waiting(group_size):
-        g = build_task_graph(ScheduleConfig(mode="vPP", gpus=1, minibatch=4, ubatch_fwd=1, ubatch_bwd=1,
-                                            bwd_packs=((0, 1), (1, 3)), fwd_packs=((0, 1),),
-                                            group_size=group_size, placement="stages", stages=((0, 3),)), 3)
+    def build(group_size):
+        return build_task_graph(ScheduleConfig(mode="vPP", gpus=1, minibatch=4, ubatch_fwd=1, ubatch_bwd=1,
+                                               bwd_packs=((0, 1), (1, 3)), fwd_packs=((0, 1),),
+                                               group_size=group_size, placement="stages", stages=((0, 3),)), 3)
+
+    def waiting(g):
         sim = simulate(g, costs, PARAMS)
         return [sim.task_peak_bytes[t.id] - int(costs.task_bytes(t.kind, *t.pack, t.ubatch, t.num_samples))
                 for t in g.tasks if t.kind != "UPD"]
-    #                 FWD (0,1) x 4       (BWD (1,3), BWD (0,1)) x 4
-    assert waiting(1) == [0, X, 2 * X, 3 * X] + [3 * X, 3 * X, 2 * X, 2 * X, X, X, 0, 0]
-    assert waiting(None) == [0, 0, 0]
+    old = build(1)       # the older graph: the loss pack reads its input from the last forward task
+    loss = [t for t in old.tasks if t.kind == "BWD" and t.pack == (1, 3)]
+    assert all(t.act_in[0] == "stash" for t in loss)
+    for t in loss:
+        old.tasks[t.act_in[1]].stash_out = False
+        old.tasks[t.id] = dataclasses.replace(t, act_in=("task", t.act_in[1]))
+    #                    FWD (0,1) x 4       (BWD (1,3), BWD (0,1)) x 4
+    assert waiting(old) == [0, X, 2 * X, 3 * X] + [3 * X, 3 * X, 2 * X, 2 * X, X, X, 0, 0]
+    assert waiting(build(1)) == [0] * 12
+    assert waiting(build(None)) == [0, 0, 0]
 
 
 def test_prefetch_waits_name_the_loads_that_do_not_fit_beside_the_previous_task():

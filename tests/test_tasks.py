@@ -180,6 +180,30 @@ def test_sample_groups():
     assert sample_groups((0, 10), 3, 1) == [(0, 3), (3, 6), (6, 9), (9, 10)]
 
 
+def test_gpipe_flush_stashes_the_loss_packs_input_when_its_forward_is_on_the_same_gpu():
+    """Entry 85: in GPipe order every group's forward runs before the first backward, so the loss pack's
+    input, made by the last forward task, would wait on its GPU through the rest of the forward pass. It
+    is stashed in host memory like every other pack's input: one more D2H and H2D of it per microbatch.
+    Where the loss pack runs right after that forward (Harmony's one group, swap-dp's microbatch by
+    microbatch) or on another GPU (sent over P2P), it still continues from the task."""
+    packs = tuple((i, i + 1) for i in range(L - 1)) + ((L - 1, L),)
+    one_gpu = dict(gpus=1, ubatch_fwd=2, ubatch_bwd=2, bwd_packs=packs, fwd_packs=packs[:-1])
+    gpipe = build_task_graph(cfg(group_size=1, placement="stages", stages=((0, L),), **one_gpu))
+    loss = [t for t in gpipe.tasks if t.kind == "BWD" and t.pack == packs[-1]]
+    assert len(loss) == 4 and all(t.act_in[0] == "stash" for t in loss)
+    assert all(gpipe.tasks[t.act_in[1]].stash_out for t in loss)
+    # the last FWD's output (pack [L-2, L-1)) now goes to host and back: 8 samples x 7 bytes each way,
+    # on top of the other packs' stashes (every FWD but the first stashes its input for its BWD)
+    b = count_bytes(gpipe, SIZES)
+    assert b["d2h_act"] == 8 * 7 * (L - 1)
+    harmony = build_task_graph(cfg(**one_gpu))
+    swap_dp = build_task_graph(cfg(mode="vDP", group_size=1, pin_shared=False, **one_gpu))
+    across = build_task_graph(cfg(gpus=2, ubatch_fwd=2, ubatch_bwd=2, group_size=1, placement="stages",
+                                  stages=((0, L - 1), (L - 1, L)), bwd_packs=packs, fwd_packs=packs[:-1]))
+    for g in (harmony, swap_dp, across):
+        assert all(t.act_in[0] == "task" for t in g.tasks if t.kind == "BWD" and t.pack == packs[-1])
+
+
 def test_gpipe_resident_stage_sends_gradients_once():
     """swap-pp with whole stages resident: the BWDs of a stage accumulate dW on the GPU (grad_keep) and
     only the stage's last BWD of the iteration sends it: one gradient copy per pack, as in GPipe."""

@@ -289,6 +289,11 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
     else:
         phases = [("F", gi) for gi in range(n_groups)] + [("B", gi) for gi in range(n_groups)]
 
+    # GPipe flush over several groups: a group's backward comes after every group's forward, so the loss
+    # pack's input would wait on its GPU through all of them (D/u - 1 microbatches of GPT2-XL's hidden
+    # state: 1.5 GiB at D = 256, u = 16, the margin by which it ran out of memory under 11 GiB); it is
+    # stashed like every other pack's input instead (docs/performance.md entry 85)
+    flush = n_groups > 1 and not (cfg.group_size is not None and cfg.placement == "every-gpu")
     fwd_by_end: dict[tuple[int, int | None, int], Task] = {}   # (group, chain, end layer) -> FWD task
     bwd_of_pack: dict[Range, list[Task]] = {p: [] for p in cfg.bwd_packs}
     for phase, gi in phases:
@@ -306,15 +311,16 @@ def build_task_graph(cfg: ScheduleConfig, num_layers: int | None = None) -> Task
             grad_src: Task | None = None
             for bi in reversed(range(len(cfg.bwd_packs))):
                 pack = cfg.bwd_packs[bi]
+                rank = place(cr, pack)
+                src = fwd_by_end.get((gi, cr, pack[0]))
                 if pack[0] == 0:
                     act_in: tuple[str, int | None] = ("data", None)
-                elif bi == len(cfg.bwd_packs) - 1:          # the loss pack continues from the last FWD
-                    act_in = ("task", fwd_by_end[(gi, cr, pack[0])].id)
+                elif bi == len(cfg.bwd_packs) - 1 and not (flush and src.rank == rank):
+                    act_in = ("task", src.id)               # the loss pack continues from the last FWD
                 else:                                       # every other pack starts from a stash
-                    src = fwd_by_end[(gi, cr, pack[0])]
                     src.stash_out = True
                     act_in = ("stash", src.id)
-                t = Task(id=len(tasks), kind="BWD", pack=pack, rank=place(cr, pack), group=gi,
+                t = Task(id=len(tasks), kind="BWD", pack=pack, rank=rank, group=gi,
                          samples=samples, ubatch=cfg.ubatch_bwd, act_in=act_in,
                          grad_in=None if grad_src is None else grad_src.id)
                 tasks.append(t)

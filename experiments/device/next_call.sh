@@ -55,11 +55,11 @@ case "$HW" in
     elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
-  1xH200*)            # ITEM=51: GPT2-XL D = 256's swap-pp u = 16 once, then u = 8 against Harmony's plan
-    # (results/probes/runtime-gap/item51/README.md, about 8 minutes); ITEM=50 (done in the fifty-eighth session)
-    # the same at D = 64; item 49 (done there too): Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
-    # against swap-pp u = 16 on the H100's profile, today's code, interleaved (results/probes/runtime-gap/item49/
-    # README.md, about 6 minutes); ITEM=42 measures the per-task host charge again
+  1xH200*)            # items 49-51, all done in the fifty-eighth session (results/probes/runtime-gap/itemN/):
+    # the default, item 49: Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
+    # against swap-pp u = 16 on the H100's profile, today's code, interleaved (about 6 minutes); ITEM=50 and
+    # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
+    # 7 and 8 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
     H=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl
     if [ "${ITEM:-49}" = 50 ]; then   # item 50 (done, fifty-eighth session): D = 64, swap-pp u = 32 once, then u = 16

@@ -31,8 +31,9 @@ What overlaps, as the runtime does it:
     nothing is held across iterations. (2x H200, gpt2-xl vPP D = 64: rank 0 peaked at 10.06 GiB allocated
     where the task peaks alone said 9.65; held, 10.04; docs/performance.md entry 33);
   - an output made for a later task of the same GPU that is not the next one waits there in between, on
-    top of the peaks of the tasks that run meanwhile (a swap baseline's loss-pack inputs through the
-    forward pass; Harmony's consumers are the next task, so nothing of Harmony's waits; entry 84);
+    top of the peaks of the tasks that run meanwhile (entry 84: swap-pp's loss-pack inputs did, through
+    the forward pass, until entry 85 stashed them; its schedule files from before still hold that graph.
+    Harmony's consumers are the next task, so nothing of Harmony's waits);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP; `allreduce` inline: each rank's next compute waits for that all-reduce, as the
     runtime's default does); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
@@ -320,11 +321,12 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
 def _add_waiting_outputs(g: TaskGraph, costs: LayerCosts, infos: list[_Info]) -> None:
     """Per compute task, the outputs that an earlier task of its rank made for a later one there and that
     wait on the GPU while it runs (`waiting_bytes`). Harmony's consumer is the rank's next task, so nothing
-    waits: the producer's and the consumer's own peaks hold the output (LayerCosts.group_buffers). A
-    swap baseline runs one microbatch a task, and its loss pack's input waits through the rest of the
-    forward pass: at GPT2-XL D = 256 u = 8, 31 microbatches of the LM head's input, 1.6 GiB that the peak
-    left out (predicted 5.40 GiB, 6.53 allocated; at u = 16 the OOM the peak did not predict:
-    docs/performance.md entry 84). The rank runs its compute tasks in graph order."""
+    waits: the producer's and the consumer's own peaks hold the output (LayerCosts.group_buffers). Before
+    docs/performance.md entry 85, swap-pp's graph fed its loss pack from the last forward in GPipe order,
+    so that input waited through the rest of the forward pass: at GPT2-XL D = 256 u = 8, 31 microbatches
+    of the LM head's input, 1.6 GiB the peak left out (predicted 5.40 GiB, 6.53 allocated; at u = 16 the
+    OOM the peak did not predict; entry 84). Today's builder stashes it; graphs read from the schedule
+    files of before still wait. The rank runs its compute tasks in graph order."""
     pos: dict[int, int] = {}
     count: dict[int, int] = {}
     for t in g.tasks:

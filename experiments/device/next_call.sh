@@ -42,9 +42,12 @@ point_ab() {   # items 50, 51: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL 
   ARMS='new=.' HARMONY_ARMS=new D=$D U=$U ITERS=$IT WARMUP=$WU ROUNDS=2 RUN_LIMIT_S=140 \
     DEADLINE_S=$((560 - SECONDS)) SCHEDULES="$SCH" \
     bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/u$U" >> "/tmp/$T.console" 2>&1
-  tail -14 "/tmp/$T.console"; cp "/tmp/$T.console" "/tmp/$T/console.log"
-  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$T/gpu.csv"
-  tar czf "$OUT/$T.tgz" -C /tmp "$T"
+  pack_ab "$T" 14
+}
+pack_ab() {   # TAG LINES: an A/B call's console into its folder with the GPU's identity, tarred into $OUT
+  tail -"$2" "/tmp/$1.console"; cp "/tmp/$1.console" "/tmp/$1/console.log"
+  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$1/gpu.csv"
+  tar czf "$OUT/$1.tgz" -C /tmp "$1"
 }
 case "$HW" in
   2xH200)             # item 45: figures 17 and 8's fixed plans whose predictions today's model moves, measured again
@@ -73,9 +76,7 @@ case "$HW" in
     ARMS='new=.' HARMONY_ARMS=new ROUNDS=2 DEADLINE_S=560 SCHEDULES="plan=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl/vDP-N1-D16-auto.json
       h10=$I/gpt2-xl-vPP-N1-D16-headroom0.10.json h07=$I/gpt2-xl-vPP-N1-D16-headroom0.07.json" \
       bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T" > "/tmp/$T.console" 2>&1
-    tail -12 "/tmp/$T.console"; cp "/tmp/$T.console" "/tmp/$T/console.log"
-    nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$T/gpu.csv"
-    tar czf "$OUT/$T.tgz" -C /tmp "$T" ;;
+    pack_ab "$T" 12 ;;
   2xH100-80GB-HBM3)   # item 19: fsdp-offload at NL = 72 on one H100 of the 252 GiB host
     mkdir -p /tmp/large
     CUDA_VISIBLE_DEVICES=0 NL=72 SYSTEMS=fsdp-offload FSDP_UBATCH=32 CALIBRATION=.whl/cal-1xH100.json \

@@ -342,9 +342,9 @@ def _add_waiting_outputs(g: TaskGraph, costs: LayerCosts, infos: list[_Info]) ->
             if p is None or g.tasks[p].rank != t.rank or pos[t.id] - pos[p] < 2:
                 continue
             q = g.tasks[p]
-            per_sample = costs.xout[q.pack[1] - 1] if what == "Y" else costs.xin[q.pack[0]]
-            delta[t.rank][pos[p] + 1] += int(per_sample * q.num_samples)
-            delta[t.rank][pos[t.id]] -= int(per_sample * q.num_samples)
+            nbytes = int((costs.xout[q.pack[1] - 1] if what == "Y" else costs.xin[q.pack[0]]) * q.num_samples)
+            delta[t.rank][pos[p] + 1] += nbytes
+            delta[t.rank][pos[t.id]] -= nbytes
     run = {r: 0 for r in count}
     for t in g.tasks:
         if t.kind != "UPD":

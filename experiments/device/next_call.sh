@@ -32,10 +32,10 @@ host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charg
   CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
-point_ab() {   # items 50, 51: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL with the H100's profile and cap,
-  # today's code: swap-pp at U_ONCE once (does it fit? 2 iterations, 1 timed), then swap-pp at U against
-  # Harmony's SCHEDULES, interleaved over two rounds (runtime-gap-ab-1gpu.sh), each run ITERS iterations of
-  # which WARMUP untimed
+point_ab() {   # items 50, 51, 53: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL with the H100's profile and cap,
+  # today's code: $BASELINE (swap-pp unless set) at U_ONCE once (does it fit? 2 iterations, 1 timed), then
+  # at U against Harmony's SCHEDULES, interleaved over two rounds (runtime-gap-ab-1gpu.sh), each run ITERS
+  # iterations of which WARMUP untimed
   local T=$1 D=$2 U1=$3 U=$4 IT=$5 WU=$6 SCH=$7
   ARMS='new=.' D=$D U=$U1 ITERS=2 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=140 DEADLINE_S=150 \
     bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/u$U1" > "/tmp/$T.console" 2>&1
@@ -58,7 +58,8 @@ case "$HW" in
     elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
-  1xH200*)            # items 49-51, all done in the fifty-eighth session (results/probes/runtime-gap/itemN/):
+  1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53
+    # and 54 (ITEM=53, ITEM=54): swap-dp's microbatches against Harmony's plans (results/probes/runtime-gap/item53/);
     # the default, item 49: Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
     # against swap-pp u = 16 on the H100's profile, today's code, interleaved (about 6 minutes); ITEM=50 and
     # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
@@ -71,6 +72,20 @@ case "$HW" in
     fi
     if [ "${ITEM:-49}" = 51 ]; then   # item 51: D = 256, swap-pp u = 16 once, then u = 8 against Harmony's plan
       point_ab "${1:-i51}" 256 16 8 3 1 "plan=$H/vPP-N1-D256-auto.json"; exit 0
+    fi
+    if [ "${ITEM:-49}" = 53 ]; then   # item 53: swap-dp (runtime-gap-ab-1gpu.sh reads BASELINE) at D = 16, u = 8
+      # once, then u = 16 against the committed plan; then D = 64, u = 32 once, then u = 16 (about 7 minutes)
+      export BASELINE=swap-dp
+      point_ab "${1:-i53}-d16" 16 8 16 6 2 "plan=$H/vDP-N1-D16-auto.json"
+      point_ab "${1:-i53}-d64" 64 32 16 4 2 "plan=$H/vDP-N1-D64-auto.json"; exit 0
+    fi
+    if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
+      # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
+      T=${1:-i54}
+      ARMS='new=.' HARMONY_ARMS=new BASELINE=swap-dp D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=2 RUN_LIMIT_S=250 \
+        DEADLINE_S=560 SCHEDULES="plan=$H/vPP-N1-D256-auto.json" \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T" > "/tmp/$T.console" 2>&1
+      pack_ab "$T" 8; exit 0
     fi
     I=results/probes/runtime-gap/item49; T=${1:-i49}
     ARMS='new=.' HARMONY_ARMS=new ROUNDS=2 DEADLINE_S=560 SCHEDULES="plan=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl/vDP-N1-D16-auto.json

@@ -79,6 +79,20 @@ case "$HW" in
       point_ab "${1:-i53}-d16" 16 8 16 6 2 "plan=$H/vDP-N1-D16-auto.json"
       point_ab "${1:-i53}-d64" 64 32 16 4 2 "plan=$H/vDP-N1-D64-auto.json"; exit 0
     fi
+    if [ "${ITEM:-49}" = 55 ]; then   # item 55: is Harmony's loss to swap-dp in i53/i54 the host? swap-pp u = 16 against
+      # the committed plan and item 49's 7% plan at D = 16 (two rounds), swap-dp u = 16 once more, then D = 64
+      # swap-pp u = 16 against the committed plan, one round (about 6 minutes)
+      T=${1:-i55}; I=results/probes/runtime-gap/item49
+      ARMS='new=.' HARMONY_ARMS=new U=16 ROUNDS=2 DEADLINE_S=330 SCHEDULES="plan=$H/vDP-N1-D16-auto.json
+        h07=$I/gpt2-xl-vPP-N1-D16-headroom0.07.json" \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/d16" > "/tmp/$T.console" 2>&1
+      ARMS='new=.' BASELINE=swap-dp U=16 ROUNDS=1 DEADLINE_S=$((400 - SECONDS)) \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/d16-dp" >> "/tmp/$T.console" 2>&1
+      ARMS='new=.' HARMONY_ARMS=new D=64 U=16 ITERS=4 WARMUP=2 ROUNDS=1 DEADLINE_S=$((560 - SECONDS)) \
+        SCHEDULES="plan=$H/vDP-N1-D64-auto.json" \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/d64" >> "/tmp/$T.console" 2>&1
+      pack_ab "$T" 14; exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

@@ -93,6 +93,16 @@ case "$HW" in
         bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/d64" >> "/tmp/$T.console" 2>&1
       pack_ab "$T" 14; exit 0
     fi
+    if [ "${ITEM:-49}" = 56 ]; then   # item 56: D = 256 on one GPU, one round: swap-pp u = 16 (item 55 left it out),
+      # Harmony's committed plan, swap-dp u = 16 (about 6 minutes; swap-pp's first iteration pins a 104 GiB arena)
+      T=${1:-i56}
+      ARMS='new=.' HARMONY_ARMS=new D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=250 DEADLINE_S=300 \
+        SCHEDULES="plan=$H/vPP-N1-D256-auto.json" \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/pp" > "/tmp/$T.console" 2>&1
+      ARMS='new=.' BASELINE=swap-dp D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=200 DEADLINE_S=$((540 - SECONDS)) \
+        bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/dp" >> "/tmp/$T.console" 2>&1
+      pack_ab "$T" 8; exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

@@ -58,8 +58,8 @@ case "$HW" in
     elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
-  1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53
-    # and 54 (ITEM=53, ITEM=54): swap-dp's microbatches against Harmony's plans (results/probes/runtime-gap/item53/);
+  1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53-56
+    # (ITEM=53 to 56, fifty-ninth session): swap-dp and swap-pp beside Harmony's plans on one GPU (results/probes/runtime-gap/item53/);
     # the default, item 49: Harmony's GPT2-XL D = 16 plans (committed, today's at 10% and at 7% headroom)
     # against swap-pp u = 16 on the H100's profile, today's code, interleaved (about 6 minutes); ITEM=50 and
     # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
@@ -94,12 +94,14 @@ case "$HW" in
       pack_ab "$T" 14; exit 0
     fi
     if [ "${ITEM:-49}" = 56 ]; then   # item 56: D = 256 on one GPU, one round: swap-pp u = 16 (item 55 left it out),
-      # Harmony's committed plan, swap-dp u = 16 (about 6 minutes; swap-pp's first iteration pins a 104 GiB arena)
+      # Harmony's committed plan, swap-dp u = 16 (about 6 minutes; swap-pp's first iteration pins a 104 GiB arena).
+      # Done in the fifty-ninth session: its first run had DEADLINE_S=300 with RUN_LIMIT_S=250, so after
+      # swap-pp's 139 s Harmony's run could not start; it ran alone in a second call on the same GPU (i56b)
       T=${1:-i56}
-      ARMS='new=.' HARMONY_ARMS=new D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=250 DEADLINE_S=300 \
+      ARMS='new=.' HARMONY_ARMS=new D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=200 DEADLINE_S=420 \
         SCHEDULES="plan=$H/vPP-N1-D256-auto.json" \
         bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/pp" > "/tmp/$T.console" 2>&1
-      ARMS='new=.' BASELINE=swap-dp D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=200 DEADLINE_S=$((540 - SECONDS)) \
+      ARMS='new=.' BASELINE=swap-dp D=256 U=16 ITERS=3 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=200 DEADLINE_S=$((560 - SECONDS)) \
         bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/dp" >> "/tmp/$T.console" 2>&1
       pack_ab "$T" 8; exit 0
     fi

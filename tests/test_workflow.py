@@ -452,6 +452,33 @@ def test_c3_compares_harmony_with_the_swapping_baselines_only(tmp_path):
     assert "no swapping baseline trained (1): c D=16 N=1" in detail, detail
 
 
+def test_c3_and_c10_wait_for_a_configuration_whose_harmony_runs_are_to_be_made_again(tmp_path):
+    """A configuration whose Harmony runs and swap baselines are all without a record (moved aside to be made
+    again side by side on one host: device README item 47, entry 86) keeps C3 and C10 incomplete; before, it
+    dropped out of both, and C3 read pass over the other configurations."""
+    from harmony.checks import Results, faster_than_baselines, target_every_baseline
+    from harmony.figures import COLUMNS
+    R = tmp_path / "r"
+    R.mkdir()
+    every = ("swap-dp", "swap-pp", "fsdp-offload", "zero-offload")
+    points = {("a", 16): [("harmony-vPP", "ok", 4.0)] + [(b, "ok", 2.0) for b in every],
+              ("d", 16): [("harmony-vPP", "missing", None), ("harmony-vDP", "missing", None),
+                          ("swap-dp", "missing", None), ("swap-pp", "missing", None),
+                          ("fsdp-offload", "ok", 1.0), ("zero-offload", "ok", 1.0)]}
+    with open(R / "figure10.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows([{"figure": "figure10", "model": m, "minibatch": d, "system": s, "gpus": 1, "cfg": "auto",
+                      "kind": "measured", "status": st, "samples_per_s": v}
+                     for (m, d), rows in points.items() for s, st, v in rows])
+    worst, detail, ok = faster_than_baselines(Results(R), "paper")
+    assert worst == pytest.approx(2.0) and ok == "incomplete", (ok, detail)
+    assert "harmony-vPP d D=16 N=1" in detail and "swap-pp d D=16 N=1" in detail, detail
+    worst, detail, ok = target_every_baseline(Results(R), "paper")
+    assert worst == pytest.approx(2.0) and ok == "incomplete", (ok, detail)
+    assert "harmony-vDP d D=16 N=1" in detail and "fsdp-offload d" not in detail, detail
+
+
 def test_an_unfinished_search_lists_its_candidates_with_a_rate_only_where_they_ran_ok(tmp_path):
     """figures.unfinished_search: each candidate's status, and samples/s only for an ok one (an over-time
     candidate's iterations are warm-up: zero-offload resnet1026 D=1024 u=16, h100-grid42)."""
@@ -2156,8 +2183,9 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
 def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     """experiments/device/make-jobs-runtime-rerun.sh --dry (device README item 47): it moves the stale points'
     swap baselines and Harmony runs, ONLY= narrows that to the models or points named (the H100's C3 is
-    decided by gpt2-xl and bert96 D = 256, entry 82), a point ONLY leaves out is not touched, and SYSTEMS
-    without `harmony` leaves Harmony's runs where they are."""
+    decided by gpt2-xl and bert96 D = 256, entry 82), a point ONLY leaves out is not touched, SYSTEMS
+    without `harmony` leaves Harmony's runs where they are, and POINTS names points outright and lists a
+    swap record an earlier run superseded beside the runs it moves (entry 86)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
     git("init", "-q")
@@ -2193,3 +2221,15 @@ def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     none = subprocess.run(script, cwd=tmp_path, env={**env, "ONLY": "bert96/N1-D256"}, capture_output=True,
                           text=True, check=True).stdout
     assert "would move" not in none and "matches ONLY" in none, none
+    # POINTS: named points whatever runtime_gap.py finds. gpt2-xl's swap-pp record was superseded by an
+    # earlier run (so runtime_gap.py sees no stale baseline there): with SYSTEMS=harmony the point's Harmony
+    # run moves, and the superseded swap-pp is listed again beside it, so the pair is made on one host
+    old = tmp_path / "results/paper/HW/superseded/pre-runtime-rerun/runs/swap-pp/gpt2-xl"
+    old.mkdir(parents=True)
+    (runs / "swap-pp/gpt2-xl/N1-D16-best.jsonl").rename(old / "N1-D16-best.jsonl")
+    named = subprocess.run(script, cwd=tmp_path, env={**env, "POINTS": "gpt2-xl/N1-D16", "SYSTEMS": "harmony"},
+                           capture_output=True, text=True, check=True).stdout
+    assert "would move results/paper/HW/runs/harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in named, named
+    assert "would list results/paper/HW/runs/swap-pp/gpt2-xl/N1-D16-best.jsonl" in named, named
+    assert "would list results/paper/HW/runs/harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in named, named
+    assert "swap-dp" not in named and "vgg416" not in named, named    # no swap-dp record, now or superseded

@@ -13,6 +13,11 @@
 #   SYSTEMS: which records of each point move and run again (default 'swap-dp swap-pp harmony'); without
 #   `harmony`, Harmony's runs stay, for points where an A/B showed its side unmoved by the code since its
 #   run (entry 82: 0.994-1.001 on one H200) and measured the baselines' records as the stale side
+#   POINTS='MODEL/POINT ...': these points, whatever runtime_gap.py finds (their swap records may already be
+#   superseded: it then finds nothing there). A swap baseline of a point with no record (moved by an earlier
+#   run of this script) is listed again whatever SYSTEMS says, so the list holds every swap record the point
+#   lacks beside the runs it moves: the H100's GPT2-XL Harmony runs were added to its list so, because one
+#   plan ran 1.8% apart on two H200s (docs/performance.md entry 86) and C3 there is within 2.5% of 1.0
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 MIN=${MIN:-10}; dry=0; [ "${1:-}" = --dry ] && dry=1
@@ -27,11 +32,15 @@ if [ "$(git config --get core.sparseCheckout)" = true ]; then
 fi
 source "$(dirname "$0")/joblist_lib.sh"
 old=$R/superseded/pre-runtime-rerun
-# runtime_gap.py's rows: MODEL POINT HARMONY-MODE COMMIT BASELINE COMMIT GAP [(status)]
-# (read first: a process substitution would hide the script's failure, and an empty list reads as "none")
-gap=$(python experiments/runtime_gap.py "$R" --min "$MIN")
-mapfile -t rows < <(printf '%s\n' "$gap" | tail -n +3 | awk '{print $1, $2, $5}')
-[ ${#rows[@]} -gt 0 ] || { echo "no swap baseline in $R is $MIN or more runtime commits older than Harmony's run"; exit 0; }
+if [ -n "${POINTS:-}" ]; then
+  rows=(); for p in $POINTS; do rows+=("${p%%/*} ${p#*/}"); done
+else
+  # runtime_gap.py's rows: MODEL POINT HARMONY-MODE COMMIT BASELINE COMMIT GAP [(status)]
+  # (read first: a process substitution would hide the script's failure, and an empty list reads as "none")
+  gap=$(python experiments/runtime_gap.py "$R" --min "$MIN")
+  mapfile -t rows < <(printf '%s\n' "$gap" | tail -n +3 | awk '{print $1, $2, $5}')
+  [ ${#rows[@]} -gt 0 ] || { echo "no swap baseline in $R is $MIN or more runtime commits older than Harmony's run"; exit 0; }
+fi
 move() {   # move PATH: into the superseded folder, keeping its place under RESULTS
   local dest="$old/${1#"$R"/}"
   if [ $dry = 1 ]; then echo "would move $1"; return; fi
@@ -48,8 +57,11 @@ for key in "${!points[@]}"; do
   set -- $key; model=$1; point=$2
   # both swap baselines of the point, the one within MIN too: the point's Harmony runs are made again
   for system in swap-dp swap-pp; do
-    has "$system" || continue
     base="$R/runs/$system/$model/$point-best"
+    if [ ! -e "$base.jsonl" ] && [ -e "$old/runs/$system/$model/$point-best.jsonl" ]; then
+      points[$key]+=" $base.jsonl"; continue     # superseded by an earlier run of this script: made again
+    fi
+    has "$system" || continue
     [ -e "$base.jsonl" ] || continue
     for f in "$base".jsonl "$base".u*.jsonl "$base".u*.jsonl.partial "$R/logs/baseline/$system/$model/$point-best.log"; do
       [ -e "$f" ] && move "$f"
@@ -62,7 +74,10 @@ for key in "${!points[@]}"; do
     [ -e "$f" ] && { move "$f"; points[$key]+=" $f"; }
   done
 done
-[ $dry = 1 ] && exit 0
+if [ $dry = 1 ]; then
+  for key in "${!points[@]}"; do for f in ${points[$key]}; do echo "would list $f"; done; done
+  exit 0
+fi
 for key in $(printf '%s\n' "${!points[@]}" | tr ' ' '~' | sort); do
   listing -- ${points[${key//\~/ }]}
 done

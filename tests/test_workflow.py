@@ -427,25 +427,30 @@ def test_a_configuration_both_figures_plot_counts_once_in_the_throughput_claims(
     assert beats_offload_peers(res, "paper")[1] == "a D=16: 4.00x fsdp-offload (target 1.5x)"
 
 
-def test_c3_compares_harmony_with_the_swapping_baselines_only(tmp_path):
-    """C3 ("faster than every swapping baseline"): a configuration whose swap baselines have no record yet
-    is left out of the ratios and makes the verdict incomplete, instead of fsdp-offload standing in for them
-    (with the H100's GPT-2 swap records superseded it lifted the geometric mean from 1.69x to 2.53x, entry
-    82); one where every swap baseline has a record and none trained is named, not a ratio."""
-    from harmony.checks import Results, faster_than_baselines
+def _write_one_gpu_figure10(R, points: dict) -> None:
+    """R/figure10.csv with one measured row per (model, D) -> [(system, status, samples/s)], N = 1."""
     from harmony.figures import COLUMNS
-    R = tmp_path / "r"
-    R.mkdir()
-    points = {("a", 16): [("harmony-vPP", "ok", 3.0), ("swap-dp", "ok", 2.0), ("fsdp-offload", "ok", 1.0)],
-              ("b", 16): [("harmony-vPP", "ok", 9.0), ("swap-dp", "missing", None), ("swap-pp", "missing", None),
-                          ("fsdp-offload", "ok", 1.0)],
-              ("c", 16): [("harmony-vPP", "ok", 5.0), ("swap-dp", "oom", None), ("swap-pp", "infeasible", None)]}
     with open(R / "figure10.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows([{"figure": "figure10", "model": m, "minibatch": d, "system": s, "gpus": 1, "cfg": "auto",
                       "kind": "measured", "status": st, "samples_per_s": v}
                      for (m, d), rows in points.items() for s, st, v in rows])
+
+
+def test_c3_compares_harmony_with_the_swapping_baselines_only(tmp_path):
+    """C3 ("faster than every swapping baseline"): a configuration whose swap baselines have no record yet
+    is left out of the ratios and makes the verdict incomplete, instead of fsdp-offload standing in for them
+    (with the H100's GPT-2 swap records superseded it lifted the geometric mean from 1.69x to 2.53x, entry
+    82); one where every swap baseline has a record and none trained is named, not a ratio."""
+    from harmony.checks import Results, faster_than_baselines
+    R = tmp_path / "r"
+    R.mkdir()
+    points = {("a", 16): [("harmony-vPP", "ok", 3.0), ("swap-dp", "ok", 2.0), ("fsdp-offload", "ok", 1.0)],
+              ("b", 16): [("harmony-vPP", "ok", 9.0), ("swap-dp", "missing", None), ("swap-pp", "missing", None),
+                          ("fsdp-offload", "ok", 1.0)],
+              ("c", 16): [("harmony-vPP", "ok", 5.0), ("swap-dp", "oom", None), ("swap-pp", "infeasible", None)]}
+    _write_one_gpu_figure10(R, points)
     worst, detail, ok = faster_than_baselines(Results(R), "paper")
     assert worst == pytest.approx(1.5) and "over 1 configs" in detail, detail     # b's 9x fsdp-offload is not one
     assert "no record yet (2): swap-dp b D=16 N=1, swap-pp b D=16 N=1" in detail and ok == "incomplete", detail
@@ -457,7 +462,6 @@ def test_c3_and_c10_wait_for_a_configuration_whose_harmony_runs_are_to_be_made_a
     again side by side on one host: device README item 47, entry 86) keeps C3 and C10 incomplete; before, it
     dropped out of both, and C3 read pass over the other configurations."""
     from harmony.checks import Results, faster_than_baselines, target_every_baseline
-    from harmony.figures import COLUMNS
     R = tmp_path / "r"
     R.mkdir()
     every = ("swap-dp", "swap-pp", "fsdp-offload", "zero-offload")
@@ -465,12 +469,7 @@ def test_c3_and_c10_wait_for_a_configuration_whose_harmony_runs_are_to_be_made_a
               ("d", 16): [("harmony-vPP", "missing", None), ("harmony-vDP", "missing", None),
                           ("swap-dp", "missing", None), ("swap-pp", "missing", None),
                           ("fsdp-offload", "ok", 1.0), ("zero-offload", "ok", 1.0)]}
-    with open(R / "figure10.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows([{"figure": "figure10", "model": m, "minibatch": d, "system": s, "gpus": 1, "cfg": "auto",
-                      "kind": "measured", "status": st, "samples_per_s": v}
-                     for (m, d), rows in points.items() for s, st, v in rows])
+    _write_one_gpu_figure10(R, points)
     worst, detail, ok = faster_than_baselines(Results(R), "paper")
     assert worst == pytest.approx(2.0) and ok == "incomplete", (ok, detail)
     assert "harmony-vPP d D=16 N=1" in detail and "swap-pp d D=16 N=1" in detail, detail

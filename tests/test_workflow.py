@@ -478,6 +478,36 @@ def test_c3_and_c10_wait_for_a_configuration_whose_harmony_runs_are_to_be_made_a
     assert "harmony-vDP d D=16 N=1" in detail and "fsdp-offload d" not in detail, detail
 
 
+def test_c3_and_c10_name_a_ratio_near_their_target_whose_runs_are_on_two_hosts(tmp_path):
+    """A ratio within 2.5% of its target whose two runs were made on two hosts is named in C3's and C10's
+    detail (one plan ran 1.8% apart on two H200s, entry 86); one made on one host (a GPU in common), or far
+    from the target, is not. The verdicts do not change."""
+    from harmony.checks import Results, faster_than_baselines, target_every_baseline
+    from harmony.figures import COLUMNS
+    R = tmp_path / "r"
+    R.mkdir()
+    rows = []
+    for m, h_sps, b_sps, h_gpu, b_gpu in (("near-two", 1.01, 1.0, "GPU-a", "GPU-b"),
+                                          ("near-one", 1.01, 1.0, "GPU-a", "GPU-a"),
+                                          ("far-two", 1.3, 1.0, "GPU-a", "GPU-b"),
+                                          ("c10-two", 3.04, 2.0, "GPU-a", "GPU-c")):
+        for system, sps, gpu in (("harmony-vPP", h_sps, h_gpu), ("swap-dp", b_sps, b_gpu)):
+            src = R / f"{m}.{system}.jsonl"
+            src.write_text(json.dumps({"record": "summary", "status": "ok", "samples_per_s": sps,
+                                       "env": {"gpu_uuids": [gpu]}}) + "\n")
+            rows.append({"figure": "figure10", "model": m, "minibatch": 16, "system": system, "gpus": 1,
+                         "cfg": "auto", "kind": "measured", "status": "ok", "samples_per_s": sps,
+                         "source": str(src)})
+    with open(R / "figure10.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    worst, detail, ok = faster_than_baselines(Results(R), "paper")
+    assert ok is True and "within 2.5% of 1.0x on two hosts (1): near-two D=16 N=1 1.01x" in detail, detail
+    worst, detail, ok = target_every_baseline(Results(R), "paper")
+    assert "within 2.5% of 1.5x on two hosts (1): c10-two D=16 N=1 1.52x" in detail, detail
+
+
 def test_an_unfinished_search_lists_its_candidates_with_a_rate_only_where_they_ran_ok(tmp_path):
     """figures.unfinished_search: each candidate's status, and samples/s only for an ok one (an over-time
     candidate's iterations are warm-up: zero-offload resnet1026 D=1024 u=16, h100-grid42)."""

@@ -119,7 +119,8 @@ NEAR_TARGET = 0.025
 def _two_hosts(a: dict, b: dict) -> bool:
     """The two rows' runs were made on two hosts: no GPU in common among their hosts' GPUs (the runs' own
     GPUs where a record predates `host_gpu_uuids`). False where either record does not say."""
-    ga, gb = (frozenset(_env_of(r).get("host_gpu_uuids") or _env_of(r).get("gpu_uuids") or []) for r in (a, b))
+    envs = [_env_of(r) for r in (a, b)]
+    ga, gb = (frozenset(e.get("host_gpu_uuids") or e.get("gpu_uuids") or []) for e in envs)
     return bool(ga and gb) and not ga & gb
 
 

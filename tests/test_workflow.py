@@ -1931,7 +1931,9 @@ def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_
     assert m32, line
     t16 = float(cells["u=16"].split()[1])
     assert float(m32.group(1)) < t16, line          # the fastest candidate is the one over the cap
-    harmony = float(re.search(r"Harmony (\d+\.\d+),", line).group(1))
+    # the H100's GPT2-XL Harmony runs are moved aside until item 47 makes them again (entry 86): the
+    # superseded record stands in, and says so
+    harmony = float(re.search(r"Harmony (?:\(superseded record\) )?(\d+\.\d+),", line).group(1))
     assert line.endswith(f"Harmony over the best candidate {float(m32.group(1)) / harmony:.2f}x, over the best "
                          f"under the cap by the simulated peak {t16 / harmony:.2f}x"), line
 

@@ -2171,8 +2171,9 @@ def test_ab_abba_runs_each_plan_a_b_b_a_with_the_arm_as_the_option():
 def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
     """experiments/device/runtime-gap-ab-1gpu.sh (entry 82) on the CPU: an arm made by `git archive` runs the
     baseline from its own tree (its files, not the working tree's: a marker in its copy of the package shows
-    in its log), the working-tree arm runs two named Harmony plans, arms.txt says which code each arm is, and
-    the summary names every arm's runs."""
+    in its log), the working-tree arm runs two named Harmony plans, arms.txt says which code each arm is, the
+    summary names every arm's runs, and a deadline that leaves less than half a run limit after one run
+    is warned of before any run."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the repository's git metadata")
     inp = tmp_path / "in"
@@ -2196,10 +2197,13 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "ARMS": f"old={arm} new=.", "BASE_ARMS": "old", "HARMONY_ARMS": "new",
            "SCHEDULES": f"plan={sched} other={sched}", "IN": str(inp), "MODEL": "gpt2-tiny", "D": "4", "U": "2",
-           "CAP": "", "DEVICE": "cpu", "ITERS": "2", "WARMUP": "1", "ROUNDS": "1"}
+           "CAP": "", "DEVICE": "cpu", "ITERS": "2", "WARMUP": "1", "ROUNDS": "1",
+           # three runs, of which the later two start only within 100 s: said up front (item 56, entry 86)
+           "RUN_LIMIT_S": "300", "DEADLINE_S": "400"}
     p = subprocess.run(["bash", str(ROOT / "experiments/device/runtime-gap-ab-1gpu.sh"), str(out)], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "warning: 3 runs, and DEADLINE_S=400 leaves 100 s" in p.stderr, p.stderr
     assert "ARCHIVED-ARM-CODE" in (out / "base.old.1.log").read_text()
     assert "ARCHIVED-ARM-CODE" not in (out / "harmony.new.1.log").read_text()
     for f in ("base.old.1.jsonl", "harmony.new.1.jsonl", "harmony-other.new.1.jsonl", "env.json"):

@@ -50,6 +50,16 @@ for a in $ARMS; do
   echo "$l ${a#*=} $(cat "$t/COMMIT" 2>/dev/null || echo 'the working tree (its records carry source_trees)')" >> "$OUTDIR/arms.txt"
 done
 
+# A run starts only while RUN_LIMIT_S still fits before the deadline, so every run but the first must start
+# within DEADLINE_S - RUN_LIMIT_S: item 56's first call gave 300 and 250, and its Harmony run, second after a
+# 139 s swap-pp run, never started (docs/performance.md entry 86). Said up front, where it can be fixed.
+n_base=${#labels[@]}; [ "$BASE_ARMS" = all ] || n_base=$(wc -w <<< "$BASE_ARMS")
+runs=$(( ROUNDS * (n_base + $(wc -w <<< "$SCHEDULES") * $(wc -w <<< "$HARMONY_ARMS")) ))
+if [ "$runs" -gt 1 ] && [ $(( ${DEADLINE_S:-570} - RUN_LIMIT_S )) -lt $(( RUN_LIMIT_S / 2 )) ]; then
+  echo "warning: $runs runs, and DEADLINE_S=${DEADLINE_S:-570} leaves $(( ${DEADLINE_S:-570} - RUN_LIMIT_S )) s after one" \
+       "RUN_LIMIT_S=$RUN_LIMIT_S: a later run starts only if the runs before it took less than that in all" >&2
+fi
+
 . "$(dirname "${BASH_SOURCE[0]}")/ab_tree_lib.sh"
 AB_OUT=$OUTDIR; AB_DEADLINE=$DEADLINE; export PYTHONPATH=${PYTHONPATH:-}
 one() {   # one KIND LABEL ROUND -- harmony.cli arguments...: ab_step in the arm's tree, with the host's state

@@ -98,6 +98,12 @@ def _unrecorded_baselines(res: Results, keys, systems=BASELINE_SYSTEMS) -> list[
     return out
 
 
+def _fastest(rows) -> dict | None:
+    """The row with the most samples/s among `rows` that ran ok with a rate; None if there is none."""
+    rows = [r for r in rows if r.get("status") == "ok" and _f(r.get("samples_per_s"))]
+    return max(rows, key=lambda r: _f(r["samples_per_s"])) if rows else None
+
+
 def _awaiting_harmony(res: Results, figures=("figure10", "figure12"), systems=SWAPPING) -> list[str]:
     """'harmony-vPP m D=16 N=1' (and the point's `systems` without a record) for each configuration where no
     Harmony mode has a measurement and one has no record yet: the configuration is the claim's to wait for,
@@ -184,13 +190,12 @@ def faster_than_baselines(res: Results, scale: str):
     incomplete; the offloading peers' records are C9's and C10's to wait for."""
     ratios, without, pairs = [], [], []
     for key, sy in _by_point(_throughput_rows(res)).items():
-        h = [sy[s] for s in HARMONY if s in sy and _f(sy[s]["samples_per_s"])]
-        base = [r for s, r in sy.items() if s in SWAPPING and _f(r["samples_per_s"])]
-        if h and base:
-            best_h, best_b = (max(rows, key=lambda r: _f(r["samples_per_s"])) for rows in (h, base))
+        best_h = _fastest(sy[s] for s in HARMONY if s in sy)
+        best_b = _fastest(r for s, r in sy.items() if s in SWAPPING)
+        if best_h and best_b:
             ratios.append((_f(best_h["samples_per_s"]) / _f(best_b["samples_per_s"]), key))
             pairs.append((*ratios[-1], best_h, best_b))
-        elif h:
+        elif best_h:
             without.append(key)
     if not ratios:
         return None, "no configuration with Harmony and a swapping baseline measured", None
@@ -220,15 +225,15 @@ def beats_offload_peers(res: Results, scale: str):
     rows = [r for f in ("figure10", "figure12") for r in res.rows(f) if r.get("kind") == "measured"]
     parts, ratios, verdict, seen = [], [], True, False
     for key, sy in sorted(_by_point(rows).items()):
-        h = [_f(sy[s].get("samples_per_s")) for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
-        h = [x for x in h if x]
-        if not h:
+        best_h = _fastest(sy[s] for s in HARMONY if s in sy)
+        if best_h is None:
             continue
+        h = _f(best_h["samples_per_s"])
         for peer, target in PEER_TARGETS.items():
             r = sy.get(peer)
             st = (r or {}).get("status")
             if st == "ok" and _f(r.get("samples_per_s")):
-                ratio = max(h) / _f(r["samples_per_s"])
+                ratio = h / _f(r["samples_per_s"])
                 ratios.append(ratio)
                 verdict &= ratio >= target
                 parts.append(f"{key[0]} D={key[1]}: {ratio:.2f}x {peer} (target {target}x)")
@@ -554,15 +559,15 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
     lows, missing, unrecorded, ceilings, bound_ceilings, pairs = [], [], [], {}, {}, []
     awaiting: set[tuple] = set()                # configurations with a baseline not on record yet
     for key, sy in sorted(_figure10_points(res).items()):
-        h = [_f(sy[s].get("samples_per_s")) for s in HARMONY if s in sy and sy[s].get("status") == "ok"]
-        h = [x for x in h if x]
-        if not h:
+        best_h = _fastest(sy[s] for s in HARMONY if s in sy)
+        if best_h is None:
             continue
+        h = _f(best_h["samples_per_s"])
         ratios, here, no_record = [], f"{key[0]} D={key[1]} N={key[2]}", []
         for b in BASELINE_SYSTEMS:
             r = sy.get(b) or {}
             if r.get("status") == "ok" and _f(r.get("samples_per_s")):
-                ratios.append((max(h) / _f(r["samples_per_s"]), b))
+                ratios.append((h / _f(r["samples_per_s"]), b))
             elif r.get("status") == "missing":
                 no_record.append(f"{b} {here}")
             elif r and r.get("status") not in ("oom", "infeasible"):
@@ -572,9 +577,6 @@ def target_every_baseline(res: Results, scale: str, target: float = 1.5):
             continue
         q, b = min(ratios)
         lows.append((q, b, key))
-        best_h = max((sy[s] for s in HARMONY if s in sy and sy[s].get("status") == "ok"
-                      and _f(sy[s].get("samples_per_s"))),
-                     key=lambda r: _f(r["samples_per_s"]))
         pairs.append((q, key, best_h, sy[b]))
         unrecorded += no_record
         if no_record:

@@ -301,7 +301,7 @@ def pack_fwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     return resident + act
 
 
-def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
+def pack_bwd_memory(profile: Profile, start: int, end: int, u: float, fresh_grads: bool = False) -> float:
     """Peak bytes of a BWD task over vLayers [start, end) at microbatch u (recompute forward with grad,
     then backward), everything on the GPU counted:
 
@@ -325,8 +325,18 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
     not), and every vLayer below it adds Y, still alive while they run their backward. Older profiles keep
     the earlier form, bwd_peak for every vLayer, which counts dY twice at the top and Y nowhere below:
     one output's bytes too many at the top, and too few below when a lower vLayer sets the peak (CPU
-    pack checks: docs/performance.md entry 11)."""
-    resident = sum(profile.weight_bytes(i) + profile.grad_bytes(i) for i in range(start, end))
+    pack checks: docs/performance.md entry 11).
+
+    The rule holds the pack's dW throughout, as a pack runs when it accumulates into gradients that exist
+    (the profile and the pack check measure it so, and so runs every microbatch after a task's first).
+    `fresh_grads`: the pack starts with no dW at all (the runtime's one-microbatch BWD task, whose `p.grad`
+    is None until autograd makes it), so while vLayer l runs only the dW of the vLayers from l up are
+    held: l's own (made during its backward; conservative, since its peak may come before all of it is)
+    and those above, whose backward is done. The vLayers below have none yet (docs/performance.md
+    entry 87: on one H200, GPT2-XL's three-block packs at u = n = 16 peaked 0.48 GiB under the full-dW
+    rule, 0.34 of it their dW)."""
+    resident = sum(profile.weight_bytes(i) + (0 if fresh_grads else profile.grad_bytes(i))
+                   for i in range(start, end))
     top, y_top = end - 1, profile.output_bytes(end - 1) * u
     edges = profile.input_bytes(start) * u + y_top
     held = profile.has_held_peaks
@@ -338,6 +348,7 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float) -> float:
             peak = max(peak, freed + profile.fwd_grad_peak(l, u))
         if held and l != top:
             peak += y_top
-        act = max(act, below + peak)
+        grads = sum(profile.grad_bytes(k) for k in range(l, end)) if fresh_grads else 0.0
+        act = max(act, grads + below + peak)
         below += profile.chain_saved(l, u)
     return resident + edges + act

@@ -198,10 +198,21 @@ class LayerCosts:
         uu = min(u, n)
         return min(uu, n - uu)
 
-    def group_buffers(self, kind: str, s: int, e: int, u: int, n: int) -> float:
+    @staticmethod
+    def one_pass(kind: str, u: int, n: int, fresh_grads: bool) -> bool:
+        """A BWD task that runs its whole group as one microbatch (n <= u) and starts with no dW on the GPU
+        (`fresh_grads`: no kept gradients, no all-reduce; module docstring). Its group's tensors are then the
+        microbatch's own, and its dW is made vLayer by vLayer (pack_bwd_memory's fresh_grads)."""
+        return kind == "BWD" and fresh_grads and n <= u
+
+    def group_buffers(self, kind: str, s: int, e: int, u: int, n: int, fresh_grads: bool = False) -> float:
         """Whole-group tensors a task holds on the GPU besides one microbatch's working set."""
         if kind == "FWD":
             return n * (self.xin[s] + self.xout[e - 1])
+        if self.one_pass(kind, u, n, fresh_grads):
+            # the input is the microbatch's, which the pack rule counts (X_in[s]*u), and the outgoing
+            # gradient is the bottom vLayer's dX, inside its bwd_peak: only the incoming dY is on top
+            return n * self.xout[e - 1] if e < self.L else 0.0
         stashed = 0 < s and e < self.L
         buf = (self.stash_ahead(u, n) if stashed else n) * self.xin[s]
         if e < self.L:
@@ -213,23 +224,29 @@ class LayerCosts:
     def fwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
         return pack_fwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("FWD", s, e, u, n)
 
-    def bwd_task_bytes(self, s: int, e: int, u: int, n: int) -> float:
-        return pack_bwd_memory(self.profile, s, e, min(u, n)) + self.group_buffers("BWD", s, e, u, n)
+    def bwd_task_bytes(self, s: int, e: int, u: int, n: int, fresh_grads: bool = False) -> float:
+        one = self.one_pass("BWD", u, n, fresh_grads)
+        return (pack_bwd_memory(self.profile, s, e, min(u, n), fresh_grads=one)
+                + self.group_buffers("BWD", s, e, u, n, fresh_grads))
 
-    def task_bytes(self, kind: str, s: int, e: int, u: int, n: int) -> float:
-        key = ("mem", kind, s, e, u, n)
+    def task_bytes(self, kind: str, s: int, e: int, u: int, n: int, fresh_grads: bool = False) -> float:
+        """A FWD or BWD task's peak bytes (module docstring). fresh_grads: a BWD that starts with no dW on
+        the GPU and all-reduces none (`one_pass`), which changes the rule only when it runs one microbatch."""
+        fresh = self.one_pass(kind, u, n, fresh_grads)
+        key = ("mem", kind, s, e, u, n, fresh)
         r = self._task_cache.get(key)
         if r is None:
-            r = self.fwd_task_bytes(s, e, u, n) if kind == "FWD" else self.bwd_task_bytes(s, e, u, n)
+            r = self.fwd_task_bytes(s, e, u, n) if kind == "FWD" else self.bwd_task_bytes(s, e, u, n, fresh)
             self._task_cache[key] = r
         return r
 
     def feasible_ends(self, kind: str, s: int, u: int, n: int, cap: float | None,
-                      stop: int | None = None) -> np.ndarray:
+                      stop: int | None = None, fresh_grads: bool = False) -> np.ndarray:
         """Every e in (s, stop] such that the task over pack [s, e) fits under cap, ascending (cached,
         vectorised over e). Same rule as task_bytes."""
         stop = self.L if stop is None else stop
-        key = ("ends", kind, s, u, n, cap, stop)
+        fresh = self.one_pass(kind, u, n, fresh_grads)
+        key = ("ends", kind, s, u, n, cap, stop, fresh)
         r = self._task_cache.get(key)
         if r is not None:
             return r
@@ -255,7 +272,21 @@ class LayerCosts:
             loss_in = (n - self.stash_ahead(u, n)) * self.xin[s] * (idx == self.L) if s > 0 else 0.0
             base = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
                     - a["g_prefix"][s] + buf_in + uu * self.xin[s])
-            if c["bwd_peak_held"] is None:    # the older form (pack_bwd_memory)
+            if fresh:    # one microbatch from no dW (one_pass): at l, dW[l, e) = g[e] - g[l]; no group input
+                g_at = a["g_prefix"][s:stop]            # g_prefix[l] for l in [s, stop)
+                g_end = a["g_prefix"][s + 1:stop + 1]   # g_prefix[e]
+                lower = acc_excl - g_at + np.maximum(c["bwd_peak"][s:stop], fwd_drop)
+                base = a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + uu * self.xin[s]
+                if c["bwd_peak_held"] is None:
+                    act = g_end + np.maximum.accumulate(lower)
+                else:
+                    below_top = np.concatenate(([-np.inf], np.maximum.accumulate(lower)[:-1]))
+                    act = g_end + np.maximum(below_top + uu * xout,
+                                             acc_excl - g_at + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
+                # W + dW of the pack + the input: every l holds dW[s, e) or more by l = s; grows with e
+                mono = base + g_end - a["g_prefix"][s]
+                full = base + act + uu * xout + n * xout * (idx < self.L)     # + the edge Y[e-1]; incoming dY
+            elif c["bwd_peak_held"] is None:    # the older form (pack_bwd_memory)
                 mono = base + terms
                 act = terms
             else:                             # end e: vLayers below e-1 with Y[e-1] alive, e-1 at its held peak
@@ -263,20 +294,23 @@ class LayerCosts:
                 act = np.maximum(below_top + uu * xout,
                                  acc_excl + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
                 mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
-            full = base + act + uu * xout + n * xout * (idx < self.L) + loss_in   # no incoming dY at the loss
+            if not fresh:
+                full = base + act + uu * xout + n * xout * (idx < self.L) + loss_in   # no incoming dY at the loss
         bad = mono > cap_                             # every term of mono grows with the pack
         k = int(np.argmax(bad)) if bad.any() else len(mono)
         out = idx[:k][full[:k] <= cap_]
         self._task_cache[key] = out
         return out
 
-    def fits(self, kind: str, s: int, e: int, u: int, n: int, cap: float | None) -> bool:
+    def fits(self, kind: str, s: int, e: int, u: int, n: int, cap: float | None,
+             fresh_grads: bool = False) -> bool:
         if cap is None:
             return True
-        key = ("fitset", kind, s, u, n, cap)
+        fresh = self.one_pass(kind, u, n, fresh_grads)
+        key = ("fitset", kind, s, u, n, cap, fresh)
         r = self._task_cache.get(key)
         if r is None:
-            r = self._task_cache[key] = set(self.feasible_ends(kind, s, u, n, cap).tolist())
+            r = self._task_cache[key] = set(self.feasible_ends(kind, s, u, n, cap, fresh_grads=fresh).tolist())
         return e in r
 
 

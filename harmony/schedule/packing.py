@@ -61,6 +61,12 @@ class PackContext:
     # previous task (vPP on several GPUs; the search fills it from the simulator, docs/performance.md entry 44)
     room: tuple[float, ...] | None = None
 
+    @property
+    def fresh_grads(self) -> bool:
+        """Harmony's BWD tasks start with no dW on the GPU (one BWD per pack and GPU, its dW sent to host),
+        except vDP's across GPUs, which all-reduce it (LayerCosts.one_pass)."""
+        return not (self.mode == "vDP" and self.gpus > 1)
+
     def cap_at(self, s: int) -> float | None:
         """The cap a pack starting at layer s must fit."""
         if self.cap is None or self.room is None:
@@ -118,7 +124,7 @@ def wave_factor(ctx: PackContext, S: int) -> float:
 
 
 def _ends(costs, ctx, s, hi):
-    ends = costs.feasible_ends(ctx.kind, s, ctx.u, ctx.n, ctx.cap_at(s))
+    ends = costs.feasible_ends(ctx.kind, s, ctx.u, ctx.n, ctx.cap_at(s), fresh_grads=ctx.fresh_grads)
     return ends[:np.searchsorted(ends, hi, side="right")]
 
 
@@ -143,7 +149,7 @@ def greedy_reverse(costs: LayerCosts, ctx: PackContext, lo: int, hi: int) -> lis
     while e > lo:
         best = None
         for s in range(e - 1, lo - 1, -1):
-            if costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s)):
+            if costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s), ctx.fresh_grads):
                 best = s
             elif best is not None:
                 break
@@ -173,7 +179,7 @@ def _balanced(costs: LayerCosts, ctx: PackContext, lo: int, hi: int, weight: lis
             cuts.insert(j + 1, (cuts[j] + end) // 2)
         cuts.append(hi)
         packs = list(zip(cuts[:-1], cuts[1:]))
-        if all(costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s)) for s, e in packs):
+        if all(costs.fits(ctx.kind, s, e, ctx.u, ctx.n, ctx.cap_at(s), ctx.fresh_grads) for s, e in packs):
             return packs
     _fail(costs, ctx, lo, hi, "no balanced split fits")
 
@@ -433,7 +439,7 @@ def check_single_layers(costs: LayerCosts, ctx: PackContext) -> None:
     """Clear error when some layer cannot be packed at all (not even alone) at this u."""
     for i in range(costs.L):
         if len(_ends(costs, ctx, i, costs.L)) == 0:
-            need = costs.task_bytes(ctx.kind, i, i + 1, ctx.u, ctx.n)
+            need = costs.task_bytes(ctx.kind, i, i + 1, ctx.u, ctx.n, ctx.fresh_grads)
             raise PackingError(
                 f"vLayer {i} alone needs {format_bytes(need)} as a {ctx.kind} task at u={ctx.u} over "
                 f"{ctx.n} samples, more than the {format_bytes(ctx.cap)} a task may use (the GPU memory cap less "

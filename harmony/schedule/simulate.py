@@ -256,6 +256,7 @@ def _sim_order(g: TaskGraph) -> list[int]:
 def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[_Info]:
     cfg = g.config
     infos = []
+    kept_in = _starts_with_kept_grads(g)
     for t in g.tasks:
         x = _Info()
         x.t, x.kind, x.rank = t, t.kind, t.rank
@@ -278,7 +279,9 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         if params.host_task_s or params.host_vlayer_s:
             x.iss += params.host_task_s + params.host_vlayer_s * (e - s) * x.nmb
             x.iss_first += params.host_task_s + params.host_vlayer_s * (e - s)
-        x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples))
+        # a BWD that all-reduces or adds into kept dW holds the pack's dW throughout (LayerCosts.one_pass)
+        x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples,
+                                      fresh_grads=not t.allreduce and t.id not in kept_in))
         act_is_p2p = t.act_in[0] == "task" and g.tasks[t.act_in[1]].rank != t.rank
         for tr in task_transfers(g, t, sizes):
             k = tr.kind
@@ -316,6 +319,20 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
             infos[t.grad_in].sent_bytes += x.p2p_grad[0]
     _add_waiting_outputs(g, costs, infos)
     return infos
+
+
+def _starts_with_kept_grads(g: TaskGraph) -> set[int]:
+    """The BWD tasks that start with dW already on the GPU: those whose rank's previous compute task kept its
+    gradients for them (grad_keep, swap-pp's stages that fit; tasks._keep_gradients_on_gpu)."""
+    out, prev = set(), {}
+    for t in g.tasks:
+        if t.kind == "UPD":
+            continue
+        p = prev.get(t.rank)
+        if t.kind == "BWD" and p is not None and p.kind == "BWD" and p.grad_keep and p.pack == t.pack:
+            out.add(t.id)
+        prev[t.rank] = t
+    return out
 
 
 def _add_waiting_outputs(g: TaskGraph, costs: LayerCosts, infos: list[_Info]) -> None:

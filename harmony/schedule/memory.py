@@ -21,6 +21,13 @@ On top, the whole-group tensors a Harmony task keeps on the GPU (group_buffers):
        last FWD's output (e=L) is the group's n*X_in[s];
        + [e<L] n*X_out[e-1] (incoming output grads) + [s>0] n*X_in[s] (outgoing input grads)
 (one microbatch's slice of a group buffer is counted in both: conservative by at most u/n of it).
+A BWD that runs its group as one microbatch (n <= u) and starts with no dW (`one_pass`: no kept dW, no
+all-reduce) holds its group's tensors as the microbatch's own and makes its dW vLayer by vLayer:
+  BWD  W[s,e) + X_in[s]*u + Y[e-1]*u + max_l ( dW[l,e) + sum_{s<=k<l} chain_saved_k(u) + peak_l(u) )
+       + [e<L] n*X_out[e-1]
+(pack_bwd_memory's fresh_grads; docs/performance.md entry 87: the general form over-counted such tasks by
+up to 0.65 GiB on one H200, task by task under the worker's memory probe; this one is within
+-0.15..+0.07 GiB).
 Before entry 37 of docs/performance.md the stash was loaded whole: n*X_in[s], 47% of gpt2-xl's D = 256
 plan with the group's other buffers.
 Double buffering is dynamic (simulate.py): the next task's weights (and a BWD's first stash microbatch)

@@ -272,36 +272,35 @@ class LayerCosts:
             acc_excl = np.concatenate(([0.0], np.cumsum(sv[:-1])))
             # the output of s-1 is not in the pack: its input X_in[s] is held by the caller throughout
             fwd_drop = np.concatenate(([-np.inf], c["fwd_after_drop"][s + 1:stop]))
-            terms = np.maximum.accumulate(acc_excl + np.maximum(c["bwd_peak"][s:stop], fwd_drop))
-            # input and outgoing gradient (group_buffers): a stash (e < L) streams, the loss pack's input
-            # (e = L) is the group's; base takes the stash's, a bound for the cut, and full adds the rest
-            buf_in = (self.stash_ahead(u, n) + n) * self.xin[s] if s > 0 else n * self.xin[s]
-            loss_in = (n - self.stash_ahead(u, n)) * self.xin[s] * (idx == self.L) if s > 0 else 0.0
-            base = (a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + a["g_prefix"][s + 1:stop + 1]
-                    - a["g_prefix"][s] + buf_in + uu * self.xin[s])
-            if fresh:    # one microbatch from no dW (one_pass): at l, dW[l, e) = g[e] - g[l]; no group input
-                g_at = a["g_prefix"][s:stop]            # g_prefix[l] for l in [s, stop)
-                g_end = a["g_prefix"][s + 1:stop + 1]   # g_prefix[e]
+            held = c["bwd_peak_held"]
+            w = a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s]
+            g_end = a["g_prefix"][s + 1:stop + 1]              # g_prefix[e] for every end e
+            if fresh:    # one microbatch from no dW (one_pass): at l only dW[l, e) = g[e] - g[l]; no group input
+                g_at = a["g_prefix"][s:stop]                   # g_prefix[l] for l in [s, stop)
                 lower = acc_excl - g_at + np.maximum(c["bwd_peak"][s:stop], fwd_drop)
-                base = a["w_prefix"][s + 1:stop + 1] - a["w_prefix"][s] + uu * self.xin[s]
-                if c["bwd_peak_held"] is None:
+                if held is None:
                     act = g_end + np.maximum.accumulate(lower)
                 else:
                     below_top = np.concatenate(([-np.inf], np.maximum.accumulate(lower)[:-1]))
                     act = g_end + np.maximum(below_top + uu * xout,
-                                             acc_excl - g_at + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
-                # W + dW of the pack + the input: every l holds dW[s, e) or more by l = s; grows with e
-                mono = base + g_end - a["g_prefix"][s]
-                full = base + act + uu * xout + n * xout * (idx < self.L)     # + the edge Y[e-1]; incoming dY
-            elif c["bwd_peak_held"] is None:    # the older form (pack_bwd_memory)
-                mono = base + terms
-                act = terms
-            else:                             # end e: vLayers below e-1 with Y[e-1] alive, e-1 at its held peak
-                below_top = np.concatenate(([-np.inf], terms[:-1]))
-                act = np.maximum(below_top + uu * xout,
-                                 acc_excl + np.maximum(c["bwd_peak_held"][s:stop], fwd_drop))
-                mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
-            if not fresh:
+                                             acc_excl - g_at + np.maximum(held[s:stop], fwd_drop))
+                base = w + uu * self.xin[s]
+                mono = base + g_end - a["g_prefix"][s]          # at l = s the whole dW[s, e): grows with e
+                full = base + act + uu * xout + n * xout * (idx < self.L)     # the edge Y[e-1]; incoming dY
+            else:
+                terms = np.maximum.accumulate(acc_excl + np.maximum(c["bwd_peak"][s:stop], fwd_drop))
+                # input and outgoing gradient (group_buffers): a stash (e < L) streams, the loss pack's input
+                # (e = L) is the group's; base takes the stash's, a bound for the cut, and full adds the rest
+                buf_in = (self.stash_ahead(u, n) + n) * self.xin[s] if s > 0 else n * self.xin[s]
+                loss_in = (n - self.stash_ahead(u, n)) * self.xin[s] * (idx == self.L) if s > 0 else 0.0
+                base = w + g_end - a["g_prefix"][s] + buf_in + uu * self.xin[s]
+                if held is None:                  # the older form (pack_bwd_memory)
+                    mono = base + terms
+                    act = terms
+                else:                             # end e: vLayers below e-1 with Y[e-1] alive, e-1 at its held peak
+                    below_top = np.concatenate(([-np.inf], terms[:-1]))
+                    act = np.maximum(below_top + uu * xout, acc_excl + np.maximum(held[s:stop], fwd_drop))
+                    mono = base + np.maximum(below_top, 0.0)   # grows with the pack: a bound for the cut below
                 full = base + act + uu * xout + n * xout * (idx < self.L) + loss_in   # no incoming dY at the loss
         bad = mono > cap_                             # every term of mono grows with the pack
         k = int(np.argmax(bad)) if bad.any() else len(mono)

@@ -75,3 +75,60 @@ def test_bwd_task_frees_each_microbatch_output_and_input_gradient_before_the_nex
     Worker.run_bwd(w, t, 0, {})
     torch.testing.assert_close(w.grads_out[1][0], gy * weight.detach())
     torch.testing.assert_close(weight.grad, (gy * x).sum(0))
+
+
+def test_a_one_microbatch_bwd_makes_its_dw_layer_by_layer_and_hands_on_autograds_dx():
+    """What the memory rule for a BWD of one microbatch (LayerCosts.one_pass, docs/performance.md entry 87)
+    counts on: while the upper vLayer runs its backward the lower one has no dW yet (the task starts with
+    `p.grad` None, as Worker.install leaves it without kept gradients), and the input gradient handed to the
+    pack below is autograd's dX itself, not a group buffer. With two microbatches the worker gathers the
+    group's input gradient into a buffer of its own, as the general rule counts."""
+    lower, upper = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    seen = []
+
+    class Probe(torch.autograd.Function):      # between the vLayers: its backward runs after the upper one's
+        @staticmethod
+        def forward(ctx, y):
+            return y.view_as(y)
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(lower.grad)
+            return g
+
+    def run_layers(t, xs, it, lo):
+        return (Probe.apply(xs[0] * lower) * upper,)
+
+    for n in (U, 2 * U):                       # one microbatch of the group, then two
+        lower.grad = upper.grad = None
+        x, gy = torch.randn(n, 3), torch.randn(n, 3)
+        w = _worker(run_layers)
+        w.get_input = lambda t, it, fetched: _Input(x)
+        w.get_grad = lambda t: _Input(gy)
+        w.grad_consumer = {1: SimpleNamespace(rank=0)}
+        made = []
+        w._bwd_microbatch = lambda *a, _f=w._bwd_microbatch: made.append(_f(*a)) or made[-1]
+        t = _Task(id=1, kind="BWD", pack=(1, 2), samples=(0, n), num_samples=n, grad_in=0)
+        t.microbatches = lambda n=n: [(lo, min(lo + U, n)) for lo in range(0, n, U)]
+        seen.clear()
+        Worker.run_bwd(w, t, 0, {})
+        assert seen[0] is None                 # the first microbatch: the lower vLayer's dW not made yet
+        assert all(g is not None for g in seen[1:]) and len(seen) == n // U   # later ones add into dW
+        torch.testing.assert_close(w.grads_out[1][0], gy * (lower * upper).detach())
+        assert (w.grads_out[1][0] is made[0][0]) is (n == U)
+
+
+def test_install_leaves_a_parameter_without_a_gradient_unless_the_previous_bwd_kept_one():
+    """A task's weights are installed with `p.grad` None, so its backward makes dW vLayer by vLayer (the
+    memory rule's one-pass form); only dW kept by the previous BWD of the same pack (swap-pp's grad_keep) is
+    installed with them, and then the whole pack's dW is there from the start (the general form)."""
+    from torch import nn
+    tensors = [torch.randn(3)]
+    kept = torch.ones(3)
+    for kept_grads, want in (({}, None), ({0: {0: kept}}, kept)):
+        params: dict = {}
+        w = SimpleNamespace(installed=set(), kept_grads=dict(kept_grads), resident={},
+                            copier=SimpleNamespace(ready=lambda buffers, ev: None),
+                            param_slots={0: [(params, "weight", True, 0)]}, buffer_slots={0: []})
+        Worker.install(w, SimpleNamespace(pack=(0, 1)), {0: (tensors, None, None)})
+        assert isinstance(params["weight"], nn.Parameter) and params["weight"].grad is want

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from harmony.gpu_clocks import DeviceClocks
-from harmony.gpumem import alloc_retries, autocast, reserved_by_stream, set_deterministic
+from harmony.gpumem import MemoryMeter, alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
 from harmony.runtime.host_store import HostArena, layer_slots
@@ -619,12 +619,15 @@ class Worker:
         self.current = None
         self.flag_wait_s = 0.0            # per iteration (reset in _iteration): host time in _wait_flag
         self.task_peaks, self.probe_peak = ([] if probe else None), 0
+        # the probe's meter: the allocator's counters on CUDA; on the CPU the storages the worker's thread makes
+        # from here on (harmony.gpumem.MemoryMeter), which are its "device" tensors: the arena is made before
+        self.probe_meter = MemoryMeter(self.device).__enter__() if probe else None
         self.task_clock = TaskClock(self.device, self.copier.compute if self.copier.cuda else None)
 
     def run(self) -> None:
         import psutil
         proc = psutil.Process()
-        probe_dir = os.environ.get("HARMONY_TASK_PEAKS") if self.device.type == "cuda" else None
+        probe_dir = os.environ.get("HARMONY_TASK_PEAKS")
         self.start_run(probe=bool(probe_dir))
         # this GPU's clock beside each iteration (none on the CPU or without NVML; harmony/gpu_clocks.py)
         clocks = DeviceClocks([self.device])
@@ -689,6 +692,7 @@ class Worker:
             if self.stop_after(it, dt):
                 break
         if probe_dir:
+            self.probe_meter.__exit__(None, None, None)
             from harmony.jsonio import write_json
             write_json(os.path.join(probe_dir, f"rank{self.rank}.json"),
                        {"rank": self.rank, "gpu_memory_cap": self.job.get("gpu_memory_cap"), "tasks": self.task_peaks})
@@ -722,20 +726,20 @@ class Worker:
     # unused, the largest unused block) and how many allocations the task retried: a task that retries with
     # its peak on the model is short of a block its stream can reuse, not of memory (entry 38).
     def _probe_start(self) -> tuple[int, int, dict]:
-        torch.cuda.synchronize(self.device)
-        self.probe_peak = max(self.probe_peak, torch.cuda.max_memory_allocated(self.device))
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return (torch.cuda.memory_allocated(self.device), alloc_retries(self.device),
-                reserved_by_stream(self.device, self.stream_names()))
+        m = self.probe_meter
+        self.probe_peak = max(self.probe_peak, m.peak())
+        m.reset_peak()
+        allocator = reserved_by_stream(self.device, self.stream_names()) if self.copier.cuda else {}
+        return m.current(), alloc_retries(self.device), allocator
 
     def _probe_end(self, it: int, t, nxt, start: tuple[int, int, dict]) -> None:
-        torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device)
+        m = self.probe_meter
+        peak = m.peak()
         self.probe_peak = max(self.probe_peak, peak)
         start_bytes, retries0, allocator = start
         self.task_peaks.append({"iteration": it, "task": t.id, "kind": t.kind, "pack": list(t.pack),
                                 "next_task": nxt.id if nxt is not None else None, "start_bytes": start_bytes,
-                                "peak_bytes": peak, "end_bytes": torch.cuda.memory_allocated(self.device),
+                                "peak_bytes": peak, "end_bytes": m.current(),
                                 "retries": alloc_retries(self.device) - retries0, "allocator_at_start": allocator})
 
     def _iteration(self, it: int) -> None:

@@ -1,0 +1,71 @@
+"""The task memory rule (harmony.schedule.memory) against the runtime's own tasks on the CPU.
+
+The worker's per-task memory probe (`HARMONY_TASK_PEAKS`, docs/runtime.md) records each compute task's peak:
+on CUDA from the caching allocator, on the CPU from the storages the worker's thread makes
+(harmony.gpumem.MemoryMeter). Here gpt2-tiny is profiled on the CPU and run under the probe with a plan of one
+microbatch per task and one of two; every task must stay within what the simulator charges it (its own peak
+plus the next task's prefetch, as `experiments/resimulate_runs.py --task-peaks` compares on the GPU), and the
+one-microbatch loss pack, which entry 87's rule (LayerCosts.one_pass) models without the dW it has not made,
+the group input counted twice or an outgoing-gradient buffer, must be modelled to within a few bytes where
+the older rule was over by the LM head's dW and more.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from harmony import profile as hp
+from harmony.decompose import decompose_model
+from harmony.models import get_model
+from harmony.runtime import run_schedule
+from harmony.schedule.io import make_schedule_record
+from harmony.schedule.memory import LayerCosts
+from harmony.schedule.simulate import SimParams, _prepare
+from harmony.schedule.tasks import ScheduleConfig, build_task_graph
+
+D = 8
+
+
+@pytest.fixture(scope="module")
+def gpt2_tiny():
+    mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny"}, with_flops=False)
+    prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4, 8], trials=1, progress=False))
+    return mj, LayerCosts(prof)
+
+
+def probed_run(mj, costs, u, tmp_path, monkeypatch):
+    """(graph, per task: measured peak, the simulator's own task peak, the next task's prefetch)"""
+    L = mj["num_vlayers"]
+    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
+                         bwd_packs=((0, 2), (2, L - 3), (L - 3, L)), fwd_packs=((0, 2), (2, L - 3)))
+    g = build_task_graph(cfg, L)
+    probe = tmp_path / f"u{u}"
+    probe.mkdir()
+    monkeypatch.setenv("HARMONY_TASK_PEAKS", str(probe))
+    run_schedule(make_schedule_record(mj, g), g, iters=3, device="cpu")
+    tasks = json.loads((probe / "rank0.json").read_text())["tasks"]
+    infos = _prepare(g, costs, costs.layer_sizes(), SimParams(h2d_Bps=1e9, d2h_Bps=1e9))
+    comp = [t for t in g.tasks if t.kind != "UPD"]
+    out = {}
+    for i, t in enumerate(comp):
+        measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == t.id and x["iteration"] >= 1)
+        prefetch = infos[comp[i + 1].id].prefetch_bytes if i + 1 < len(comp) else 0
+        out[t.id] = (t, measured, infos[t.id].peak, prefetch)
+    return out
+
+
+def test_every_task_stays_within_its_modelled_peak_and_a_one_microbatch_loss_pack_is_modelled_exactly(
+        gpt2_tiny, tmp_path, monkeypatch):
+    mj, costs = gpt2_tiny
+    L = mj["num_vlayers"]
+    for u in (D, D // 2):                       # one microbatch per task, then two
+        for t, measured, own, prefetch in probed_run(mj, costs, u, tmp_path, monkeypatch).values():
+            # the CPU issues the next task's prefetch after the task, the GPU beside it: the simulator's
+            # charge (own + prefetch) bounds both
+            assert measured <= own + prefetch, (u, t.kind, t.pack, measured, own, prefetch)
+            if u == D and t.kind == "BWD" and t.pack[1] == L:
+                old = costs.task_bytes("BWD", *t.pack, u, D)            # the rule before entry 87
+                assert abs(measured - own) <= 64, (measured, own)
+                assert old - own >= costs.grads(*t.pack), (old, own)      # at least the LM head's dW less

@@ -2,12 +2,12 @@
 
 The worker's per-task memory probe (`HARMONY_TASK_PEAKS`, docs/runtime.md) records each compute task's peak:
 on CUDA from the caching allocator, on the CPU from the storages the worker's thread makes
-(harmony.gpumem.MemoryMeter). Here gpt2-tiny is profiled on the CPU and run under the probe with a plan of one
-microbatch per task and one of two; every task must stay within what the simulator charges it (its own peak
-plus the next task's prefetch, as `experiments/resimulate_runs.py --task-peaks` compares on the GPU), and the
-one-microbatch loss pack, which entry 87's rule (LayerCosts.one_pass) models without the dW it has not made,
-the group input counted twice or an outgoing-gradient buffer, must be modelled to within a few bytes where
-the older rule was over by the LM head's dW and more.
+(harmony.gpumem.MemoryMeter). Here the tiny model of every family is profiled on the CPU and run under the
+probe with a plan of one microbatch per task and one of two; every task must stay within what the simulator
+charges it (its own peak plus the next task's prefetch, as `experiments/resimulate_runs.py --task-peaks`
+compares on the GPU). And gpt2-tiny's one-microbatch loss pack, which entry 87's rule (LayerCosts.one_pass)
+models without the dW it has not made, the group input counted twice or an outgoing-gradient buffer, must be
+modelled to within a few bytes, where the older rule was over by the LM head's dW and more.
 """
 from __future__ import annotations
 
@@ -28,11 +28,20 @@ from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 D = 8
 
 
-@pytest.fixture(scope="module")
-def gpt2_tiny():
-    mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny"}, with_flops=False)
-    prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4, 8], trials=1, progress=False))
-    return mj, LayerCosts(prof)
+FAMILIES = ("mlp-tiny", "gpt2-tiny", "bert-tiny", "vgg-tiny", "resnet-tiny")
+OVERRIDES = {"resnet-tiny": {"image_size": 64}}     # as tests/test_runtime.py: BatchNorm is not chaotic there
+_PROFILED: dict = {}
+
+
+def profiled(name: str):
+    """(model.json, LayerCosts of a CPU profile at u = 4 and 8), once per module."""
+    if name not in _PROFILED:
+        ov = OVERRIDES.get(name, {})
+        mj = decompose_model(get_model(name, **ov), source={"kind": "zoo", "name": name, "overrides": ov},
+                             with_flops=False)
+        prof = hp.profile_model(mj, hp.ProfileOptions(ubatch=[4, 8], trials=1, progress=False))
+        _PROFILED[name] = (mj, LayerCosts(prof))
+    return _PROFILED[name]
 
 
 def probed_run(mj, costs, u, tmp_path, monkeypatch):
@@ -41,7 +50,7 @@ def probed_run(mj, costs, u, tmp_path, monkeypatch):
     cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
                          bwd_packs=((0, 2), (2, L - 3), (L - 3, L)), fwd_packs=((0, 2), (2, L - 3)))
     g = build_task_graph(cfg, L)
-    probe = tmp_path / f"u{u}"
+    probe = tmp_path / f"{mj['model']}-u{u}"
     probe.mkdir()
     monkeypatch.setenv("HARMONY_TASK_PEAKS", str(probe))
     run_schedule(make_schedule_record(mj, g), g, iters=3, device="cpu")
@@ -56,16 +65,24 @@ def probed_run(mj, costs, u, tmp_path, monkeypatch):
     return out
 
 
-def test_every_task_stays_within_its_modelled_peak_and_a_one_microbatch_loss_pack_is_modelled_exactly(
-        gpt2_tiny, tmp_path, monkeypatch):
-    mj, costs = gpt2_tiny
-    L = mj["num_vlayers"]
-    for u in (D, D // 2):                       # one microbatch per task, then two
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_task_the_runtime_runs_stays_within_the_simulators_memory_charge(name, tmp_path, monkeypatch):
+    """One microbatch per task (u = D) and two (u = D/2): each task's measured peak is at most its modelled
+    own peak plus the next task's prefetch. (The CPU issues that prefetch after the task, the GPU beside it:
+    the simulator's charge bounds both.)"""
+    mj, costs = profiled(name)
+    for u in (D, D // 2):
         for t, measured, own, prefetch in probed_run(mj, costs, u, tmp_path, monkeypatch).values():
-            # the CPU issues the next task's prefetch after the task, the GPU beside it: the simulator's
-            # charge (own + prefetch) bounds both
             assert measured <= own + prefetch, (u, t.kind, t.pack, measured, own, prefetch)
-            if u == D and t.kind == "BWD" and t.pack[1] == L:
-                old = costs.task_bytes("BWD", *t.pack, u, D)            # the rule before entry 87
-                assert abs(measured - own) <= 64, (measured, own)
-                assert old - own >= costs.grads(*t.pack), (old, own)      # at least the LM head's dW less
+
+
+def test_a_one_microbatch_loss_pack_is_modelled_to_the_byte_where_the_older_rule_was_over_by_its_dw(
+        tmp_path, monkeypatch):
+    mj, costs = profiled("gpt2-tiny")
+    L = mj["num_vlayers"]
+    loss = [x for x in probed_run(mj, costs, D, tmp_path, monkeypatch).values()
+            if x[0].kind == "BWD" and x[0].pack[1] == L]
+    (t, measured, own, _), = loss
+    old = costs.task_bytes("BWD", *t.pack, D, D)            # the rule before entry 87
+    assert abs(measured - own) <= 64, (measured, own)
+    assert old - own >= costs.grads(*t.pack), (old, own)      # at least the LM head's dW less

@@ -13,11 +13,6 @@ charge for every family; at N = 2, vDP's BWD tasks of weight-heavy packs ran up 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import tempfile
-from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -30,10 +25,8 @@ def main(argv=None) -> int:
     from harmony import profile as hp
     from harmony.decompose import decompose_model
     from harmony.models import get_model
-    from harmony.runtime import run_schedule
-    from harmony.schedule.io import make_schedule_record
+    from harmony.pack_check import check_tasks_cpu
     from harmony.schedule.memory import LayerCosts
-    from harmony.schedule.simulate import SimParams, _prepare
     from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 
     D, N = a.minibatch, a.gpus
@@ -50,19 +43,10 @@ def main(argv=None) -> int:
     for u in us:
         cfg = ScheduleConfig(mode=a.mode, gpus=N, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
                              bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
-        g = build_task_graph(cfg, L)
-        probe = Path(tempfile.mkdtemp(prefix="task-probe-"))
-        os.environ["HARMONY_TASK_PEAKS"] = str(probe)
-        run_schedule(make_schedule_record(mj, g), g, iters=3, device="cpu")
-        infos = _prepare(g, costs, costs.layer_sizes(), SimParams(h2d_Bps=1e9, d2h_Bps=1e9))
-        for r in range(N):
-            tasks = json.loads((probe / f"rank{r}.json").read_text())["tasks"]
-            comp = [t for t in g.tasks if t.kind != "UPD" and t.rank == r]
-            for i, t in enumerate(comp):
-                measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == t.id and x["iteration"] >= 1)
-                charged = infos[t.id].peak + (infos[comp[i + 1].id].prefetch_bytes if i + 1 < len(comp) else 0)
-                print(f"{u:>3} {r:>4} {t.kind:<4} {str(t.pack):<9} {measured:>9.0f} {charged:>9} "
-                      f"{measured - charged:>+8.0f}{'  over the charge' if measured > charged else ''}")
+        for x in check_tasks_cpu(mj, costs, build_task_graph(cfg, L)):
+            t, over = x["task"], x["measured_bytes"] - x["charged_bytes"]
+            print(f"{u:>3} {x['rank']:>4} {t.kind:<4} {str(t.pack):<9} {x['measured_bytes']:>9.0f} "
+                  f"{x['charged_bytes']:>9} {over:>+8.0f}{'  over the charge' if over > 0 else ''}")
     return 0
 
 

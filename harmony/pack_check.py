@@ -137,3 +137,41 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
     return out
 
 
+
+
+def check_tasks_cpu(model_json: dict, costs, graph, iters: int = 3) -> list[dict]:
+    """Validating the task rule (harmony.schedule.memory) the way check_pack validates the pack rule: run
+    `graph` on CPU workers under the worker's per-task memory probe (`HARMONY_TASK_PEAKS`, docs/runtime.md)
+    and return, per compute task, its measured peak (median over the iterations after the first) beside
+    what the simulator charges it: its own peak plus the next task's prefetch on its rank (on the CPU that
+    prefetch is issued after the task, on a GPU beside it; the charge bounds both)."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from harmony.runtime import run_schedule
+    from harmony.schedule.io import make_schedule_record
+    from harmony.schedule.simulate import SimParams, _prepare
+    with tempfile.TemporaryDirectory(prefix="task-probe-") as probe:
+        old = os.environ.get("HARMONY_TASK_PEAKS")
+        os.environ["HARMONY_TASK_PEAKS"] = probe          # the spawned workers read it
+        try:
+            run_schedule(make_schedule_record(model_json, graph), graph, iters=iters, device="cpu")
+        finally:
+            if old is None:
+                os.environ.pop("HARMONY_TASK_PEAKS")
+            else:
+                os.environ["HARMONY_TASK_PEAKS"] = old
+        probed = {r: json.loads((Path(probe) / f"rank{r}.json").read_text())["tasks"]
+                  for r in range(graph.config.gpus)}
+    infos = _prepare(graph, costs, costs.layer_sizes(), SimParams(h2d_Bps=1e9, d2h_Bps=1e9))
+    out = []
+    for r, tasks in probed.items():
+        comp = [t for t in graph.tasks if t.kind != "UPD" and t.rank == r]
+        for i, t in enumerate(comp):
+            measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == t.id and x["iteration"] >= 1)
+            prefetch = infos[comp[i + 1].id].prefetch_bytes if i + 1 < len(comp) else 0
+            out.append({"task": t, "rank": r, "measured_bytes": measured, "own_bytes": infos[t.id].peak,
+                        "charged_bytes": infos[t.id].peak + prefetch})
+    return out

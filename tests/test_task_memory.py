@@ -11,23 +11,16 @@ modelled to within a few bytes, where the older rule was over by the LM head's d
 """
 from __future__ import annotations
 
-import json
-import statistics
-
 import pytest
 
 from harmony import profile as hp
 from harmony.decompose import decompose_model
 from harmony.models import get_model
-from harmony.runtime import run_schedule
-from harmony.schedule.io import make_schedule_record
+from harmony.pack_check import check_tasks_cpu
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.simulate import SimParams, _prepare
 from harmony.schedule.tasks import ScheduleConfig, build_task_graph
 
 D = 8
-
-
 FAMILIES = ("mlp-tiny", "gpt2-tiny", "bert-tiny", "vgg-tiny", "resnet-tiny")
 OVERRIDES = {"resnet-tiny": {"image_size": 64}}     # as tests/test_runtime.py: BatchNorm is not chaotic there
 _PROFILED: dict = {}
@@ -44,44 +37,30 @@ def profiled(name: str):
     return _PROFILED[name]
 
 
-def probed_run(mj, costs, u, tmp_path, monkeypatch):
-    """(graph, per task: measured peak, the simulator's own task peak, the next task's prefetch)"""
+def probed_run(mj, costs, u):
+    """(task, measured peak, the simulator's own task peak, the next task's prefetch) per compute task."""
     L = mj["num_vlayers"]
     cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
                          bwd_packs=((0, 2), (2, L - 3), (L - 3, L)), fwd_packs=((0, 2), (2, L - 3)))
-    g = build_task_graph(cfg, L)
-    probe = tmp_path / f"{mj['model']}-u{u}"
-    probe.mkdir()
-    monkeypatch.setenv("HARMONY_TASK_PEAKS", str(probe))
-    run_schedule(make_schedule_record(mj, g), g, iters=3, device="cpu")
-    tasks = json.loads((probe / "rank0.json").read_text())["tasks"]
-    infos = _prepare(g, costs, costs.layer_sizes(), SimParams(h2d_Bps=1e9, d2h_Bps=1e9))
-    comp = [t for t in g.tasks if t.kind != "UPD"]
-    out = {}
-    for i, t in enumerate(comp):
-        measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == t.id and x["iteration"] >= 1)
-        prefetch = infos[comp[i + 1].id].prefetch_bytes if i + 1 < len(comp) else 0
-        out[t.id] = (t, measured, infos[t.id].peak, prefetch)
-    return out
+    return [(x["task"], x["measured_bytes"], x["own_bytes"], x["charged_bytes"] - x["own_bytes"])
+            for x in check_tasks_cpu(mj, costs, build_task_graph(cfg, L))]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_every_task_the_runtime_runs_stays_within_the_simulators_memory_charge(name, tmp_path, monkeypatch):
+def test_every_task_the_runtime_runs_stays_within_the_simulators_memory_charge(name):
     """One microbatch per task (u = D) and two (u = D/2): each task's measured peak is at most its modelled
     own peak plus the next task's prefetch. (The CPU issues that prefetch after the task, the GPU beside it:
     the simulator's charge bounds both.)"""
     mj, costs = profiled(name)
     for u in (D, D // 2):
-        for t, measured, own, prefetch in probed_run(mj, costs, u, tmp_path, monkeypatch).values():
+        for t, measured, own, prefetch in probed_run(mj, costs, u):
             assert measured <= own + prefetch, (u, t.kind, t.pack, measured, own, prefetch)
 
 
-def test_a_one_microbatch_loss_pack_is_modelled_to_the_byte_where_the_older_rule_was_over_by_its_dw(
-        tmp_path, monkeypatch):
+def test_a_one_microbatch_loss_pack_is_modelled_to_the_byte_where_the_older_rule_was_over_by_its_dw():
     mj, costs = profiled("gpt2-tiny")
     L = mj["num_vlayers"]
-    loss = [x for x in probed_run(mj, costs, D, tmp_path, monkeypatch).values()
-            if x[0].kind == "BWD" and x[0].pack[1] == L]
+    loss = [x for x in probed_run(mj, costs, D) if x[0].kind == "BWD" and x[0].pack[1] == L]
     (t, measured, own, _), = loss
     old = costs.task_bytes("BWD", *t.pack, D, D)            # the rule before entry 87
     assert abs(measured - own) <= 64, (measured, own)

@@ -430,17 +430,10 @@ def task_predictions(graph, costs, params, waits: set[int]) -> dict[int, tuple[i
     """Per compute task, the modelled peak while it runs plus the next task's prefetch where the plan
     overlaps them: (with the task's own peak, with the simulator's, which adds what the rank still holds
     for its sends)."""
-    from harmony.schedule.simulate import _prepare, simulate
-    infos = _prepare(graph, costs, costs.layer_sizes(), params)
+    from harmony.schedule.simulate import simulate, task_memory_charges
     held = simulate(graph, costs, params).task_peak_bytes
-    out = {}
-    for r in range(graph.config.gpus):
-        comp = [t for t in graph.tasks if t.kind != "UPD" and t.rank == r]
-        for i, t in enumerate(comp):
-            nxt = comp[i + 1] if i + 1 < len(comp) else None
-            pf = infos[nxt.id].prefetch_bytes if nxt is not None and nxt.id not in waits else 0
-            out[t.id] = (infos[t.id].peak + pf, held[t.id] + pf)
-    return out
+    return {tid: (own + pf, held[tid] + pf)
+            for tid, (own, pf) in task_memory_charges(graph, costs, params, waits).items()}
 
 
 def rank_peaks(graph, costs, params, waits: set[int]) -> tuple[list[int], list[int]]:

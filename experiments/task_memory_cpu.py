@@ -44,9 +44,10 @@ def main(argv=None) -> int:
         cfg = ScheduleConfig(mode=a.mode, gpus=N, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
                              bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
         for x in check_tasks_cpu(mj, costs, build_task_graph(cfg, L)):
-            t, over = x["task"], x["measured_bytes"] - x["charged_bytes"]
+            t, charged = x["task"], x["own_bytes"] + x["prefetch_bytes"]
+            over = x["measured_bytes"] - charged
             print(f"{u:>3} {x['rank']:>4} {t.kind:<4} {str(t.pack):<9} {x['measured_bytes']:>9.0f} "
-                  f"{x['charged_bytes']:>9} {over:>+8.0f}{'  over the charge' if over > 0 else ''}")
+                  f"{charged:>9} {over:>+8.0f}{'  over the charge' if over > 0 else ''}")
     return 0
 
 

@@ -143,8 +143,9 @@ def check_tasks_cpu(model_json: dict, costs, graph, iters: int = 3) -> list[dict
     """Validating the task rule (harmony.schedule.memory) the way check_pack validates the pack rule: run
     `graph` on CPU workers under the worker's per-task memory probe (`HARMONY_TASK_PEAKS`, docs/runtime.md)
     and return, per compute task, its measured peak (median over the iterations after the first) beside
-    what the simulator charges it: its own peak plus the next task's prefetch on its rank (on the CPU that
-    prefetch is issued after the task, on a GPU beside it; the charge bounds both)."""
+    what the simulator charges it: its own peak plus the next task's prefetch on its rank
+    (simulate.task_memory_charges; on the CPU that prefetch is issued after the task, on a GPU beside it,
+    and the sum bounds both)."""
     import json
     import os
     import tempfile
@@ -152,7 +153,7 @@ def check_tasks_cpu(model_json: dict, costs, graph, iters: int = 3) -> list[dict
 
     from harmony.runtime import run_schedule
     from harmony.schedule.io import make_schedule_record
-    from harmony.schedule.simulate import SimParams, _prepare
+    from harmony.schedule.simulate import SimParams, task_memory_charges
     with tempfile.TemporaryDirectory(prefix="task-probe-") as probe:
         old = os.environ.get("HARMONY_TASK_PEAKS")
         os.environ["HARMONY_TASK_PEAKS"] = probe          # the spawned workers read it
@@ -165,13 +166,13 @@ def check_tasks_cpu(model_json: dict, costs, graph, iters: int = 3) -> list[dict
                 os.environ["HARMONY_TASK_PEAKS"] = old
         probed = {r: json.loads((Path(probe) / f"rank{r}.json").read_text())["tasks"]
                   for r in range(graph.config.gpus)}
-    infos = _prepare(graph, costs, costs.layer_sizes(), SimParams(h2d_Bps=1e9, d2h_Bps=1e9))
+    charges = task_memory_charges(graph, costs, SimParams(h2d_Bps=1e9, d2h_Bps=1e9))   # bandwidths: no matter
+    by_id = {t.id: t for t in graph.tasks}
     out = []
     for r, tasks in probed.items():
-        comp = [t for t in graph.tasks if t.kind != "UPD" and t.rank == r]
-        for i, t in enumerate(comp):
-            measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == t.id and x["iteration"] >= 1)
-            prefetch = infos[comp[i + 1].id].prefetch_bytes if i + 1 < len(comp) else 0
-            out.append({"task": t, "rank": r, "measured_bytes": measured, "own_bytes": infos[t.id].peak,
-                        "charged_bytes": infos[t.id].peak + prefetch})
+        for tid in sorted({x["task"] for x in tasks}):
+            measured = statistics.median(x["peak_bytes"] for x in tasks if x["task"] == tid and x["iteration"] >= 1)
+            own, prefetch = charges[tid]
+            out.append({"task": by_id[tid], "rank": r, "measured_bytes": measured, "own_bytes": own,
+                        "prefetch_bytes": prefetch})
     return out

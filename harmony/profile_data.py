@@ -341,6 +341,7 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float, fresh_grad
     edges = profile.input_bytes(start) * u + y_top
     held = profile.has_held_peaks
     below, act = 0.0, 0.0
+    grads = sum(profile.grad_bytes(k) for k in range(start, end)) if fresh_grads else 0.0   # dW[l, end) at l
     for l in range(start, end):
         peak = profile.bwd_peak_held(l, u) if held and l == top else profile.bwd_peak(l, u)
         freed = profile.dropped(l - 1, u) if l > start else 0.0
@@ -348,7 +349,8 @@ def pack_bwd_memory(profile: Profile, start: int, end: int, u: float, fresh_grad
             peak = max(peak, freed + profile.fwd_grad_peak(l, u))
         if held and l != top:
             peak += y_top
-        grads = sum(profile.grad_bytes(k) for k in range(l, end)) if fresh_grads else 0.0
         act = max(act, grads + below + peak)
         below += profile.chain_saved(l, u)
+        if fresh_grads:
+            grads -= profile.grad_bytes(l)
     return resident + edges + act

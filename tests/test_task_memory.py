@@ -42,7 +42,7 @@ def probed_run(mj, costs, u):
     L = mj["num_vlayers"]
     cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=u, ubatch_bwd=u,
                          bwd_packs=((0, 2), (2, L - 3), (L - 3, L)), fwd_packs=((0, 2), (2, L - 3)))
-    return [(x["task"], x["measured_bytes"], x["own_bytes"], x["charged_bytes"] - x["own_bytes"])
+    return [(x["task"], x["measured_bytes"], x["own_bytes"], x["prefetch_bytes"])
             for x in check_tasks_cpu(mj, costs, build_task_graph(cfg, L))]
 
 

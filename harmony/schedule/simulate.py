@@ -321,6 +321,21 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
     return infos
 
 
+def task_memory_charges(g: TaskGraph, costs: LayerCosts, params: SimParams,
+                        waits=frozenset()) -> dict[int, tuple[int, int]]:
+    """Per compute task, (its own peak, the bytes of the next compute task's prefetch on its rank where the plan
+    overlaps them: not for a task in `waits`, the schedule's `prediction.prefetch_waits`). Their sum is what
+    the simulator charges the task, and what the worker's per-task memory probe measures against it."""
+    infos = _prepare(g, costs, costs.layer_sizes(), params)
+    out = {}
+    for r in range(g.config.gpus):
+        comp = [t for t in g.tasks if t.kind != "UPD" and t.rank == r]
+        for t, nxt in zip(comp, comp[1:] + [None]):
+            pf = infos[nxt.id].prefetch_bytes if nxt is not None and nxt.id not in waits else 0
+            out[t.id] = (infos[t.id].peak, pf)
+    return out
+
+
 def _starts_with_kept_grads(g: TaskGraph) -> set[int]:
     """The BWD tasks that start with dW already on the GPU: those whose rank's previous compute task kept its
     gradients for them (grad_keep, swap-pp's stages that fit; tasks._keep_gradients_on_gpu)."""

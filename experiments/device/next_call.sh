@@ -105,6 +105,27 @@ case "$HW" in
         bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/dp" >> "/tmp/$T.console" 2>&1
       pack_ab "$T" 8; exit 0
     fi
+    if [ "${ITEM:-49}" = 57 ]; then   # item 57: the H100's other figure-10 points, where today's model says the
+      # old swap searches (u capped at 16 or 32, the old runtime) set Harmony's lead; each swap baseline at the u
+      # the model picks against Harmony's committed plan, one round (results/probes/runtime-gap/item57/README.md)
+      T=${1:-i57a}; S=results/paper/1xH100-80GB-HBM3/schedules
+      ab57() {   # SUB MODEL D U BASELINE PLAN ITERS WARMUP RUN_LIMIT_S [HARMONY_ARMS]
+        ARMS='new=.' HARMONY_ARMS=${10-new} MODEL=$2 D=$3 U=$4 BASELINE=$5 ITERS=$7 WARMUP=$8 ROUNDS=1 \
+          RUN_LIMIT_S=$9 DEADLINE_S=$((565 - SECONDS)) SCHEDULES="plan=$S/$2/$6.json" \
+          bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
+      }
+      if [ "$T" = i57b ]; then   # the long points (about 8 minutes)
+        ab57 vgg416-d256 vgg416 256 64 swap-pp vPP-N1-D256-auto 3 1 230
+        ab57 resnet1026-d1024 resnet1026 1024 256 swap-pp vDP-N1-D1024-auto 3 1 230
+      else                       # the short ones (about 6 minutes)
+        ab57 resnet1026-d256 resnet1026 256 256 swap-pp vPP-N1-D256-auto 4 2 120
+        ab57 resnet1026-d256-dp resnet1026 256 256 swap-dp vPP-N1-D256-auto 4 2 120 ''
+        ab57 resnet1026-d64 resnet1026 64 64 swap-pp vPP-N1-D64-auto 4 2 90
+        ab57 vgg416-d64 vgg416 64 32 swap-pp vDP-N1-D64-auto 4 2 100
+        ab57 bert96-d16 bert96 16 16 swap-pp vPP-N1-D16-auto 6 2 90
+      fi
+      pack_ab "$T" 30; exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

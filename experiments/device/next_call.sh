@@ -114,9 +114,12 @@ case "$HW" in
           RUN_LIMIT_S=$9 DEADLINE_S=$((565 - SECONDS)) SCHEDULES="plan=$S/$2/$6.json" \
           bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
       }
-      if [ "$T" = i57b ]; then   # the long points (about 8 minutes)
-        ab57 vgg416-d256 vgg416 256 64 swap-pp vPP-N1-D256-auto 3 1 230
-        ab57 resnet1026-d1024 resnet1026 1024 256 swap-pp vDP-N1-D1024-auto 3 1 230
+      if [ "$T" = i57b ]; then   # swap-dp where swap-pp needs more host memory than the box has (i57a), and
+        # BERT96 D = 64 (about 8 minutes)
+        ab57 resnet1026-d1024-dp resnet1026 1024 256 swap-dp vDP-N1-D1024-auto 3 1 220
+        ab57 bert96-d64 bert96 64 64 swap-pp vDP-N1-D64-auto 4 2 100
+        ab57 vgg416-d64-dp vgg416 64 64 swap-dp vDP-N1-D64-auto 4 2 90 ''
+        ab57 resnet1026-d64-dp resnet1026 64 64 swap-dp vPP-N1-D64-auto 4 2 80 ''
       else                       # the short ones (about 6 minutes)
         ab57 resnet1026-d256 resnet1026 256 256 swap-pp vPP-N1-D256-auto 4 2 120
         ab57 resnet1026-d256-dp resnet1026 256 256 swap-dp vPP-N1-D256-auto 4 2 120 ''

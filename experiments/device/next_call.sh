@@ -120,6 +120,12 @@ case "$HW" in
         ab57 bert96-d64 bert96 64 64 swap-pp vDP-N1-D64-auto 4 2 100
         ab57 vgg416-d64-dp vgg416 64 64 swap-dp vDP-N1-D64-auto 4 2 90 ''
         ab57 resnet1026-d64-dp resnet1026 64 64 swap-dp vPP-N1-D64-auto 4 2 80 ''
+      elif [ "$T" = i57c ]; then   # BERT96 D = 256, VGG416 D = 16, and swap-dp at VGG416 at the u whose host
+        # stash fits (swap-dp's grows with u; i57b's u = 64 did not fit) (about 8 minutes)
+        ab57 bert96-d256 bert96 256 128 swap-pp vPP-N1-D256-auto 3 1 150
+        ab57 vgg416-d64-dp32 vgg416 64 32 swap-dp vDP-N1-D64-auto 4 2 80 ''
+        ab57 vgg416-d16 vgg416 16 16 swap-pp vDP-N1-D16-auto 4 2 80
+        ab57 vgg416-d256-dp32 vgg416 256 32 swap-dp vPP-N1-D256-auto 3 1 130 ''
       else                       # the short ones (about 6 minutes)
         ab57 resnet1026-d256 resnet1026 256 256 swap-pp vPP-N1-D256-auto 4 2 120
         ab57 resnet1026-d256-dp resnet1026 256 256 swap-dp vPP-N1-D256-auto 4 2 120 ''

@@ -109,9 +109,9 @@ case "$HW" in
       # old swap searches (u capped at 16 or 32, the old runtime) set Harmony's lead; each swap baseline at the u
       # the model picks against Harmony's committed plan, one round (results/probes/runtime-gap/item57/README.md)
       T=${1:-i57a}; S=results/paper/1xH100-80GB-HBM3/schedules
-      ab57() {   # SUB MODEL D U BASELINE PLAN ITERS WARMUP RUN_LIMIT_S [HARMONY_ARMS]
-        ARMS='new=.' HARMONY_ARMS=${10-new} MODEL=$2 D=$3 U=$4 BASELINE=$5 ITERS=$7 WARMUP=$8 ROUNDS=1 \
-          RUN_LIMIT_S=$9 DEADLINE_S=$((565 - SECONDS)) SCHEDULES="plan=$S/$2/$6.json" \
+      ab57() {   # SUB MODEL D U BASELINE PLAN ITERS WARMUP RUN_LIMIT_S [HARMONY_ARMS [BASE_ARMS]]
+        ARMS='new=.' HARMONY_ARMS=${10-new} BASE_ARMS=${11:-all} MODEL=$2 D=$3 U=$4 BASELINE=$5 ITERS=$7 WARMUP=$8 ROUNDS=1 \
+          RUN_LIMIT_S=$9 DEADLINE_S=$((${DEADLINE57_S:-565} - SECONDS)) SCHEDULES="plan=$S/$2/$6.json" \
           bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
       }
       if [ "$T" = i57b ]; then   # swap-dp where swap-pp needs more host memory than the box has (i57a), and
@@ -126,6 +126,11 @@ case "$HW" in
         ab57 vgg416-d64-dp32 vgg416 64 32 swap-dp vDP-N1-D64-auto 4 2 80 ''
         ab57 vgg416-d16 vgg416 16 16 swap-pp vDP-N1-D16-auto 4 2 80
         ab57 vgg416-d256-dp32 vgg416 256 32 swap-dp vPP-N1-D256-auto 3 1 130 ''
+      elif [ "$T" = i57d ]; then   # Harmony at VGG416 D = 256 beside i57c's swap-dp, and BERT96 D = 16 once
+        # more with swap-dp too (about 6 minutes; DEADLINE57_S=400 when less device time is left)
+        ab57 vgg416-d256 vgg416 256 32 swap-dp vPP-N1-D256-auto 3 1 170 new none   # Harmony only
+        ab57 bert96-d16-r2 bert96 16 16 swap-pp vPP-N1-D16-auto 6 2 80
+        ab57 bert96-d16-dp bert96 16 16 swap-dp vPP-N1-D16-auto 6 2 60 ''
       else                       # the short ones (about 6 minutes)
         ab57 resnet1026-d256 resnet1026 256 256 swap-pp vPP-N1-D256-auto 4 2 120
         ab57 resnet1026-d256-dp resnet1026 256 256 swap-dp vPP-N1-D256-auto 4 2 120 ''

@@ -9,7 +9,11 @@ whose task cannot fit the cap prints `infeasible`; one whose simulated peak is o
 peak, and the line then also gives Harmony's ratio over the best candidate under the cap (docs/performance.md
 entry 83: the baseline's own check is a lower bound, so its search tries such a u; on the H100's profile
 the peak called all five GPT2-XL points items 49-52 ran, but an older profile can over-count, as 2x
-H200's does by 3.4 GiB at GPT2-XL's loss pack at u = 16).
+H200's does by 3.4 GiB at GPT2-XL's loss pack at u = 16). A u whose host arena (what `harmony run` pins:
+weights, gradients, optimizer state and the activation stash, plus the processes' reserve) is over the
+folder's host memory (env.json) prints that need, and is left out of the best under the cap too: the run
+refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activations, so at VGG416 D = 64 it
+needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import sys
 from pathlib import Path
 
 from baselines.common import Infeasible
+from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.simulate import simulate
 from harmony.schedule.tasks import build_task_graph
@@ -35,6 +40,8 @@ def main(argv: list[str]) -> int:
         return 2
     root, system, n = Path(argv[0]), argv[1], int(argv[2])
     calibration = json.loads((root / "calibration.json").read_text())
+    env = root / "env.json"
+    host = json.loads(env.read_text()).get("host_memory_bytes") if env.exists() else None
     print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured")
     for point in argv[3:]:
         name, d = point.split(":")[0], int(point.split(":")[1])
@@ -54,7 +61,8 @@ def main(argv: list[str]) -> int:
         for u in baseline_ubatches(d, n):
             try:
                 cfg = CONFIGS[system](model, d, n, u, cap=cap, profile=profile)
-                sim = simulate(build_task_graph(cfg, model["num_vlayers"]), costs, params)
+                graph = build_task_graph(cfg, model["num_vlayers"])
+                sim = simulate(graph, costs, params)
             except Infeasible:
                 cells.append(f"u={u} infeasible")
                 continue
@@ -64,6 +72,10 @@ def main(argv: list[str]) -> int:
             # simulated peak says whether it trains, as well as the profile's memory does (item 50: u = 32
             # at GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older
             # profile puts the loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
+            need = host_need(graph, model, n)
+            if host and need > host:
+                cells.append(f"u={u} {t:.3f} (host arena {need / 2**30:.2f} GiB over the host's {host / 2**30:.2f})")
+                continue
             if cap is not None and peak > cap:
                 cells.append(f"u={u} {t:.3f} (peak {peak / 2**30:.2f} GiB over the cap)")
                 continue
@@ -71,9 +83,16 @@ def main(argv: list[str]) -> int:
             best_fit = t if best_fit is None or t < best_fit else best_fit
         ratio = f", Harmony over the best candidate {best / h:.2f}x" if best else ""
         if best_fit is not None and best_fit != best:
-            ratio += f", over the best under the cap by the simulated peak {best_fit / h:.2f}x"
+            ratio += f", over the best that fits (GPU peak, host arena) {best_fit / h:.2f}x"
         print(f"{name} D={d}: {'; '.join(cells)} | {which} {h:.3f}{ratio}")
     return 0
+
+
+def host_need(graph, model: dict, gpus: int) -> int:
+    """Host memory a run of this graph asks for: its arena and the processes' reserve, as the runtime's
+    check_fits counts them (it compares with MemAvailable, a little under the total this is held to)."""
+    arena = arena_bytes(graph, model).total
+    return arena + process_reserve_bytes(gpus, arena)
 
 
 if __name__ == "__main__":

@@ -1936,7 +1936,32 @@ def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_
     # superseded record stands in, and says so
     harmony = float(re.search(r"Harmony (?:\(superseded record\) )?(\d+\.\d+),", line).group(1))
     assert line.endswith(f"Harmony over the best candidate {float(m32.group(1)) / harmony:.2f}x, over the best "
-                         f"under the cap by the simulated peak {t16 / harmony:.2f}x"), line
+                         f"that fits (GPU peak, host arena) {t16 / harmony:.2f}x"), line
+
+
+def test_predict_swap_search_names_a_candidate_whose_host_arena_is_over_the_hosts_memory():
+    """Item 57: swap-pp stashes every microbatch's activations in host memory, so at VGG416 D = 64 its arena
+    is the same at every u that stashes them, and on the H100's 125.87 GiB host the run refuses it. The
+    script prints the need the runtime printed when it refused (129.84 GiB, in i57a's record and in the H100's
+    own), leaves the candidate out of the best that fits, and says that swap-dp's u = 32 (half the stash)
+    fits where its u = 64 does not (i57b, i57c)."""
+    root = "results/paper/1xH100-80GB-HBM3"
+    i57 = ROOT / "results/probes/runtime-gap/item57/1xH200"
+    refused = [json.loads(x) for x in (i57 / "i57a/vgg416-d64/base.new.1.jsonl").read_text().splitlines()][-1]
+    assert refused["status"] == "infeasible" and "(129.84 GiB:" in refused["message"], refused["message"]
+
+    def cells(system):
+        out = sh([sys.executable, str(ROOT / "experiments/predict_swap_search.py"), root, system, "1",
+                  "vgg416:64"]).stdout
+        line = next(x for x in out.splitlines() if x.startswith("vgg416 D=64:"))
+        return {c.split()[0]: c.strip() for c in line.split(":", 1)[1].split("|")[0].split(";")}, line
+
+    pp, line = cells("swap-pp")
+    assert "(host arena 129.84 GiB over the host's 125.87)" in pp["u=32"], line
+    assert "over the best that fits" in line, line
+    dp, line = cells("swap-dp")
+    assert "(host arena 129.84 GiB over the host's 125.87)" in dp["u=64"], line
+    assert re.fullmatch(r"u=32 \d+\.\d+", dp["u=32"]), line
 
 
 def test_runtime_gap_counts_runtime_commits_between_a_baseline_and_harmonys_run(tmp_path):

@@ -2294,3 +2294,13 @@ def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     assert "would list results/paper/HW/runs/swap-pp/gpt2-xl/N1-D16-best.jsonl" in named, named
     assert "would list results/paper/HW/runs/harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in named, named
     assert "swap-dp" not in named and "vgg416" not in named, named    # no swap-dp record, now or superseded
+    # a list rewritten with more POINTS (entry 88: every model's points on the H100) keeps a point whose
+    # Harmony run an earlier run of this script moved: it is listed again, not dropped
+    old_h = tmp_path / "results/paper/HW/superseded/pre-runtime-rerun/runs/harmony-vPP/gpt2-xl"
+    old_h.mkdir(parents=True)
+    (runs / "harmony-vPP/gpt2-xl/N1-D16-auto.jsonl").rename(old_h / "N1-D16-auto.jsonl")
+    more = subprocess.run(script, cwd=tmp_path, env={**env, "POINTS": "gpt2-xl/N1-D16 vgg416/N1-D16"},
+                          capture_output=True, text=True, check=True).stdout
+    assert "would list results/paper/HW/runs/harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in more, more
+    assert "would move results/paper/HW/runs/harmony-vPP/gpt2-xl" not in more, more
+    assert "would move results/paper/HW/runs/harmony-vPP/vgg416/N1-D16-auto.jsonl" in more, more

@@ -17,7 +17,9 @@
 #   superseded: it then finds nothing there). A swap baseline of a point with no record (moved by an earlier
 #   run of this script) is listed again whatever SYSTEMS says, so the list holds every swap record the point
 #   lacks beside the runs it moves: the H100's GPT2-XL Harmony runs were added to its list so, because one
-#   plan ran 1.8% apart on two H200s (docs/performance.md entry 86) and C3 there is within 2.5% of 1.0
+#   plan ran 1.8% apart on two H200s (docs/performance.md entry 86) and C3 there is within 2.5% of 1.0.
+#   Harmony's runs of a point that an earlier run of this script moved are listed again likewise (with
+#   `harmony` in SYSTEMS), so a list rewritten with more POINTS keeps the points already pending
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 MIN=${MIN:-10}; dry=0; [ "${1:-}" = --dry ] && dry=1
@@ -71,6 +73,9 @@ for key in "${!points[@]}"; do
   for mode in vPP vDP; do
     has harmony || break
     f="$R/runs/harmony-$mode/$model/$point-auto.jsonl"
+    if [ ! -e "$f" ] && [ -e "$old/runs/harmony-$mode/$model/$point-auto.jsonl" ]; then
+      points[$key]+=" $f"; continue            # superseded by an earlier run of this script: made again
+    fi
     [ -e "$f" ] && { move "$f"; points[$key]+=" $f"; }
   done
 done

@@ -7,7 +7,8 @@ ran is copied to the output, with the search listed in its summary under `ubatch
 whose record file already holds a finished run of the same settings is not run again, so a search cut
 short (a device call's time limit) resumes where it stopped. The default
 search climbs: it starts at the middle candidate (`--ubatch-start U`: the one nearest U, e.g. the model's
-best u on another machine), goes up while each larger u trains faster, and down
+best u on another machine; `--ubatch-start predicted`: swap-dp's or swap-pp's fastest candidate that fits,
+by Harmony's simulator), goes up while each larger u trains faster, and down
 from the start only when the first step up did not beat it. Candidates it skips are listed as
 `not tried`. Every run costs its whole set-up, so on a GPU this is 2-4 runs instead of all of them. It
 assumes throughput rises with u up to a peak, then falls or runs out of memory; every search on record
@@ -17,6 +18,7 @@ run failed with an error, 2 on bad input.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import faulthandler
 import importlib
@@ -52,10 +54,12 @@ def add_arguments(p) -> None:
     p.add_argument("--ubatch-search", default="climb", choices=["climb", "all"],
                    help="with a --ubatch list: climb from the middle candidate while throughput rises (default), "
                         "or run every candidate")
-    p.add_argument("--ubatch-start", type=int, default=None, metavar="U",
+    p.add_argument("--ubatch-start", type=ubatch_start_arg, default=None, metavar="U|predicted",
                    help="with --ubatch-search climb: start at the candidate nearest U (on a log scale) instead "
-                        "of the middle one, e.g. this model's best u on another machine; the climb and its "
-                        "candidates stay the same, only fewer of them run when U is near the peak")
+                        "of the middle one, e.g. this model's best u on another machine; `predicted` (swap-dp, "
+                        "swap-pp, with --profile and --calibration): at the candidate Harmony's simulator "
+                        "predicts fastest among those that fit the cap and the host's memory. The climb and its "
+                        "candidates stay the same, only fewer of them run when the start is near the peak")
     p.add_argument("--max-iter-s", type=float, default=None, metavar="SECONDS",
                    help="stop after the first steady-state iteration slower than this, and search no smaller "
                         "microbatch below such a candidate (default: run every iteration)")
@@ -285,7 +289,8 @@ def main(args) -> int:
             return "a larger u was infeasible for host memory, which a smaller u does not need less of"
         return None
 
-    start = start_index([s.ubatch for s in settings], getattr(args, "ubatch_start", None))
+    hint, prediction = ubatch_start_hint(args, settings)
+    start = start_index([s.ubatch for s in settings], hint)
     try:
         with call_end_raises():
             if getattr(args, "ubatch_search", "climb") == "all":
@@ -319,6 +324,8 @@ def main(args) -> int:
     summary["ubatch_search"] = search
     if start is not None:
         summary["ubatch_climb_start"] = settings[start].ubatch
+    if prediction is not None:
+        summary["ubatch_start_prediction"] = prediction
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines[:-1] + [json.dumps(summary)]) + "\n")
     print(f"{args.name}: microbatch search " + ", ".join(
@@ -360,6 +367,46 @@ def finished_candidate(s: Settings) -> dict | None:
     longer = (rec.get("status") == "over-time" and window is not None
               and window > (rec.get("call_window_s") or 0) + FRESH_CALL_SLACK_S)
     return rec if same and rec.get("status") in ("ok", *NOT_RUN_THROUGH) and not longer else None
+
+
+def ubatch_start_arg(value: str) -> int | str:
+    """--ubatch-start: a microbatch size, or `predicted`."""
+    if value == "predicted":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a microbatch size or `predicted`") from None
+
+
+def ubatch_start_hint(args, settings: list[Settings]) -> tuple[int | None, list[dict] | None]:
+    """(the u the climb starts nearest, the simulator's candidates when it chose it). For `predicted`:
+    the fastest candidate predicted to fit the cap and this host's memory (baselines.predicted_start);
+    the middle candidate, said on stderr, when the system has no task graph, the profile or calibration is
+    missing, or no candidate is predicted to fit."""
+    hint = getattr(args, "ubatch_start", None)
+    if hint != "predicted":
+        return hint, None
+    s = settings[0]
+    if args.name not in ("swap-dp", "swap-pp") or not (s.profile and s.calibration):
+        print(f"{args.name}: --ubatch-start predicted needs swap-dp or swap-pp with --profile and --calibration; "
+              f"the climb starts at the middle candidate", file=sys.stderr)
+        return None, None
+    from baselines.common import load_model
+    from baselines.predicted_start import candidates, fastest_fitting
+    from harmony.jsonio import read_json
+    from harmony.runtime.host_store import host_available_bytes
+    _, model_json = load_model(s.model, s.overrides)
+    cands = candidates(args.name, model_json, s.minibatch, s.gpus, [x.ubatch for x in settings],
+                       cap=s.gpu_memory_cap, profile=read_json(s.profile, kind="profile"),
+                       calibration=read_json(s.calibration, kind="calibration"), host_bytes=host_available_bytes())
+    best = fastest_fitting(cands)
+    print(f"{args.name}: predicted " + "; ".join(
+        f"u={c.ubatch} " + ("refused" if c.iter_time_s is None else f"{c.iter_time_s:.3f} s")
+        + (f" ({c.why_not})" if c.why_not else "") for c in cands)
+        + (f"; the climb starts at u={best.ubatch}" if best else "; none fits: the climb starts at the middle"),
+        file=sys.stderr)
+    return (best.ubatch if best else None), [c.to_json() for c in cands]
 
 
 def start_index(ubatches: list[int], hint: int | None) -> int | None:

@@ -21,13 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from baselines.common import Infeasible
-from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
-from harmony.schedule.memory import LayerCosts
-from harmony.schedule.simulate import simulate
-from harmony.schedule.tasks import build_task_graph
+from baselines.predicted_start import candidates
 from harmony.workflow import baseline_ubatches
-from resimulate_baselines import CONFIGS, swap_sim_params    # experiments/: this script's folder is on sys.path
 from runtime_gap import harmony_runs
 
 # where make-jobs-runtime-rerun.sh moves a point's records until they are made again on one host
@@ -35,7 +30,7 @@ SUPERSEDED = Path("superseded/pre-runtime-rerun")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[1] not in CONFIGS:
+    if len(argv) < 4 or argv[1] not in ("swap-dp", "swap-pp"):
         print(__doc__, file=sys.stderr)
         return 2
     root, system, n = Path(argv[0]), argv[1], int(argv[2])
@@ -47,8 +42,6 @@ def main(argv: list[str]) -> int:
         name, d = point.split(":")[0], int(point.split(":")[1])
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads((root / "profiles" / f"{name}.json").read_text())
-        costs = LayerCosts(profile)
-        params = swap_sim_params(calibration, model)
         runs, which = harmony_runs(root, name, n, d), "Harmony"
         if not runs:       # moved aside to be made again beside the baselines (device README item 47)
             runs, which = harmony_runs(root / SUPERSEDED, name, n, d), "Harmony (superseded record)"
@@ -57,42 +50,22 @@ def main(argv: list[str]) -> int:
             continue
         cap = next(iter(runs.values())).get("gpu_memory_cap")
         h = min(r["iter_time_s"] for r in runs.values())
-        cells, best, best_fit = [], None, None
-        for u in baseline_ubatches(d, n):
-            try:
-                cfg = CONFIGS[system](model, d, n, u, cap=cap, profile=profile)
-                graph = build_task_graph(cfg, model["num_vlayers"])
-                sim = simulate(graph, costs, params)
-            except Infeasible:
-                cells.append(f"u={u} infeasible")
-                continue
-            t, peak = sim.iter_time_s, max(sim.peak_memory_bytes)
-            best = t if best is None or t < best else best
-            # the baseline's own check is a lower bound and lets it try this u (an OOM is a record); the
-            # simulated peak says whether it trains, as well as the profile's memory does (item 50: u = 32
-            # at GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older
-            # profile puts the loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
-            need = host_need(graph, model, n)
-            if host and need > host:
-                cells.append(f"u={u} {t:.3f} (host arena {need / 2**30:.2f} GiB over the host's {host / 2**30:.2f})")
-                continue
-            if cap is not None and peak > cap:
-                cells.append(f"u={u} {t:.3f} (peak {peak / 2**30:.2f} GiB over the cap)")
-                continue
-            cells.append(f"u={u} {t:.3f}")
-            best_fit = t if best_fit is None or t < best_fit else best_fit
+        # the baseline's own check is a lower bound and lets it try a u over the cap (an OOM is a record); the
+        # simulated peak says whether it trains, as well as the profile's memory does (item 50: u = 32 at
+        # GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older profile puts the
+        # loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
+        cands = candidates(system, model, d, n, baseline_ubatches(d, n), cap=cap, profile=profile,
+                           calibration=calibration, host_bytes=host)
+        cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
+                 else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
+        timed = [c.iter_time_s for c in cands if c.iter_time_s is not None]
+        fits = [c.iter_time_s for c in cands if c.iter_time_s is not None and c.why_not is None]
+        best, best_fit = min(timed, default=None), min(fits, default=None)
         ratio = f", Harmony over the best candidate {best / h:.2f}x" if best else ""
         if best_fit is not None and best_fit != best:
             ratio += f", over the best that fits (GPU peak, host arena) {best_fit / h:.2f}x"
         print(f"{name} D={d}: {'; '.join(cells)} | {which} {h:.3f}{ratio}")
     return 0
-
-
-def host_need(graph, model: dict, gpus: int) -> int:
-    """Host memory a run of this graph asks for: its arena and the processes' reserve, as the runtime's
-    check_fits counts them (it compares with MemAvailable, a little under the total this is held to)."""
-    arena = arena_bytes(graph, model).total
-    return arena + process_reserve_bytes(gpus, arena)
 
 
 if __name__ == "__main__":

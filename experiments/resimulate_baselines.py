@@ -22,22 +22,16 @@ import json
 import statistics
 from pathlib import Path
 
+from baselines.predicted_start import sim_params
 from baselines.swap_dp import swap_dp_config
 from baselines.swap_pp import swap_pp_config
 from harmony.jsonio import read_jsonl
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.simulate import CUDA_HOST_TASK_S, SimParams, simulate
-from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE, build_task_graph
+from harmony.schedule.simulate import CUDA_HOST_TASK_S, simulate
+from harmony.schedule.tasks import build_task_graph
 
 BENCHMARK_TASK_MS = CUDA_HOST_TASK_S * 1e3     # entry 75's narrow benchmark on one H200: the per-task part
 CONFIGS = {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}
-
-
-def swap_sim_params(calibration: dict, model: dict, p2p_receive: str = DEFAULT_RECEIVE_MODE) -> SimParams:
-    """Harmony's model as the runtime runs a swap baseline's graph: the all-reduce inline, the receive mode
-    the run used (a swap baseline's schedule has no planned one, so the runtime's default)."""
-    params = SimParams.from_calibration(calibration, optimizer=(model.get("optimizer") or {}).get("kind", "adamw"))
-    return dataclasses.replace(params, allreduce="inline", p2p_receive=p2p_receive)
 
 
 def records(root: Path):
@@ -84,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{system:8s} {model_name:11s} {N:>2d} {D:>5d} {u:>4d}  (packs differ from the record's: skipped)")
             continue
         graph = build_task_graph(cfg, model["num_vlayers"])
-        params = swap_sim_params(calibration, model, s.get("p2p_receive") or "lazy")
+        params = sim_params(calibration, model, s.get("p2p_receive") or "lazy")
         plain = simulate(graph, costs, dataclasses.replace(params, host_task_s=0.0)).iter_time_s
         charged = simulate(graph, costs, dataclasses.replace(params, host_task_s=a.host_task_ms / 1e3)).iter_time_s
         tasks = sum(1 for t in graph.tasks if t.kind != "UPD")

@@ -125,6 +125,8 @@ def parse_ubatch_override(value) -> str | list[int]:
 
 
 SEARCH_UBATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# the baselines whose search can start at the simulator's prediction (they run a Harmony task graph)
+PREDICTED_START_SYSTEMS = ("swap-dp", "swap-pp")
 
 
 def baseline_ubatches(minibatch: int, gpus: int, spec="search") -> list[int]:
@@ -273,13 +275,19 @@ class Plan:
         """`--ubatch` of a baseline: `search` = powers of two up to D/N (the baseline keeps the fastest that
         fits: its best setting); a list = those candidates that divide D/N; absent = the baseline's default.
         With `baseline_ubatch_start_from` (a results folder of another machine) and a search, also
-        `--ubatch-start`: the best u of the same system, model and D there (the climb starts at it)."""
+        `--ubatch-start`: the best u of the same system, model and D there (the climb starts at it). Without
+        such a record, swap-dp and swap-pp start where the simulator predicts their fastest u that fits
+        (`--ubatch-start predicted`, from the profile and calibration the rule passes): their times over u
+        can have more than one peak, and a climb from the middle can stop at the wrong one
+        (docs/baselines.md, docs/performance.md entry 88)."""
         spec = self.settings.get("baseline_ubatch")
         if not spec:
             return ""
         us = baseline_ubatches(minibatch, gpus, spec)
         start = (self.baseline_best_ubatch(system, model, minibatch, gpus)
                  if len(us) > 1 and system and model else None)
+        if start is None and len(us) > 1 and system in PREDICTED_START_SYSTEMS:
+            start = "predicted"
         return "--ubatch " + ",".join(map(str, us)) + (f" --ubatch-start {start}" if start else "")
 
     def baseline_best_ubatch(self, system: str, model: str, minibatch: int, gpus: int) -> int | None:

@@ -1145,3 +1145,60 @@ def test_a_ranks_exception_outside_the_loop_ends_the_spawn_with_its_status():
     assert failed.value.status == "oom"
     assert failed.value.message.startswith("rank 1, OutOfMemoryError: CUDA out of memory"), failed.value.message
     assert time.monotonic() - t0 < 60, "the waiting rank was waited for, not ended"
+
+
+def test_ubatch_start_predicted_starts_the_climb_at_the_fastest_candidate_that_fits(tmp_path, monkeypatch, capsys):
+    """`--ubatch-start predicted` (docs/performance.md entry 88): swap-pp's climb begins at the candidate
+    Harmony's simulator predicts fastest among those that fit the host, not at the middle one. The host is
+    set just under the largest u's need (swap-dp's arena grows with u), so the fastest prediction is refused
+    for host memory and the start is the next one; the summary keeps every candidate's prediction. A system
+    without a task graph, or no profile, falls back to the middle and says why."""
+    import baselines.cli as bcli
+    from baselines.predicted_start import candidates, fastest_fitting
+    from harmony.jsonio import write_json
+    from harmony.metrics import IterationRecord
+    from harmony.schedule.synthetic import synthetic_calibration, synthetic_profile
+    _, mj = load_model("mlp-tiny")
+    cal = synthetic_calibration("paper")
+    prof = synthetic_profile(mj, cal, ubatch_sizes=(1, 2, 4, 8, 16))
+    write_json(tmp_path / "model.json", mj)
+    write_json(tmp_path / "profile.json", prof)
+    write_json(tmp_path / "calibration.json", cal)
+    us = [1, 2, 4, 8, 16]
+    free = candidates("swap-dp", mj, 16, 1, us, cap=None, profile=prof, calibration=cal, host_bytes=None)
+    fastest = fastest_fitting(free)
+    host = min(c.host_bytes for c in free if c.ubatch == fastest.ubatch) - 1
+    assert host > 0
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(host))
+    expected = fastest_fitting(candidates("swap-dp", mj, 16, 1, us, cap=None, profile=prof, calibration=cal,
+                                          host_bytes=host))
+    assert expected is not None and expected.ubatch != fastest.ubatch
+    ran = []
+
+    def fake_run_one(s):
+        ran.append(s.ubatch)
+        w = RunWriter(s, "mlp-tiny")
+        for i in range(2):        # the start is the peak: each neighbour is slower
+            rate = 100.0 / (1 + abs(s.ubatch.bit_length() - expected.ubatch.bit_length()))
+            w.iteration(IterationRecord(iteration=i, time_s=16 / rate, samples_per_s=rate, loss=1.0))
+        return w.summary("ok", warmup=1)
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    out = tmp_path / "r.jsonl"
+    args = ["baseline", "swap-dp", str(tmp_path / "model.json"), "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+            "--profile", str(tmp_path / "profile.json"), "--calibration", str(tmp_path / "calibration.json"),
+            "--iters", "2"]
+    assert harmony_main([*args, "--ubatch-start", "predicted", "-o", str(out)]) == 0
+    summary = read_jsonl(out)[-1]
+    assert ran[0] == expected.ubatch and summary["ubatch_climb_start"] == expected.ubatch, ran
+    assert summary["ubatch"] == expected.ubatch
+    pred = {c["ubatch"]: c for c in summary["ubatch_start_prediction"]}
+    assert sorted(pred) == us and "host arena" in pred[fastest.ubatch]["why_not"], pred
+    assert f"the climb starts at u={expected.ubatch}" in capsys.readouterr().err
+    # no task graph to simulate: the middle candidate, said so
+    ran.clear()
+    assert harmony_main(["baseline", "resident", "mlp-tiny", "--minibatch", "16", "--ubatch", "1,2,4,8,16",
+                         "--iters", "2", "--ubatch-start", "predicted", "-o", str(tmp_path / "res.jsonl")]) == 0
+    assert ran[0] == 4 and "starts at the middle candidate" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        harmony_main([*args, "--ubatch-start", "soon", "-o", str(tmp_path / "x.jsonl")])
+    assert e.value.code == 2 and "'soon': give a microbatch size or `predicted`" in capsys.readouterr().err

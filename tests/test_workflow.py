@@ -925,7 +925,9 @@ def test_baseline_searches_start_at_another_machines_best_u(tmp_path):
     assert plan.baseline_ubatch_args(64, 2, "swap-dp", "bert96") == "--ubatch 1,2,4,8,16,32 --ubatch-start 16"
     assert plan.baseline_ubatch_args(64, 2, "swap-pp", "bert96").endswith("--ubatch-start 8")    # same N first
     assert plan.baseline_ubatch_args(64, 2, "fsdp-offload", "bert96") == "--ubatch 1,2,4,8,16,32"
-    assert plan.baseline_ubatch_args(16, 2, "swap-dp", "bert96") == "--ubatch 1,2,4,8"      # no D = 16 record
+    # no D = 16 record: a swap baseline starts at the simulator's prediction, the others in the middle
+    assert plan.baseline_ubatch_args(16, 2, "swap-dp", "bert96") == "--ubatch 1,2,4,8 --ubatch-start predicted"
+    assert plan.baseline_ubatch_args(16, 2, "fsdp-offload", "bert96") == "--ubatch 1,2,4,8"
     assert Plan.from_config({**cfg, "baseline_ubatch": 8}, root=ROOT).baseline_ubatch_args(
         64, 2, "swap-dp", "bert96") == "--ubatch 8"
     with pytest.raises(ValueError, match="baseline_ubatch_start_from=.*no runs/ folder"):

@@ -1,0 +1,87 @@
+"""The simulator's view of a swap baseline's microbatch candidates, before any of them runs.
+
+For each candidate u: the baseline's own task graph (`baselines.swap_dp` / `baselines.swap_pp`, one vLayer per
+pack), Harmony's simulator on it with the machine's profile and calibration (the all-reduce inline, as the
+runtime runs it), its GPU peak against the cap, and its host arena (what `harmony run` pins, plus the
+processes' reserve) against the host's memory. `harmony baseline swap-pp ... --ubatch 1,2,...
+--ubatch-start predicted` starts its climb at the fastest candidate that fits: a climb assumes one peak, and
+swap-pp's predicted times over u can have several (VGG416 D = 16 on the H100's profile: 1.86 s at u = 2,
+3.16 at u = 4, 1.69 at u = 8), while the H100's record at ResNet1026 D = 256 ran u = 32 alone, 17.9 s an
+iteration, where u = 256 ran 3.2 s (docs/performance.md entry 88). The climb still measures; the prediction
+only picks where it begins. `experiments/predict_swap_search.py` prints the same table for a results folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Candidate:
+    ubatch: int
+    iter_time_s: float | None      # None when the baseline's own check refuses the u (no task fits the cap)
+    peak_bytes: int | None         # the simulated per-GPU peak
+    host_bytes: int | None         # host arena + the processes' reserve
+    why_not: str | None            # None when it fits; else what the run would hit
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def sim_params(calibration: dict, model_json: dict, p2p_receive: str | None = None):
+    """Harmony's model as the runtime runs a swap baseline's graph: the all-reduce inline, the receive mode
+    the run uses (a swap baseline's schedule plans none, so the runtime's default)."""
+    from harmony.schedule.simulate import SimParams
+    from harmony.schedule.tasks import DEFAULT_RECEIVE_MODE
+    params = SimParams.from_calibration(calibration, optimizer=(model_json.get("optimizer") or {}).get("kind", "adamw"))
+    return dataclasses.replace(params, allreduce="inline", p2p_receive=p2p_receive or DEFAULT_RECEIVE_MODE)
+
+
+def host_need(graph, model_json: dict, gpus: int) -> int:
+    """Host memory a run of this graph asks for: its arena and the processes' reserve, as the runtime's
+    `check_fits` counts them."""
+    from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
+    arena = arena_bytes(graph, model_json).total
+    return arena + process_reserve_bytes(gpus, arena)
+
+
+def config_builder(system: str):
+    """The function that lays out `system`'s graph at one u (KeyError for a system with no task graph)."""
+    from baselines.swap_dp import swap_dp_config
+    from baselines.swap_pp import swap_pp_config
+    return {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}[system]
+
+
+def candidates(system: str, model_json: dict, minibatch: int, gpus: int, ubatches: list[int], *, cap: int | None,
+               profile: dict, calibration: dict, host_bytes: int | None) -> list[Candidate]:
+    """Each u of the search, simulated (ascending u)."""
+    from baselines.common import Infeasible
+    from harmony.schedule.memory import LayerCosts
+    from harmony.schedule.simulate import simulate
+    from harmony.schedule.tasks import build_task_graph
+    build, costs, params = config_builder(system), LayerCosts(profile), sim_params(calibration, model_json)
+    out = []
+    for u in sorted(ubatches):
+        try:
+            graph = build_task_graph(build(model_json, minibatch, gpus, u, cap=cap, profile=profile),
+                                     model_json["num_vlayers"])
+        except Infeasible as e:
+            out.append(Candidate(u, None, None, None, f"infeasible: {e}"))
+            continue
+        sim = simulate(graph, costs, params)
+        peak, need = max(sim.peak_memory_bytes), host_need(graph, model_json, gpus)
+        why = None
+        if host_bytes and need > host_bytes:
+            why = f"host arena {need / GIB:.2f} GiB over the host's {host_bytes / GIB:.2f}"
+        elif cap is not None and peak > cap:
+            why = f"peak {peak / GIB:.2f} GiB over the cap"
+        out.append(Candidate(u, sim.iter_time_s, peak, need, why))
+    return out
+
+
+def fastest_fitting(cands: list[Candidate]) -> Candidate | None:
+    """The candidate predicted fastest among those that fit the cap and the host (None when none does)."""
+    fits = [c for c in cands if c.why_not is None and c.iter_time_s is not None]
+    return min(fits, key=lambda c: (c.iter_time_s, c.ubatch)) if fits else None

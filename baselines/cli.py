@@ -387,13 +387,13 @@ def ubatch_start_hint(args, settings: list[Settings]) -> tuple[int | None, list[
     hint = getattr(args, "ubatch_start", None)
     if hint != "predicted":
         return hint, None
+    from baselines.predicted_start import SYSTEMS, candidates, fastest_fitting
     s = settings[0]
-    if args.name not in ("swap-dp", "swap-pp") or not (s.profile and s.calibration):
+    if args.name not in SYSTEMS or not (s.profile and s.calibration):
         print(f"{args.name}: --ubatch-start predicted needs swap-dp or swap-pp with --profile and --calibration; "
               f"the climb starts at the middle candidate", file=sys.stderr)
         return None, None
     from baselines.common import load_model
-    from baselines.predicted_start import candidates, fastest_fitting
     from harmony.jsonio import read_json
     from harmony.runtime.host_store import host_available_bytes
     _, model_json = load_model(s.model, s.overrides)

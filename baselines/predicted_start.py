@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 
 GIB = 2**30
+SYSTEMS = ("swap-dp", "swap-pp")       # the baselines that run a Harmony task graph, so can be simulated
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ def host_need(graph, model_json: dict, gpus: int) -> int:
 
 
 def config_builder(system: str):
-    """The function that lays out `system`'s graph at one u (KeyError for a system with no task graph)."""
+    """The function that lays out `system`'s graph at one u (one of SYSTEMS)."""
     from baselines.swap_dp import swap_dp_config
     from baselines.swap_pp import swap_pp_config
-    return {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}[system]
+    return dict(zip(SYSTEMS, (swap_dp_config, swap_pp_config)))[system]
 
 
 def candidates(system: str, model_json: dict, minibatch: int, gpus: int, ubatches: list[int], *, cap: int | None,

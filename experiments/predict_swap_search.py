@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from baselines.predicted_start import candidates
+from baselines.predicted_start import SYSTEMS, candidates
 from harmony.workflow import baseline_ubatches
 from runtime_gap import harmony_runs
 
@@ -30,7 +30,7 @@ SUPERSEDED = Path("superseded/pre-runtime-rerun")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[1] not in ("swap-dp", "swap-pp"):
+    if len(argv) < 4 or argv[1] not in SYSTEMS:
         print(__doc__, file=sys.stderr)
         return 2
     root, system, n = Path(argv[0]), argv[1], int(argv[2])

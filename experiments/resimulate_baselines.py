@@ -22,21 +22,18 @@ import json
 import statistics
 from pathlib import Path
 
-from baselines.predicted_start import sim_params
-from baselines.swap_dp import swap_dp_config
-from baselines.swap_pp import swap_pp_config
+from baselines.predicted_start import SYSTEMS, config_builder, sim_params
 from harmony.jsonio import read_jsonl
 from harmony.schedule.memory import LayerCosts
 from harmony.schedule.simulate import CUDA_HOST_TASK_S, simulate
 from harmony.schedule.tasks import build_task_graph
 
 BENCHMARK_TASK_MS = CUDA_HOST_TASK_S * 1e3     # entry 75's narrow benchmark on one H200: the per-task part
-CONFIGS = {"swap-dp": swap_dp_config, "swap-pp": swap_pp_config}
 
 
 def records(root: Path):
     """(system, path, summary) of each swap baseline's chosen run (not its search candidates) that ran."""
-    for system in CONFIGS:
+    for system in SYSTEMS:
         for path in sorted((root / "runs" / system).glob("*/*.jsonl")):
             if path.name.count(".") > 1:                     # <record>.u<u>.jsonl: a search candidate
                 continue
@@ -73,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         if model_inputs(model_name) is None:
             continue
         model, profile, costs = model_inputs(model_name)
-        cfg = CONFIGS[system](model, D, N, u, cap=s.get("gpu_memory_cap"), profile=profile)
+        cfg = config_builder(system)(model, D, N, u, cap=s.get("gpu_memory_cap"), profile=profile)
         if [list(p) for p in cfg.bwd_packs] != s["bwd_packs"]:
             print(f"{system:8s} {model_name:11s} {N:>2d} {D:>5d} {u:>4d}  (packs differ from the record's: skipped)")
             continue

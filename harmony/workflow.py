@@ -125,8 +125,6 @@ def parse_ubatch_override(value) -> str | list[int]:
 
 
 SEARCH_UBATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-# the baselines whose search can start at the simulator's prediction (they run a Harmony task graph)
-PREDICTED_START_SYSTEMS = ("swap-dp", "swap-pp")
 
 
 def baseline_ubatches(minibatch: int, gpus: int, spec="search") -> list[int]:
@@ -286,8 +284,9 @@ class Plan:
         us = baseline_ubatches(minibatch, gpus, spec)
         start = (self.baseline_best_ubatch(system, model, minibatch, gpus)
                  if len(us) > 1 and system and model else None)
-        if start is None and len(us) > 1 and system in PREDICTED_START_SYSTEMS:
-            start = "predicted"
+        if start is None and len(us) > 1 and system:
+            from baselines.predicted_start import SYSTEMS as PREDICTABLE    # they run a Harmony task graph
+            start = "predicted" if system in PREDICTABLE else None
         return "--ubatch " + ",".join(map(str, us)) + (f" --ubatch-start {start}" if start else "")
 
     def baseline_best_ubatch(self, system: str, model: str, minibatch: int, gpus: int) -> int | None:

@@ -17,6 +17,9 @@ N, U = 6, 2
 
 
 class _Task(SimpleNamespace):
+    allreduce = False          # one GPU: no all-reduce, so autograd makes dW (the buffer is vDP's, below)
+    grad_keep = False
+
     def microbatches(self):
         return [(lo, min(lo + U, N)) for lo in range(0, N, U)]
 
@@ -35,7 +38,7 @@ def _worker(run_layers):
     w._fault_point = lambda t, it: None
     w._specs = lambda layer: [(None, torch.float32)]
     w._run_layers = run_layers
-    w._finish_grads = lambda t, it: None
+    w._finish_grads = lambda t, it, reduce_into=None: None
     for name in ("_fwd_microbatch", "_bwd_microbatch"):
         setattr(w, name, getattr(Worker, name).__get__(w))
     return w
@@ -132,3 +135,40 @@ def test_install_leaves_a_parameter_without_a_gradient_unless_the_previous_bwd_k
                             param_slots={0: [(params, "weight", True, 0)]}, buffer_slots={0: []})
         Worker.install(w, SimpleNamespace(pack=(0, 1)), {0: (tensors, None, None)})
         assert isinstance(params["weight"], nn.Parameter) and params["weight"].grad is want
+
+
+def test_a_vdp_bwd_accumulates_dw_into_the_buffer_its_all_reduce_sums_in_place():
+    """vDP across GPUs (docs/performance.md entry 89): before the backward the worker makes the pack's dW
+    views of one zeroed buffer, autograd accumulates into them over the task's microbatches, and the
+    all-reduce sums that buffer itself. It used to concatenate the gradients into a copy, which held the
+    pack's dW twice at that moment (the CPU task probe: vgg-tiny's [2, 10) BWD 75 KB over its charge at
+    N = 2). A gradient kept by the previous BWD (grad_keep) leaves the worker on the copy path."""
+    from torch import nn
+    for kept in (False, True):
+        lower, upper = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
+        x, gy = torch.randn(2 * U, 3), torch.randn(2 * U, 3)
+        w = _worker(lambda t, xs, it, lo: (xs[0] * lower * upper,))
+        w.cfg.num_layers = 4
+        w.get_input = lambda t, it, fetched: _Input(x)
+        w.get_grad = lambda t: _Input(gy)
+        w.grad_consumer, w.N, w.ordered_reduce = {}, 2, False
+        w.counters = SimpleNamespace(add=lambda *a: None)
+        w.grad_slots = {1: [({"w": lower}, "w", None)], 2: [({"w": upper}, "w", None)]}
+        made, reduced = [], []
+        w._grads_into_one_buffer = lambda t, _f=Worker._grads_into_one_buffer.__get__(w): made.append(_f(t)) or made[-1]
+        w._finish_grads = Worker._finish_grads.__get__(w)
+        w._all_reduce = lambda flat, to_host_only: reduced.append(flat.clone()) or flat.mul_(2)   # two equal ranks
+        if kept:
+            lower.grad = torch.zeros(3)
+        t = _Task(id=1, kind="BWD", pack=(1, 3), samples=(0, 2 * U), num_samples=2 * U, grad_in=0,
+                  allreduce=True, grad_keep=False, grad_to_host=False)
+        t.microbatches = lambda: [(0, U), (U, 2 * U)]
+        Worker.run_bwd(w, t, 0, {})
+        want = torch.cat([(gy * x * upper).sum(0), (gy * x * lower).sum(0)]).detach()
+        torch.testing.assert_close(reduced[0], want)
+        if kept:                                 # a kept dW: the copy, as before
+            assert made == [None]
+        else:                                    # the buffer autograd accumulated into is the one reduced
+            assert made[0] is not None and made[0].shape == (6,)
+            torch.testing.assert_close(made[0], 2 * want)
+        assert lower.grad is None and upper.grad is None

@@ -447,6 +447,7 @@ class Worker:
         remote = need_in_grad and grad_consumer.rank != self.rank
         out_float = [dt in _FLOAT for _, dt in self._specs(t.pack[1] - 1)]
         in_float = gin = None
+        reduce_into = self._grads_into_one_buffer(t) if t.allreduce and not t.grad_keep else None
         mbs = t.microbatches()
         for i, (lo, hi) in enumerate(mbs):
             self.current = (t, lo, hi)
@@ -472,7 +473,7 @@ class Worker:
             # recompute holds its tensor (an input gradient, u x X_in, did; docs/performance.md entry 38)
             del xs, gys, dxs
         del inp, gin_src
-        self._finish_grads(t, it)
+        self._finish_grads(t, it, reduce_into)
         if need_in_grad and not remote:
             self.grads_out[t.id] = gin
 
@@ -503,9 +504,27 @@ class Worker:
                     torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
         return [x.grad for x, f in zip(xs, in_float) if f] if need_in_grad else []
 
-    def _finish_grads(self, t, it: int) -> None:
+    def _grads_into_one_buffer(self, t) -> torch.Tensor | None:
+        """vDP across GPUs: before the backward, make the pack's weight gradients views of one zeroed buffer,
+        so that autograd accumulates into it and the all-reduce sums it in place. The gradients were made
+        by autograd and concatenated into a flat copy for the all-reduce, which held the pack's dW twice at
+        that moment, past what the task's memory charge counts (docs/performance.md entry 89). None (the
+        copy, as before) when a gradient is already held (kept by the previous BWD) or the dtypes differ."""
+        params = [mod_params[name] for layer in range(*t.pack) for mod_params, name, _ in self.grad_slots[layer]]
+        if not params or any(p.grad is not None for p in params) or len({p.dtype for p in params}) > 1:
+            return None
+        flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=self.device)
+        offset = 0
+        for p in params:
+            p.grad = flat[offset:offset + p.numel()].view(p.shape)
+            offset += p.numel()
+        return flat
+
+    def _finish_grads(self, t, it: int, reduce_into: torch.Tensor | None = None) -> None:
         """All-reduce (vDP) and send the task's accumulated weight gradients to the arena, once; or, with
-        grad_keep, hold them for the next BWD of the same pack (installed with the kept weights)."""
+        grad_keep, hold them for the next BWD of the same pack (installed with the kept weights).
+        `reduce_into`: the buffer `_grads_into_one_buffer` made the gradients views of, reduced in place
+        while autograd still accumulates into those views; otherwise the gradients are concatenated."""
         if t.grad_keep:
             for layer in range(*t.pack):
                 self.kept_grads[layer] = {k: params[name].grad for params, name, _, k in self.param_slots[layer]
@@ -525,7 +544,10 @@ class Worker:
             return
         grads = [p.grad for p in params]
         if t.allreduce:
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            if reduce_into is not None and _views_of(grads, reduce_into):
+                flat = reduce_into
+            else:       # autograd replaced a view, or there was none: reduce a copy
+                flat = torch.cat([g.reshape(-1) for g in grads])
             nbytes = flat.numel() * flat.element_size()
             if self.ordered_reduce:       # an all-gather: every other rank's whole share arrives
                 self.counters.add("allreduce", (self.N - 1) * nbytes)
@@ -828,6 +850,16 @@ class Worker:
                         max_allocated_bytes=torch.cuda.max_memory_allocated(self.device),
                         gpu_memory_cap=self.job.get("gpu_memory_cap"))
         return info
+
+
+def _views_of(grads: list, flat: torch.Tensor) -> bool:
+    """Whether `grads` are still, in order, the consecutive views of `flat` they were made as."""
+    base, size, offset = flat.data_ptr(), flat.element_size(), 0
+    for g in grads:
+        if g.data_ptr() != base + offset * size or not g.is_contiguous():
+            return False
+        offset += g.numel()
+    return offset == flat.numel()
 
 
 def _copy_rows(dsts: list, srcs: list, rows: slice) -> None:

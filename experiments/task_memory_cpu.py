@@ -5,8 +5,9 @@ storages the worker's thread makes (harmony.gpumem.MemoryMeter). This profiles M
 three-pack plan (vPP, or vDP over N CPU workers) with one microbatch per task and with two, three iterations
 each under the probe, and prints per task: measured peak, the simulator's charge (its own peak plus the next
 task's prefetch) and the excess. `tests/test_task_memory.py` holds N = 1 to the
-charge for every family; at N = 2, vDP's BWD tasks of weight-heavy packs ran up to 75 KB over it
-(docs/performance.md entry 87: open).
+charge for every family. At N = 2, vDP's BWD tasks of weight-heavy packs ran up to 75 KB over it on every
+run until their all-reduce stopped copying dW (docs/performance.md entries 87 and 89); a sporadic excess of
+17-54 KB on the input pack, in one rank of some runs, is still open.
 
     PYTHONPATH=. python experiments/task_memory_cpu.py MODEL [--mode vDP] [--gpus 2] [--minibatch 8]
 """

@@ -245,14 +245,20 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 class _LiveStorageMode(TorchDispatchMode):
     def __init__(self):
         super().__init__()
+        import threading
         self.live = 0
         self.peak = 0
         self._sizes: dict[int, int] = {}
+        # a storage made here may be freed on another thread (its finalizer runs where the last reference
+        # goes), and `live -= n` there against `live += n` here are each a read-modify-write that a thread
+        # switch can split. (Guarding them did not remove entry 89's sporadic excess: that is elsewhere.)
+        self._lock = threading.Lock()
 
     def _free(self, key: int) -> None:
-        n = self._sizes.pop(key, None)
-        if n is not None:
-            self.live -= n
+        with self._lock:
+            n = self._sizes.pop(key, None)
+            if n is not None:
+                self.live -= n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         import weakref
@@ -267,9 +273,10 @@ class _LiveStorageMode(TorchDispatchMode):
             if not key or key in seen or key in self._sizes:
                 continue
             st = t.untyped_storage()
-            self._sizes[key] = st.nbytes()
-            self.live += st.nbytes()
-            self.peak = max(self.peak, self.live)
+            with self._lock:
+                self._sizes[key] = st.nbytes()
+                self.live += st.nbytes()
+                self.peak = max(self.peak, self.live)
             weakref.finalize(st, self._free, key)
             seen.add(key)
         return out

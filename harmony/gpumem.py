@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import weakref
 
 import torch
 
@@ -245,7 +247,6 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 class _LiveStorageMode(TorchDispatchMode):
     def __init__(self):
         super().__init__()
-        import threading
         self.live = 0
         self.peak = 0
         self._sizes: dict[int, int] = {}
@@ -261,7 +262,6 @@ class _LiveStorageMode(TorchDispatchMode):
                 self.live -= n
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        import weakref
         out = func(*args, **(kwargs or {}))
         flat_in, _ = tree_flatten((args, kwargs))
         seen = {_storage_key(a) for a in flat_in if isinstance(a, torch.Tensor)}

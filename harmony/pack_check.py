@@ -137,8 +137,6 @@ def check_pack(model_json: dict, prof: dict, layers_range, u: int | None, device
     return out
 
 
-
-
 def check_tasks_cpu(model_json: dict, costs, graph, iters: int = 3) -> list[dict]:
     """Validating the task rule (harmony.schedule.memory) the way check_pack validates the pack rule: run
     `graph` on CPU workers under the worker's per-task memory probe (`HARMONY_TASK_PEAKS`, docs/runtime.md)

@@ -48,6 +48,9 @@ move() {   # move PATH: into the superseded folder, keeping its place under RESU
   if [ $dry = 1 ]; then echo "would move $1"; return; fi
   mkdir -p "$(dirname "$dest")"; git mv "$1" "$dest"
 }
+moved_earlier() {   # moved_earlier RECORD: an earlier run of this script superseded it, so it is made again
+  [ ! -e "$1" ] && [ -e "$old/${1#"$R"/}" ]
+}
 declare -A points=()
 for row in "${rows[@]}"; do
   set -- $row
@@ -60,9 +63,7 @@ for key in "${!points[@]}"; do
   # both swap baselines of the point, the one within MIN too: the point's Harmony runs are made again
   for system in swap-dp swap-pp; do
     base="$R/runs/$system/$model/$point-best"
-    if [ ! -e "$base.jsonl" ] && [ -e "$old/runs/$system/$model/$point-best.jsonl" ]; then
-      points[$key]+=" $base.jsonl"; continue     # superseded by an earlier run of this script: made again
-    fi
+    if moved_earlier "$base.jsonl"; then points[$key]+=" $base.jsonl"; continue; fi
     has "$system" || continue
     [ -e "$base.jsonl" ] || continue
     for f in "$base".jsonl "$base".u*.jsonl "$base".u*.jsonl.partial "$R/logs/baseline/$system/$model/$point-best.log"; do
@@ -73,9 +74,7 @@ for key in "${!points[@]}"; do
   for mode in vPP vDP; do
     has harmony || break
     f="$R/runs/harmony-$mode/$model/$point-auto.jsonl"
-    if [ ! -e "$f" ] && [ -e "$old/runs/harmony-$mode/$model/$point-auto.jsonl" ]; then
-      points[$key]+=" $f"; continue            # superseded by an earlier run of this script: made again
-    fi
+    if moved_earlier "$f"; then points[$key]+=" $f"; continue; fi
     [ -e "$f" ] && { move "$f"; points[$key]+=" $f"; }
   done
 done

@@ -14,6 +14,9 @@ weights, gradients, optimizer state and the activation stash, plus the processes
 folder's host memory (env.json) prints that need, and is left out of the best under the cap too: the run
 refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activations, so at VGG416 D = 64 it
 needs 129.8 GiB at any u, and swap-dp's stash grows with u).
+
+usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
+  e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
 """
 from __future__ import annotations
 
@@ -34,12 +37,17 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     root, system, n = Path(argv[0]), argv[1], int(argv[2])
+    points = [p.split(":") for p in argv[3:]]
+    bad = [":".join(p) for p in points if len(p) != 2 or not p[1].isdigit()]
+    if bad:
+        print(f"{', '.join(bad)}: give each point as MODEL:D, the model and its minibatch (e.g. gpt2-xl:16)",
+              file=sys.stderr)
+        return 2
     calibration = json.loads((root / "calibration.json").read_text())
     env = root / "env.json"
     host = json.loads(env.read_text()).get("host_memory_bytes") if env.exists() else None
     print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured")
-    for point in argv[3:]:
-        name, d = point.split(":")[0], int(point.split(":")[1])
+    for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads((root / "profiles" / f"{name}.json").read_text())
         runs, which = harmony_runs(root, name, n, d), "Harmony"

@@ -2306,3 +2306,29 @@ def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     assert "would list results/paper/HW/runs/harmony-vPP/gpt2-xl/N1-D16-auto.jsonl" in more, more
     assert "would move results/paper/HW/runs/harmony-vPP/gpt2-xl" not in more, more
     assert "would move results/paper/HW/runs/harmony-vPP/vgg416/N1-D16-auto.jsonl" in more, more
+
+
+def test_grid_gpu_refuses_a_tag_an_earlier_call_used(tmp_path):
+    """experiments/device/grid_gpu.sh: a call's tag names its calls/TAG.* for good, so a tag already there is
+    refused before anything runs (the sixty-second session's item 47 calls took a default tag an earlier call
+    had used and overwrote its records, restored from git)."""
+    results = tmp_path / "results"
+    (results / "calls").mkdir(parents=True)
+    (results / "calls" / "x2-old.console.log").write_text("[x2-old] the earlier call\n")
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"touch {tmp_path}/ran\n")
+    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "x2-old"],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert p.returncode == 2 and "earlier call" in p.stderr and "new TAG" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "ran").exists()
+    assert (results / "calls" / "x2-old.console.log").read_text() == "[x2-old] the earlier call\n"
+
+
+def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():
+    """experiments/predict_swap_search.py: a point written otherwise than MODEL:D (the sixty-second session
+    typed gpt2-xl/D16, the job lists' spelling) is named with the form it needs, instead of a traceback."""
+    p = subprocess.run([sys.executable, str(ROOT / "experiments/predict_swap_search.py"), "results/paper/2xH200",
+                        "swap-dp", "2", "gpt2-xl:16", "gpt2-xl/D16"], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'experiments'}"})
+    assert p.returncode == 2 and "gpt2-xl/D16: give each point as MODEL:D" in p.stderr, (p.returncode, p.stderr)
+    assert p.stdout == "" and "Traceback" not in p.stderr

@@ -17,6 +17,11 @@
 set -uo pipefail
 JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
 BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-60}
+# A tag names a call's records for good: reusing one would overwrite an earlier call's calls/TAG.* (the
+# sixty-second session's item 47 calls took next_call.sh's default x2-rerun1, a tag of the twenty-first's)
+if [ -e "$RESULTS/calls/$TAG.console.log" ]; then
+  echo "[$TAG] $RESULTS/calls/$TAG.console.log exists: that tag is an earlier call's; give this call a new TAG" >&2; exit 2
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false

@@ -50,12 +50,12 @@ pack_ab() {   # TAG LINES: an A/B call's console into its folder with the GPU's 
   tar czf "$OUT/$1.tgz" -C /tmp "$1"
 }
 case "$HW" in
-  2xH200)             # item 45: figures 17 and 8's fixed plans whose predictions today's model moves, measured again
+  2xH200)             # item 45 (done, sixty-second session): figures 17 and 8's fixed plans, measured again
     # (about 10 minutes in two calls, x2-repredfix1 and 2; slim: SLIM_ALSO='results/large/
     # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above);
     # ITEM=47 runs the stale swap baselines again beside Harmony (runtime_rerun above; its list written first)
-    if [ "${ITEM:-45}" = 42 ]; then host_task "${1:-ht1}"
-    elif [ "${ITEM:-45}" = 47 ]; then runtime_rerun "${1:-x2-rerun1}"
+    if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"
+    elif [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-x2-rtrerun1}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
   1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53-56

@@ -140,6 +140,15 @@ case "$HW" in
       fi
       pack_ab "$T" 30; exit 0
     fi
+    if [ "${ITEM:-49}" = 58 ]; then   # item 58 (docs/performance.md entry 90): swap-dp BERT96 at N = 1, D = 8, u = 8, with 2x
+      # H200's profile: one GPU's share of the N = 2, D = 16 run, without the all-reduce. Its BWD tasks were
+      # issued every 5.45 ms there against the model's 3.23 ms; the record's task_issued says whether they still
+      # are with no all-reduce (about 3 minutes: two rounds)
+      T=${1:-i58}
+      ARMS='new=.' HARMONY_ARMS='' IN=results/paper/2xH200 MODEL=bert96 BASELINE=swap-dp D=8 U=8 ITERS=6 WARMUP=2 \
+        ROUNDS=2 RUN_LIMIT_S=120 DEADLINE_S=330 bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T" > "/tmp/$T.console" 2>&1
+      pack_ab "$T" 8; exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

@@ -2201,7 +2201,7 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
     baseline from its own tree (its files, not the working tree's: a marker in its copy of the package shows
     in its log), the working-tree arm runs two named Harmony plans, arms.txt says which code each arm is, the
     summary names every arm's runs, and a deadline that leaves less than half a run limit after one run
-    is warned of before any run."""
+    is warned of before any run. BASE_ARGS and RUN_ARGS reach the baseline's and the plans' commands."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the repository's git metadata")
     inp = tmp_path / "in"
@@ -2227,7 +2227,9 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
            "SCHEDULES": f"plan={sched} other={sched}", "IN": str(inp), "MODEL": "gpt2-tiny", "D": "4", "U": "2",
            "CAP": "", "DEVICE": "cpu", "ITERS": "2", "WARMUP": "1", "ROUNDS": "1",
            # three runs, of which the later two start only within 100 s: said up front (item 56, entry 86)
-           "RUN_LIMIT_S": "300", "DEADLINE_S": "400"}
+           "RUN_LIMIT_S": "300", "DEADLINE_S": "400",
+           # more options for each command (item 58): the baseline writes its schedule, the plans run on one thread
+           "BASE_ARGS": f"--schedule-out {tmp_path}/base-schedule.json", "RUN_ARGS": "--worker-threads 1"}
     p = subprocess.run(["bash", str(ROOT / "experiments/device/runtime-gap-ab-1gpu.sh"), str(out)], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -2237,6 +2239,8 @@ def test_runtime_gap_ab_runs_each_arm_in_its_own_code(tmp_path):
     for f in ("base.old.1.jsonl", "harmony.new.1.jsonl", "harmony-other.new.1.jsonl", "env.json"):
         assert (out / f).exists(), f"{f} missing: {sorted(x.name for x in out.iterdir())}"
     assert not (out / "base.new.1.jsonl").exists(), "BASE_ARMS=old: the new arm runs no baseline"
+    assert json.loads((tmp_path / "base-schedule.json").read_text())["artifact"] == "schedule"
+    assert json.loads((out / "harmony.new.1.jsonl").read_text().splitlines()[-1])["worker_threads"] == 1
     arms = (out / "arms.txt").read_text().splitlines()
     assert arms[0].endswith("archived-head") and arms[1].startswith("new . the working tree"), arms
     for line in ("base old: s/iteration", "harmony new: s/iteration", "harmony-other new: s/iteration"):

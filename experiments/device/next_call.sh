@@ -142,12 +142,21 @@ case "$HW" in
     fi
     if [ "${ITEM:-49}" = 58 ]; then   # item 58 (docs/performance.md entry 90): swap-dp BERT96 at N = 1, D = 8, u = 8, with 2x
       # H200's profile: one GPU's share of the N = 2, D = 16 run, without the all-reduce. Its BWD tasks were
-      # issued every 5.45 ms there against the model's 3.23 ms; the record's task_issued says whether they still
-      # are with no all-reduce (about 3 minutes: two rounds)
-      T=${1:-i58}
-      ARMS='new=.' HARMONY_ARMS='' IN=results/paper/2xH200 MODEL=bert96 BASELINE=swap-dp D=8 U=8 ITERS=6 WARMUP=2 \
-        ROUNDS=2 RUN_LIMIT_S=120 DEADLINE_S=330 bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T" > "/tmp/$T.console" 2>&1
-      pack_ab "$T" 8; exit 0
+      # issued every 5.45 ms there against the model's 3.23 ms; the records' task_issued say whether they still
+      # are with no all-reduce, and whether fewer CPU threads for the optimizer (its steps run beside the issue
+      # loop) shorten them: the baseline once, writing its schedule, then that schedule with 16 and 4 worker
+      # threads, A B B A (about 4 minutes)
+      T=${1:-i58}; S=/tmp/$T/swapdp-schedule.json
+      ab58() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]: one runtime-gap-ab-1gpu.sh pass into /tmp/$T/SUB
+        ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 MODEL=bert96 BASELINE=swap-dp \
+          D=8 U=8 ITERS=6 WARMUP=2 ROUNDS=1 RUN_LIMIT_S=90 DEADLINE_S=$((540 - SECONDS)) SCHEDULES="plan=$S" \
+          BASE_ARGS="--schedule-out $S" bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
+      }
+      mkdir -p "/tmp/$T"
+      ab58 base new ''
+      ab58 w16-1 '' new '--worker-threads 16'; ab58 w4-1 '' new '--worker-threads 4'
+      ab58 w4-2 '' new '--worker-threads 4'; ab58 w16-2 '' new '--worker-threads 16'
+      pack_ab "$T" 16; exit 0
     fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)

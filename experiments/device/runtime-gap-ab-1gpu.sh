@@ -18,7 +18,9 @@
 # D (16), U (16: the baseline's microbatch, the one its record chose), BASELINE (swap-pp), SCHEDULES
 # (NAME=schedule.json ...: Harmony's plans, each run in every HARMONY_ARMS arm; default
 # plan=$IN/schedules/$MODEL/vDP-N1-D$D-auto.json), CAP (11GiB; empty: none), DEVICE (cuda), PREC (tf32 on cuda,
-# fp32 on the CPU), RUN_LIMIT_S (150 per run), DEADLINE_S (570: no run starts that could end after it).
+# fp32 on the CPU), RUN_LIMIT_S (150 per run), DEADLINE_S (570: no run starts that could end after it),
+# BASE_ARGS and RUN_ARGS (more `harmony baseline` and `harmony run` options, e.g. BASE_ARGS='--schedule-out F'
+# to run the baseline's own schedule as a plan afterwards, RUN_ARGS='--worker-threads 4').
 # Writes OUTDIR/base.LABEL.ROUND.jsonl/.log and harmony[-NAME].LABEL.ROUND.jsonl/.log (NAME for every plan
 # but the one named `plan`), OUTDIR/host.*.txt (load and memory before each run),
 # OUTDIR/env.json, and prints each arm's per-run times, medians and their ratios to the first arm's.
@@ -75,14 +77,15 @@ for r in $(seq 1 "$ROUNDS"); do
   for l in "${order[@]}"; do
     [ "$BASE_ARMS" = all ] || case " $BASE_ARMS " in *" $l "*) ;; *) continue ;; esac
     one base "$l" "$r" -- baseline "$BASELINE" "$MODEL_ARG" --minibatch "$D" --gpus 1 "${CAP_ARG[@]}" \
-      --ubatch "$U" --iters "$ITERS" --warmup "$WARMUP" --device "$DEVICE" --precision "$PREC" "${PROFILE_ARG[@]}"
+      --ubatch "$U" --iters "$ITERS" --warmup "$WARMUP" --device "$DEVICE" --precision "$PREC" "${PROFILE_ARG[@]}" \
+      ${BASE_ARGS:-}
   done
   for sch in $SCHEDULES; do
     kind=harmony; [ "${sch%%=*}" = plan ] || kind="harmony-${sch%%=*}"
     for l in "${order[@]}"; do
       case " $HARMONY_ARMS " in *" $l "*)
         one "$kind" "$l" "$r" -- run "$(abs "${sch#*=}")" --iters "$ITERS" --warmup "$WARMUP" --data synthetic \
-          "${CAP_ARG[@]}" --precision "$PREC" --device "$DEVICE" ;;
+          "${CAP_ARG[@]}" --precision "$PREC" --device "$DEVICE" ${RUN_ARGS:-} ;;
       esac
     done
   done

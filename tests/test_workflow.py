@@ -2336,3 +2336,18 @@ def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():
                        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'experiments'}"})
     assert p.returncode == 2 and "gpt2-xl/D16: give each point as MODEL:D" in p.stderr, (p.returncode, p.stderr)
     assert p.stdout == "" and "Traceback" not in p.stderr
+
+
+def test_next_call_picks_the_first_call_tag_no_record_has(tmp_path):
+    """experiments/device/next_call.sh's unused_tag: item 47's calls take PREFIX1, PREFIX2, ..., the first
+    whose calls/TAG.console.log is not in the folder (its old fixed defaults, x2-rerun1 and h100-rerun1, were
+    earlier sessions' tags: grid_gpu.sh refuses those now)."""
+    calls = tmp_path / "results/paper/2xH200/calls"
+    calls.mkdir(parents=True)
+    for n in (1, 2, 4):
+        (calls / f"x2-rtrerun{n}.console.log").write_text("")
+    fn = re.search(r"^unused_tag\(\) \{.*?^\}", (ROOT / "experiments/device/next_call.sh").read_text(), re.S | re.M)
+    assert fn, "next_call.sh defines no unused_tag"
+    out = subprocess.run(["bash", "-c", fn.group(0) + "\nunused_tag x2-rtrerun; unused_tag h100-rtrerun"], cwd=tmp_path,
+                         env={**os.environ, "HW": "2xH200"}, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["x2-rtrerun3", "h100-rtrerun1"]

@@ -13,6 +13,9 @@ set -u
 export PYTHONPATH=$PWD    # every branch calls `python3 -m harmony...` (grid_gpu.sh puts its own `harmony` on the PATH)
 HW=$(python3 -m harmony.cli env --device cuda 2>/dev/null | python3 -c 'import json, sys; print(json.load(sys.stdin)["hardware_tag"])')
 echo "lent: $HW"; nvidia-smi -L
+unused_tag() {   # unused_tag PREFIX: PREFIX1, PREFIX2, ...: the first this folder's calls/ has no record of
+  local n=1; while [ -e "results/paper/$HW/calls/$1$n.console.log" ]; do n=$((n + 1)); done; echo "$1$n"
+}
 runtime_rerun() {   # item 47: a folder's stale swap baselines and Harmony runs side by side (list written first)
   local list="experiments/device/jobs-runtime-rerun-$HW.sh"
   if [ ! -s "$list" ]; then
@@ -55,7 +58,7 @@ case "$HW" in
     # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above);
     # ITEM=47 runs the stale swap baselines again beside Harmony (runtime_rerun above; its list written first)
     if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"
-    elif [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-x2-rtrerun1}"
+    elif [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
   1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53-56
@@ -209,7 +212,7 @@ case "$HW" in
     # list is written on the CPU machine first, moving the old records: bash
     # experiments/device/make-jobs-samehost.sh --move bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
     if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
-    if [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-h100-rerun1}"; exit 0; fi
+    if [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-$(unused_tag h100-rtrerun)}"; exit 0; fi
     if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
       echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
     fi

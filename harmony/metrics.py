@@ -163,7 +163,11 @@ def format_host_phases(phases: list[dict] | None) -> list[str]:
         lines.append(f"rank {r} host: issue {p['issue_s']:.3f} s (update-flag waits {p['flag_wait_s']:.3f}{ahead}), then "
                      f"sends {p['sends_drain_s']:.3f}, GPU drain {p['gpu_drain_s']:.3f}, optimizer drain "
                      f"{p['upd_drain_s']:.3f} s; {p.get('upd_steps', 0)} updates: waiting for gradients "
-                     f"{p.get('upd_wait_grads_s', 0):.3f}, stepping {step:.3f} thread-s{rate}")
+                     f"{p.get('upd_wait_grads_s', 0):.3f}, stepping {step:.3f} thread-s{rate}"
+                     + (f"; {p['grad_adds']} gradient groups added on the host in {p['grad_add_s']:.3f} s"
+                        if p.get("grad_adds") else "")
+                     + (f"; garbage collector {p['gc_s']:.3f} s ({p['gc_collections']} collections, "
+                        f"{p.get('gc_gen2', 0)} full)" if p.get("gc_collections") else ""))
     return lines
 
 

@@ -192,6 +192,32 @@ def test_cli_run_record_and_counters(tmp_path):
     assert summary["load_buffers"] == "copy-stream" and summary["weight_copies"] == "per-vlayer"
 
 
+def test_host_phases_count_the_host_gradient_adds_and_the_garbage_collector(tmp_path):
+    # swap-dp at u < the rank's share sends each pack's dW once per microbatch group, and the host adds the
+    # later groups into the first (grad_accumulate): host work beside the issue loop that entry 91 needs
+    # counted. Every such task of a rank is one add a rank and iteration, each taking some time.
+    from baselines.swap_dp import swap_dp_config
+    from harmony.decompose import decompose_model
+    from harmony.models import get_model
+    from harmony.schedule.io import make_schedule_record
+    from harmony.schedule.tasks import build_task_graph
+    mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny", "overrides": {}},
+                         with_flops=False)
+    g = build_task_graph(swap_dp_config(mj, 8, 2, 2), mj["num_vlayers"])
+    adds = [sum(1 for t in g.tasks if t.grad_accumulate and t.rank == r) for r in range(2)]
+    assert all(a > 0 for a in adds), adds
+    p, out = _cli(tmp_path, make_schedule_record(mj, g))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    lines = read_jsonl(out)
+    for it in lines[:-1]:
+        for r, ph in enumerate(it["host_phases"]):
+            assert ph["grad_adds"] == adds[r] and ph["grad_add_s"] > 0
+            assert ph["gc_s"] >= 0 and ph["gc_collections"] >= ph["gc_gen2"] >= 0
+            assert ph["gc_s"] <= it["rank_time_s"][r] + 1e-6
+    assert err.count("gradient groups added on the host") == 2, err
+
+
 def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[

@@ -162,8 +162,10 @@ class PackUpdater:
 
     @staticmethod
     def _zero_stats() -> dict:
-        # thread-seconds (the pool's threads may overlap): waiting for a pack's gradients, stepping it
-        return {"upd_wait_grads_s": 0.0, "upd_step_s": 0.0, "upd_params": 0, "upd_steps": 0}
+        # thread-seconds (the pool's threads may overlap): waiting for a pack's gradients, stepping it; and
+        # the signal thread's adding of accumulated gradient groups into dW (swap-dp, swap-pp at u < D)
+        return {"upd_wait_grads_s": 0.0, "upd_step_s": 0.0, "upd_params": 0, "upd_steps": 0,
+                "grad_add_s": 0.0, "grad_adds": 0}
 
     def take_stats(self) -> dict:
         """The update jobs' waits and steps since the last call (one iteration's, after wait_all)."""
@@ -193,14 +195,23 @@ class PackUpdater:
         def finish():
             wait_event(event)
             if add_into is not None:
+                t0 = time.perf_counter()
                 for d, s in zip(add_into, staged):
                     d.add_(s)
+                self.count_grad_add(time.perf_counter() - t0)
         if event is None and add_into is None:
             return
         if event is None:          # CPU: synchronous
             finish()
             return
         self._arrivals.setdefault(pi, []).append(self.signal.submit(finish))
+
+    def count_grad_add(self, seconds: float) -> None:
+        """One gradient group added into a pack's dW on the host, taking `seconds`: host work beside the issue
+        loop, on the intra-op threads the issuing thread shares (docs/performance.md entry 91)."""
+        with self._stats_lock:
+            self._stats["grad_add_s"] += seconds
+            self._stats["grad_adds"] += 1
 
     def submit(self, pi: int, iteration: int) -> Future:
         arrivals = self._arrivals.pop(pi, [])

@@ -37,6 +37,7 @@ from harmony.gpu_clocks import DeviceClocks
 from harmony.gpumem import MemoryMeter, alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
+from harmony.runtime.gc_clock import GcClock
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
@@ -564,8 +565,10 @@ class Worker:
                 staged = self.copier.staging(grads) if self.copier.cuda else None
                 if staged is None:            # CPU: add directly into dW (counted as the D2H it stands for)
                     self.counters.add("d2h_grads", sum(g.numel() * g.element_size() for g in grads))
+                    t_add = time.perf_counter()
                     for d, g in zip(dsts, grads):
                         d.add_(g)
+                    self.updater.count_grad_add(time.perf_counter() - t_add)
                     self.updater.grads_arriving(pi, None)
                 else:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")
@@ -645,6 +648,7 @@ class Worker:
         # from here on (harmony.gpumem.MemoryMeter), which are its "device" tensors: the arena is made before
         self.probe_meter = MemoryMeter(self.device).__enter__() if probe else None
         self.task_clock = TaskClock(self.device, self.copier.compute if self.copier.cuda else None)
+        self.gc_clock = GcClock().start()
 
     def run(self) -> None:
         import psutil
@@ -768,6 +772,7 @@ class Worker:
         """The rank's tasks of iteration `it`, until its copies, sends and updates have completed."""
         clock = time.perf_counter
         t0, self.flag_wait_s, self.run_ahead_wait_s = clock(), 0.0, 0.0
+        self.gc_clock.take()              # this iteration's collections only
         self.loss_acc = torch.zeros((), device=self.device)
         self.task_clock.begin()
         first = self.compute_tasks[0] if self.compute_tasks else None
@@ -823,7 +828,8 @@ class Worker:
                             **({"run_ahead_wait_s": self.run_ahead_wait_s}
                                if self.job.get("run_ahead") is not None else {}),
                             "sends_drain_s": t2 - t1,
-                            "gpu_drain_s": t3 - t2, "upd_drain_s": t4 - t3, **self.updater.take_stats()}
+                            "gpu_drain_s": t3 - t2, "upd_drain_s": t4 - t3, **self.updater.take_stats(),
+                            **self.gc_clock.take()}
 
     def _host_pss(self) -> dict:
         """{"pss": bytes} after iteration 0, before the barrier, so outside every timed iteration (the page

@@ -161,6 +161,23 @@ case "$HW" in
       ab58 w4-2 '' new '--worker-threads 4'; ab58 w16-2 '' new '--worker-threads 16'
       pack_ab "$T" 16; exit 0
     fi
+    if [ "${ITEM:-49}" = 59 ]; then   # item 59 (docs/performance.md entry 91): swap-dp GPT2-XL at N = 1, D = 32, u = 4,
+      # with 2x H200's profile: eight groups a pack, so the host adds seven of every eight 123 MB dW into the
+      # first, beside the issue loop, as swap-pp's u = 4 candidates did (42-52% over the model). The baseline
+      # once, writing its schedule, then that schedule at 16 and 4 worker threads, A B B A; the records'
+      # host_phases now hold grad_add_s and gc_s (about 5 minutes)
+      T=${1:-i59}; S=/tmp/$T/swapdp-schedule.json
+      ab59() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]
+        ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 MODEL=gpt2-xl BASELINE=swap-dp \
+          D=32 U=4 ITERS=4 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=100 DEADLINE_S=$((545 - SECONDS)) SCHEDULES="plan=$S" \
+          BASE_ARGS="--schedule-out $S" bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
+      }
+      mkdir -p "/tmp/$T"
+      ab59 base new ''
+      ab59 w16-1 '' new '--worker-threads 16'; ab59 w4-1 '' new '--worker-threads 4'
+      ab59 w4-2 '' new '--worker-threads 4'; ab59 w16-2 '' new '--worker-threads 16'
+      pack_ab "$T" 16; exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

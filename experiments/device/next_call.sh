@@ -169,13 +169,13 @@ case "$HW" in
       T=${1:-i59}; S=/tmp/$T/swapdp-schedule.json
       ab59() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]
         ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 MODEL=gpt2-xl BASELINE=swap-dp \
-          D=32 U=4 ITERS=4 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=100 DEADLINE_S=$((545 - SECONDS)) SCHEDULES="plan=$S" \
+          D=32 U=4 ITERS=5 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=100 DEADLINE_S=$((545 - SECONDS)) SCHEDULES="plan=$S" \
           BASE_ARGS="--schedule-out $S" bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
       }
       mkdir -p "/tmp/$T"
       ab59 base new ''
-      ab59 w16-1 '' new '--worker-threads 16'; ab59 w4-1 '' new '--worker-threads 4'
-      ab59 w4-2 '' new '--worker-threads 4'; ab59 w16-2 '' new '--worker-threads 16'
+      ab59 w16-1 '' new '--worker-threads 16 --memcpy-trace'; ab59 w4-1 '' new '--worker-threads 4 --memcpy-trace'
+      ab59 w4-2 '' new '--worker-threads 4 --memcpy-trace'; ab59 w16-2 '' new '--worker-threads 16 --memcpy-trace'
       pack_ab "$T" 16; exit 0
     fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;

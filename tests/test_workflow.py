@@ -2351,3 +2351,34 @@ def test_next_call_picks_the_first_call_tag_no_record_has(tmp_path):
     out = subprocess.run(["bash", "-c", fn.group(0) + "\nunused_tag x2-rtrerun; unused_tag h100-rtrerun"], cwd=tmp_path,
                          env={**os.environ, "HW": "2xH200"}, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["x2-rtrerun3", "h100-rtrerun1"]
+
+
+def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and_4_threads(tmp_path):
+    """next_call.sh's threads_ab (items 58 and 59): one pass writes swap-dp's schedule, then four run it at
+    16, 4, 4 and 16 worker threads, each with the caller's extra option, the model and microbatch the caller
+    set, and the time left before its deadline. A stub stands for runtime-gap-ab-1gpu.sh and records each
+    pass's settings, so the device call's plumbing is checked before it costs GPU time."""
+    text = (ROOT / "experiments/device/next_call.sh").read_text()
+    fn = re.search(r"^threads_ab\(\) \{.*?^\}", text, re.S | re.M)
+    tag = f"threads-ab-test-{os.getpid()}"
+    assert fn, "next_call.sh defines no threads_ab"
+    stub = tmp_path / "experiments/device/runtime-gap-ab-1gpu.sh"
+    stub.parent.mkdir(parents=True)
+    stub.write_text('echo "$1|$MODEL|$D|$U|$ITERS|$WARMUP|$BASE_ARMS|$HARMONY_ARMS|$RUN_ARGS|$BASE_ARGS|$DEADLINE_S" '
+                    f'>> {tmp_path}/passes.txt\n')
+    script = (fn.group(0) + '\npack_ab() { echo "packed $1"; }\n'
+              f'MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab {tag} --memcpy-trace\n')
+    try:
+        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    finally:
+        shutil.rmtree(f"/tmp/{tag}", ignore_errors=True)      # the function's own folder and console, as on
+        Path(f"/tmp/{tag}.console").unlink(missing_ok=True)   # the device
+    assert out.strip() == f"packed {tag}"
+    passes = [line.split("|") for line in (tmp_path / "passes.txt").read_text().splitlines()]
+    assert [p[0] for p in passes] == [f"/tmp/{tag}/{s}" for s in ("base", "w16-1", "w4-1", "w4-2", "w16-2")]
+    assert all(p[1:6] == ["gpt2-xl", "32", "4", "5", "1"] for p in passes)
+    assert passes[0][6:9] == ["new", "", ""]                     # the baseline alone, writing its schedule
+    assert all(p[6:8] == ["", "new"] for p in passes[1:])       # then the schedule alone
+    assert [p[8] for p in passes[1:]] == [f"--worker-threads {n} --memcpy-trace" for n in (16, 4, 4, 16)]
+    assert all(p[9] == f"--schedule-out /tmp/{tag}/swapdp-schedule.json" for p in passes)
+    assert all(0 < int(p[10]) <= 545 for p in passes)

@@ -47,6 +47,22 @@ point_ab() {   # items 50, 51, 53: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2
     bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/u$U" >> "/tmp/$T.console" 2>&1
   pack_ab "$T" 14
 }
+threads_ab() {   # TAG RUN_EXTRA (items 58, 59; MODEL D U ITERS WARMUP RUN_LIMIT_S DEADLINE from the caller): swap-dp
+  # at N = 1 with 2x H200's profile, once, writing its schedule; then that schedule with `harmony run` at 16
+  # and 4 worker threads, A B B A (the optimizer's steps and the host's gradient adds run on those threads,
+  # beside the issue loop), RUN_EXTRA added to each run; every pass into /tmp/TAG/SUB, the console into TAG.tgz
+  local T=$1 X=$2 S=/tmp/$1/swapdp-schedule.json
+  pass() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]
+    ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 BASELINE=swap-dp ROUNDS=1 \
+      DEADLINE_S=$((DEADLINE - SECONDS)) SCHEDULES="plan=$S" BASE_ARGS="--schedule-out $S" \
+      bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
+  }
+  mkdir -p "/tmp/$T"
+  pass base new ''
+  pass w16-1 '' new "--worker-threads 16 $X"; pass w4-1 '' new "--worker-threads 4 $X"
+  pass w4-2 '' new "--worker-threads 4 $X"; pass w16-2 '' new "--worker-threads 16 $X"
+  pack_ab "$T" 16
+}
 pack_ab() {   # TAG LINES: an A/B call's console into its folder with the GPU's identity, tarred into $OUT
   tail -"$2" "/tmp/$1.console"; cp "/tmp/$1.console" "/tmp/$1/console.log"
   nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "/tmp/$1/gpu.csv"
@@ -147,36 +163,15 @@ case "$HW" in
       # H200's profile: one GPU's share of the N = 2, D = 16 run, without the all-reduce. Its BWD tasks were
       # issued every 5.45 ms there against the model's 3.23 ms; the records' task_issued say whether they still
       # are with no all-reduce, and whether fewer CPU threads for the optimizer (its steps run beside the issue
-      # loop) shorten them: the baseline once, writing its schedule, then that schedule with 16 and 4 worker
-      # threads, A B B A (about 4 minutes)
-      T=${1:-i58}; S=/tmp/$T/swapdp-schedule.json
-      ab58() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]: one runtime-gap-ab-1gpu.sh pass into /tmp/$T/SUB
-        ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 MODEL=bert96 BASELINE=swap-dp \
-          D=8 U=8 ITERS=6 WARMUP=2 ROUNDS=1 RUN_LIMIT_S=90 DEADLINE_S=$((540 - SECONDS)) SCHEDULES="plan=$S" \
-          BASE_ARGS="--schedule-out $S" bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
-      }
-      mkdir -p "/tmp/$T"
-      ab58 base new ''
-      ab58 w16-1 '' new '--worker-threads 16'; ab58 w4-1 '' new '--worker-threads 4'
-      ab58 w4-2 '' new '--worker-threads 4'; ab58 w16-2 '' new '--worker-threads 16'
-      pack_ab "$T" 16; exit 0
+      # loop) shorten them (about 4 minutes)
+      MODEL=bert96 D=8 U=8 ITERS=6 WARMUP=2 RUN_LIMIT_S=90 DEADLINE=540 threads_ab "${1:-i58}" ''; exit 0
     fi
     if [ "${ITEM:-49}" = 59 ]; then   # item 59 (docs/performance.md entry 91): swap-dp GPT2-XL at N = 1, D = 32, u = 4,
       # with 2x H200's profile: eight groups a pack, so the host adds seven of every eight 123 MB dW into the
-      # first, beside the issue loop, as swap-pp's u = 4 candidates did (42-52% over the model). The baseline
-      # once, writing its schedule, then that schedule at 16 and 4 worker threads, A B B A; the records'
-      # host_phases now hold grad_add_s and gc_s (about 5 minutes)
-      T=${1:-i59}; S=/tmp/$T/swapdp-schedule.json
-      ab59() {   # SUB BASE_ARMS HARMONY_ARMS [RUN_ARGS]
-        ARMS='new=.' BASE_ARMS=$2 HARMONY_ARMS=$3 RUN_ARGS=${4:-} IN=results/paper/2xH200 MODEL=gpt2-xl BASELINE=swap-dp \
-          D=32 U=4 ITERS=5 WARMUP=1 ROUNDS=1 RUN_LIMIT_S=100 DEADLINE_S=$((545 - SECONDS)) SCHEDULES="plan=$S" \
-          BASE_ARGS="--schedule-out $S" bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/$1" >> "/tmp/$T.console" 2>&1
-      }
-      mkdir -p "/tmp/$T"
-      ab59 base new ''
-      ab59 w16-1 '' new '--worker-threads 16 --memcpy-trace'; ab59 w4-1 '' new '--worker-threads 4 --memcpy-trace'
-      ab59 w4-2 '' new '--worker-threads 4 --memcpy-trace'; ab59 w16-2 '' new '--worker-threads 16 --memcpy-trace'
-      pack_ab "$T" 16; exit 0
+      # first, beside the issue loop, as swap-pp's u = 4 candidates did (42-52% over the model); each run
+      # traces one iteration for its copy rates (about 5 minutes)
+      MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab "${1:-i59}" --memcpy-trace
+      exit 0
     fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)

@@ -218,6 +218,21 @@ def test_host_phases_count_the_host_gradient_adds_and_the_garbage_collector(tmp_
     assert err.count("gradient groups added on the host") == 2, err
 
 
+def test_gc_clock_counts_a_full_collection_and_registers_once():
+    import gc
+    from harmony.runtime.gc_clock import GC_CLOCK
+    GC_CLOCK.start().start()        # a second run in the same worker process starts it again
+    try:
+        assert sum(1 for c in gc.callbacks if getattr(c, "__self__", None) is GC_CLOCK) == 1
+        GC_CLOCK.take()
+        gc.collect()
+        got = GC_CLOCK.take()
+        assert got["gc_collections"] >= 1 and got["gc_gen2"] >= 1 and got["gc_s"] > 0
+        assert GC_CLOCK.take()["gc_s"] < got["gc_s"]        # take() starts the count again
+    finally:
+        GC_CLOCK.stop()
+
+
 def test_cli_run_thread_options(tmp_path):
     _, rec, g = schedule("gpt2-tiny", "vDP", 2, 4, 2, "P2")
     p, out = _cli(tmp_path, rec, {"OMP_WAIT_POLICY": "ACTIVE"}, extra_args=[

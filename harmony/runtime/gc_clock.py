@@ -44,3 +44,8 @@ class GcClock:
         out = {"gc_s": self._seconds, "gc_collections": sum(self._by_gen), "gc_gen2": self._by_gen[2]}
         self._seconds, self._by_gen = 0.0, [0, 0, 0]
         return out
+
+
+# One per process: a worker process may run several schedules (harmony.runtime.train_many), and a clock made
+# per run would leave its callback behind in gc.callbacks when the next run starts its own.
+GC_CLOCK = GcClock()

@@ -37,7 +37,7 @@ from harmony.gpu_clocks import DeviceClocks
 from harmony.gpumem import MemoryMeter, alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
-from harmony.runtime.gc_clock import GcClock
+from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
@@ -648,7 +648,7 @@ class Worker:
         # from here on (harmony.gpumem.MemoryMeter), which are its "device" tensors: the arena is made before
         self.probe_meter = MemoryMeter(self.device).__enter__() if probe else None
         self.task_clock = TaskClock(self.device, self.copier.compute if self.copier.cuda else None)
-        self.gc_clock = GcClock().start()
+        self.gc_clock = GC_CLOCK.start()
 
     def run(self) -> None:
         import psutil

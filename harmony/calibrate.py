@@ -7,7 +7,8 @@ Schema: harmony/profile_data.py (artifact "calibration"). Method (docs/profiling
     GPU<->GPU: every ordered pair, 256 MiB, with torch.cuda.can_device_access_peer recorded.
     Every GPU of the host at once (two or more GPUs): 512 MiB pinned per GPU, one stream each, host-timed
     from the first issue to the last completion -> h2d/d2h_pinned_total_Bps; the simulator shares one host
-    link among the GPUs when the H2D total is under 1.5x one GPU's.
+    link among the GPUs when the H2D total is under 1.5x one GPU's. Then both directions on every GPU at
+    once (a second stream and buffer pair each) -> duplex_pinned_total_Bps (recorded, not yet simulated).
   - CPU only: there is no PCIe link, so every "H2D/D2H" figure is a host memcpy (torch copy_ between two
     host buffers) and both-at-once is two such copies in two threads; p2p_Bps is null.
   - matmul: n x n x n products (n = 8192 on CUDA, 1024 on CPU) at fp32 (strict), tf32 and bf16.
@@ -162,23 +163,35 @@ class Calibrator:
         hosts = [torch.empty(n, dtype=torch.uint8, pin_memory=True).fill_(1) for _ in devs]
         gpus = [torch.empty(n, dtype=torch.uint8, device=d) for d in devs]
         streams = [torch.cuda.Stream(d) for d in devs]
+        # the other direction's buffers and streams, for both at once on every GPU
+        hosts_out = [torch.empty(n, dtype=torch.uint8, pin_memory=True) for _ in devs]
+        gpus_out = [torch.ones(n, dtype=torch.uint8, device=d) for d in devs]
+        streams_out = [torch.cuda.Stream(d) for d in devs]
 
-        def issue(h2d: bool):
-            for h, g, s in zip(hosts, gpus, streams):
-                dst, src = (g, h) if h2d else (h, g)
-                with torch.cuda.stream(s):
-                    dst.copy_(src, non_blocking=True)
+        def issue(h2d: bool, d2h: bool):
+            for h, g, s, ho, go, so in zip(hosts, gpus, streams, hosts_out, gpus_out, streams_out):
+                if h2d:
+                    with torch.cuda.stream(s):
+                        g.copy_(h, non_blocking=True)
+                if d2h:
+                    with torch.cuda.stream(so):
+                        ho.copy_(go, non_blocking=True)
 
         def sync():
-            for s in streams:
+            for s in streams + streams_out:
                 s.synchronize()
         for d in devs:
             torch.cuda.synchronize(d)
         out = {"h2d_pinned_total_Bps": self._rate("h2d_pinned_total_Bps", ng * n, host_timed(
-                   lambda: issue(True), self.trials, self.warmup, sync)),
+                   lambda: issue(True, False), self.trials, self.warmup, sync)),
                "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, host_timed(
-                   lambda: issue(False), self.trials, self.warmup, sync))}
-        hosts = gpus = None          # free them now (issue() is done with them)
+                   lambda: issue(False, True), self.trials, self.warmup, sync)),
+               # every GPU both ways at once, as swap-pp and swap-dp at small u copy (docs/performance.md
+               # entry 91: 37-41 GB/s a direction there against one GPU's duplex of 50.8); recorded, not
+               # yet used by the simulator
+               "duplex_pinned_total_Bps": self._rate("duplex_pinned_total_Bps", 2 * ng * n, host_timed(
+                   lambda: issue(True, True), self.trials, self.warmup, sync))}
+        hosts = gpus = hosts_out = gpus_out = None          # free them now (issue() is done with them)
         for d in devs:
             with torch.cuda.device(d):
                 torch.cuda.empty_cache()
@@ -367,7 +380,7 @@ def print_summary(rec: dict, file=sys.stdout) -> None:
     print(f"\ncalibration of {rec['gpu'] or 'cpu'} ({rec['device']}), {rec['cpu_threads']} CPU threads, "
           f"host {format_bytes(rec['host_memory_bytes'])}", file=file)
     for k in ("h2d_pinned_Bps", "d2h_pinned_Bps", "duplex_pinned_Bps", "h2d_pageable_Bps", "d2h_pageable_Bps",
-              "host_memcpy_Bps", "h2d_pinned_total_Bps", "d2h_pinned_total_Bps"):
+              "host_memcpy_Bps", "h2d_pinned_total_Bps", "d2h_pinned_total_Bps", "duplex_pinned_total_Bps"):
         if k in rec:
             print(f"  {k:<20} {gb(rec[k])}", file=file)
     if rec.get("p2p_Bps"):

@@ -53,7 +53,8 @@ the last two points above the largest), which `Profile` does.
 calibration.json (artifact "calibration", schema_version 1): keys ending in _Bps are bytes/s,
   h2d_pinned_Bps, d2h_pinned_Bps, duplex_pinned_Bps (both directions at once, sum),
   h2d_pageable_Bps, d2h_pageable_Bps, host_memcpy_Bps, p2p_Bps (N x N, null on the diagonal),
-  h2d_pinned_total_Bps, d2h_pinned_total_Bps (every GPU at once; only with two or more GPUs),
+  h2d_pinned_total_Bps, d2h_pinned_total_Bps, duplex_pinned_total_Bps (every GPU at once, one way each, then
+  both ways; only with two or more GPUs),
   matmul_flops {fp32, tf32, bf16}, cpu_adam_params_per_s, cpu_sgd_params_per_s, cpu_threads,
   gpu, gpu_count, host_memory_bytes, device.
 """

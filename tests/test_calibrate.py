@@ -95,3 +95,5 @@ def test_all_gpu_copies_are_measured_on_a_multi_gpu_host():
     for k, single in (("h2d_pinned_total_Bps", one["h2d_pinned_Bps"]), ("d2h_pinned_total_Bps", one["d2h_pinned_Bps"])):
         # at least what one GPU moves alone would be, at most every GPU at full speed (with 30% slack)
         assert 0.7 * single <= total[k] <= 1.3 * n * single, (k, total[k], single)
+    # both ways on every GPU: at least one GPU's two directions alone would move, at most every GPU's duplex
+    assert 0.7 * one["duplex_pinned_Bps"] <= total["duplex_pinned_total_Bps"] <= 1.3 * n * one["duplex_pinned_Bps"]

@@ -364,3 +364,24 @@ def test_env_names_the_visible_gpus_among_the_hosts():
     env = env_record("cuda", "fp32")
     assert len(env["gpu_uuids"]) == torch.cuda.device_count()
     assert set(env["gpu_uuids"]) <= set(env["host_gpu_uuids"]), env      # pynvml is a dependency
+
+
+def test_host_gradient_adds_are_counted_on_the_signal_thread():
+    """On CUDA the host adds each later dW group into the first on the updater's signal thread, after its
+    device-to-host copy lands (the CPU adds on the worker's thread: tests/test_runtime_failures.py). Every
+    grad_accumulate task of the graph is one add an iteration, each taking some time (entry 91)."""
+    from baselines.swap_dp import swap_dp_config
+    from harmony.decompose import decompose_model
+    from harmony.models import get_model
+    from harmony.schedule.io import make_schedule_record
+    from harmony.schedule.tasks import build_task_graph
+    mj = decompose_model(get_model("gpt2-tiny"), source={"kind": "zoo", "name": "gpt2-tiny", "overrides": {}},
+                         with_flops=False)
+    g = build_task_graph(swap_dp_config(mj, 8, 1, 2), mj["num_vlayers"])
+    adds = sum(1 for t in g.tasks if t.grad_accumulate)
+    assert adds > 0
+    s = run_schedule(make_schedule_record(mj, g), g, iters=3, warmup=1, device="cuda", precision="fp32")
+    assert s["status"] == "ok", s.get("message")
+    (ph,) = s["host_phases"]
+    assert ph["grad_adds"] == adds and ph["grad_add_s"] > 0
+    assert ph["gc_collections"] >= ph["gc_gen2"] >= 0 and 0 <= ph["gc_s"] <= s["iter_time_s"]

@@ -45,6 +45,12 @@ telling where a run that missed its prediction lost the time (docs/performance.m
 is when it is in use: a transfer streamed microbatch by microbatch spans its first to its last microbatch, so
 it is not the link's busy time; the gigabytes beside it are.
 
+`--task-spans RUN` prints each compute task of RUN's median steady iteration beside the simulator's (the
+gap before it, its span, and how long after its issue its GPU work ended), then per rank and task kind the
+medians of its spans, measured and simulated, how often the host issued such a task, and the model's host
+lane for one (its profiled issue plus the runtime's charge): a host that issues slower than its lane while
+the GPU waits for it spends time the model leaves out (docs/performance.md entries 90 and 91).
+
 `--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
 last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
 schedules do not, so their overlaps are unknown): the tasks' own peaks, then with what each rank still holds
@@ -53,7 +59,7 @@ plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
         [--runs DIR] [--calibration FILE] [--schedules DIR] [--host-overhead TASK_MS VLAYER_MS]
-        [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE]
+        [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE | --task-spans RUN]
 """
 from __future__ import annotations
 
@@ -154,13 +160,14 @@ def main(argv: list[str]) -> int:
     from harmony.schedule.bound import schedule_bound
     from harmony.schedule.io import planned_cap
     from harmony.figures import read_run
-    from harmony.schedule.simulate import simulate, task_spans
+    from harmony.schedule.simulate import simulate, task_issue_seconds, task_spans
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
     ap.add_argument("--runs", help="folder of run records (default: ROOT/runs/harmony-*)")
     ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
-    ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules)")
+    ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules); with --task-spans also the "
+                                        "one schedule file the run ran")
     ap.add_argument("--peaks", action="store_true", help="modelled peak memory per GPU against the measured one")
     ap.add_argument("--task-peaks", nargs=2, metavar=("SCHEDULE", "PROBE_DIR"), default=None,
                     help="each task's measured peak (a run with HARMONY_TASK_PEAKS=PROBE_DIR) against the model's")
@@ -212,7 +219,8 @@ def main(argv: list[str]) -> int:
         if not s or not s.get("task_spans"):
             sys.exit(f"resimulate_runs.py: {run} has no task_spans (runs recorded them from the thirtieth "
                      f"session on)")
-        sched = find_schedule(run, s, schedules)
+        # a schedule file given for --schedules is the run's (an A/B's record beside the schedule it ran)
+        sched = schedules if schedules.is_file() else find_schedule(run, s, schedules)
         if sched is None:
             sys.exit(f"resimulate_runs.py: no schedule in {schedules} matches {run}; pass --schedules")
         # a device folder (large_gpu.sh) keeps the profile beside the record; --profiles still wins
@@ -220,7 +228,9 @@ def main(argv: list[str]) -> int:
             or profile_path(Path(run).parent, s["model"]) or require_profile(profiles, s["model"])
         rec, graph, costs, params = sim_inputs(sched, profile, cal)
         params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
-        for line in task_span_lines(s, graph, task_spans(graph, costs, params, planned_cap(rec))):
+        simulated = task_spans(graph, costs, params, planned_cap(rec))
+        for line in task_span_lines(s, graph, simulated) + kind_lines(s, graph, simulated,
+                                                                      task_issue_seconds(graph, costs, params)):
             print(line)
         # a task longer than profiled: was the GPU's clock lower in the run than in the profile?
         from harmony.gpu_clocks import line as clock_line
@@ -357,6 +367,35 @@ def host_bound_share(summary: dict) -> str:
     """`host-b` of the table: the share of a run's tasks that waited for the host, '-' without the record."""
     hb = host_bound_tasks(summary)
     return f"{hb[0] / hb[1]:.2f}" if hb and hb[1] else "-"
+
+
+def kind_lines(summary: dict, graph, simulated: dict[int, tuple], issue_s: dict[int, float] | None) -> list[str]:
+    """Per rank and task kind, the medians of entries 90 and 91: how often the host issued a task of that kind
+    (the interval from the rank's previous task's issue end to this one's; `task_issued`) against the model's
+    host lane for it (`task_issue_seconds`: profiled issue plus the runtime's charge), and the task's span on
+    the GPU, measured and simulated. An interval well over the model's host lane with a GPU waiting for the
+    host (host-bound lags) is host time the model leaves out."""
+    kinds = {t.id: t.kind for t in graph.tasks}
+    issued = summary.get("task_issued") or []
+    lines = []
+    for r, spans in enumerate(summary["task_spans"]):
+        at = [(tid, t) for tid, t in issued[r]] if r < len(issued) else []
+        gaps: dict[str, list[float]] = {}
+        for (_, t0), (tid, t1) in zip(at, at[1:]):
+            gaps.setdefault(kinds[tid], []).append(t1 - t0)
+        for kind in ("FWD", "BWD"):
+            ids = [tid for tid, _, _ in spans if kinds[tid] == kind]
+            if not ids:
+                continue
+            meas = statistics.median(b - a for tid, a, b in spans if kinds[tid] == kind)
+            sim = statistics.median(simulated[tid][1] - simulated[tid][0] for tid in ids)
+            text = f"rank {r} {kind}: {len(ids)} tasks, span median {meas * 1e3:.2f} ms (simulated {sim * 1e3:.2f})"
+            if gaps.get(kind):
+                text += f"; issued every {statistics.median(gaps[kind]) * 1e3:.2f} ms (median)"
+            if issue_s:
+                text += f"; the model's host lane {statistics.median(issue_s[tid] for tid in ids) * 1e3:.2f} ms a task"
+            lines.append(text)
+    return lines
 
 
 def task_span_lines(summary: dict, graph, simulated: dict[int, tuple]) -> list[str]:

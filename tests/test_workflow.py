@@ -1364,6 +1364,14 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     assert out.count("total") == 2, out
     n = [sum(1 for t in graph.tasks if t.kind != "UPD" and t.rank == r) for r in range(2)]
     assert all(f"{k} of {k} tasks ended within 1 ms of their issue (host-bound)" in out for k in n), out
+    # then per rank and kind the medians: how many tasks, their spans, how often the host issued one, and
+    # the model's host lane for one (the CPU calibration charges no runtime work: the profile's issue)
+    kinds = re.findall(r"^rank (\d) (FWD|BWD): (\d+) tasks, span median ([\d.]+) ms \(simulated ([\d.]+)\); "
+                       r"issued every ([\d.]+) ms \(median\); the model's host lane ([\d.]+) ms a task$", out, re.M)
+    want = {(str(r), k): sum(1 for t in graph.tasks if t.kind == k and t.rank == r) for r in range(2)
+            for k in ("FWD", "BWD")}
+    assert {(r, k): int(c) for r, k, c, *_ in kinds} == {rk: c for rk, c in want.items() if c}, out
+    assert all(float(m) > 0 and float(sim) > 0 and float(every) > 0 for *_, m, sim, every, _ in kinds), out
     table = sh([sys.executable, script, str(R)]).stdout           # the folder's table: its `host-b` column
     row = next(line.split() for line in table.splitlines() if line.startswith("gpt2-tiny") and " vPP " in line)
     assert row[-1] == "1.00", table
@@ -1377,6 +1385,12 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     out_dev = sh([sys.executable, script, str(tmp_path / "device"), "--calibration", str(R / "calibration.json"),
                   "--task-spans", str(dev / "harmony.jsonl")]).stdout
     assert out_dev.split("\n", 1)[1] == out.split("\n", 1)[1], (out_dev, out)   # same rows as from the layout
+    # an A/B's record, named by its arm, with the schedule it ran given as a file
+    ab = tmp_path / "ab" / "harmony.new.1.jsonl"
+    ab.parent.mkdir()
+    shutil.copy(run, ab)
+    out_ab = sh([sys.executable, script, str(R), "--schedules", str(sched), "--task-spans", str(ab)]).stdout
+    assert out_ab.split("\n", 1)[1] == out.split("\n", 1)[1], (out_ab, out)
     bare = tmp_path / "bare.jsonl"
     bare.write_text(json.dumps({"record": "summary", "status": "ok", "model": "gpt2-tiny"}) + "\n")
     res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(bare)], capture_output=True,

@@ -407,6 +407,13 @@ def task_spans(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | 
     return {t.id: (c_start[t.id] - origin, c_end[t.id] - origin) for t in g.tasks if t.kind != "UPD"}
 
 
+def task_issue_seconds(g: TaskGraph, costs: LayerCosts, params: SimParams) -> dict[int, float]:
+    """Per compute task id, the seconds the model's host lane spends issuing it: its vLayers' profiled issue
+    times plus the runtime's charge per task (SimParams.host_task_s, host_vlayer_s). What a run's issue
+    intervals (`task_issued`) are to be set beside (`experiments/resimulate_runs.py --task-spans`)."""
+    return {x.t.id: x.iss for x in _prepare(g, costs, costs.layer_sizes(), params) if x.kind != "UPD"}
+
+
 def simulate_receive_modes(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None,
                            modes: tuple[str, ...], beat: float | None = None) -> tuple[str, SimResult]:
     """The fastest feasible of the receive `modes` for graph g (the first on a tie) and its simulation. The

@@ -187,7 +187,7 @@ class Calibrator:
                "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, host_timed(
                    lambda: issue(False, True), self.trials, self.warmup, sync)),
                # every GPU both ways at once, as swap-pp and swap-dp at small u copy (docs/performance.md
-               # entry 91: 37-41 GB/s a direction there against one GPU's duplex of 50.8); recorded, not
+               # entry 91: 40-44 GB/s a direction there against one GPU's duplex of 50.8); recorded, not
                # yet used by the simulator
                "duplex_pinned_total_Bps": self._rate("duplex_pinned_total_Bps", 2 * ng * n, host_timed(
                    lambda: issue(True, True), self.trials, self.warmup, sync))}

@@ -195,10 +195,7 @@ class PackUpdater:
         def finish():
             wait_event(event)
             if add_into is not None:
-                t0 = time.perf_counter()
-                for d, s in zip(add_into, staged):
-                    d.add_(s)
-                self.count_grad_add(time.perf_counter() - t0)
+                self.add_grads(add_into, staged)
         if event is None and add_into is None:
             return
         if event is None:          # CPU: synchronous
@@ -206,11 +203,14 @@ class PackUpdater:
             return
         self._arrivals.setdefault(pi, []).append(self.signal.submit(finish))
 
-    def count_grad_add(self, seconds: float) -> None:
-        """One gradient group added into a pack's dW on the host, taking `seconds`: host work beside the issue
-        loop, on the intra-op threads the issuing thread shares (docs/performance.md entry 91)."""
+    def add_grads(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor]) -> None:
+        """Add one gradient group into a pack's dW on the host, counted in the stats: host work beside the
+        issue loop, on the intra-op threads the issuing thread shares (docs/performance.md entry 91)."""
+        t0 = time.perf_counter()
+        for d, s in zip(dsts, srcs):
+            d.add_(s)
         with self._stats_lock:
-            self._stats["grad_add_s"] += seconds
+            self._stats["grad_add_s"] += time.perf_counter() - t0
             self._stats["grad_adds"] += 1
 
     def submit(self, pi: int, iteration: int) -> Future:

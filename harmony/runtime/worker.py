@@ -565,10 +565,7 @@ class Worker:
                 staged = self.copier.staging(grads) if self.copier.cuda else None
                 if staged is None:            # CPU: add directly into dW (counted as the D2H it stands for)
                     self.counters.add("d2h_grads", sum(g.numel() * g.element_size() for g in grads))
-                    t_add = time.perf_counter()
-                    for d, g in zip(dsts, grads):
-                        d.add_(g)
-                    self.updater.count_grad_add(time.perf_counter() - t_add)
+                    self.updater.add_grads(dsts, grads)
                     self.updater.grads_arriving(pi, None)
                 else:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")

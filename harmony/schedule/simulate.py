@@ -253,6 +253,20 @@ def _sim_order(g: TaskGraph) -> list[int]:
     return out
 
 
+def _device_issue(t, costs: LayerCosts, params: SimParams) -> tuple[float, float, float, float, float]:
+    """A compute task's (device s, host issue s, first microbatch's device and issue s, last microbatch's
+    device s): the profile's, with the per-task overhead on the device and the runtime's own host work on
+    the host lane (SimParams.host_task_s, host_vlayer_s)."""
+    s, e = t.pack
+    nmb = -(-t.num_samples // t.ubatch)
+    dev, iss, dev_first, iss_first, dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch, t.num_samples)
+    dev += params.task_overhead_s
+    if params.host_task_s or params.host_vlayer_s:
+        iss += params.host_task_s + params.host_vlayer_s * (e - s) * nmb
+        iss_first += params.host_task_s + params.host_vlayer_s * (e - s)
+    return dev, iss, dev_first, iss_first, dev_last
+
+
 def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[_Info]:
     cfg = g.config
     infos = []
@@ -273,12 +287,7 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
             continue
         s, e = t.pack
         x.nmb = -(-t.num_samples // t.ubatch)       # microbatches
-        x.dev, x.iss, x.dev_first, x.iss_first, x.dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch,
-                                                                                    t.num_samples)
-        x.dev += params.task_overhead_s
-        if params.host_task_s or params.host_vlayer_s:
-            x.iss += params.host_task_s + params.host_vlayer_s * (e - s) * x.nmb
-            x.iss_first += params.host_task_s + params.host_vlayer_s * (e - s)
+        x.dev, x.iss, x.dev_first, x.iss_first, x.dev_last = _device_issue(t, costs, params)
         # a BWD that all-reduces or adds into kept dW holds the pack's dW throughout (LayerCosts.one_pass)
         x.peak = int(costs.task_bytes(t.kind, s, e, t.ubatch, t.num_samples,
                                       fresh_grads=not t.allreduce and t.id not in kept_in))
@@ -411,7 +420,7 @@ def task_issue_seconds(g: TaskGraph, costs: LayerCosts, params: SimParams) -> di
     """Per compute task id, the seconds the model's host lane spends issuing it: its vLayers' profiled issue
     times plus the runtime's charge per task (SimParams.host_task_s, host_vlayer_s). What a run's issue
     intervals (`task_issued`) are to be set beside (`experiments/resimulate_runs.py --task-spans`)."""
-    return {x.t.id: x.iss for x in _prepare(g, costs, costs.layer_sizes(), params) if x.kind != "UPD"}
+    return {t.id: _device_issue(t, costs, params)[1] for t in g.tasks if t.kind != "UPD"}
 
 
 def simulate_receive_modes(g: TaskGraph, costs: LayerCosts, params: SimParams, cap: float | None,

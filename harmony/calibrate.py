@@ -8,7 +8,8 @@ Schema: harmony/profile_data.py (artifact "calibration"). Method (docs/profiling
     Every GPU of the host at once (two or more GPUs): 512 MiB pinned per GPU, one stream each, host-timed
     from the first issue to the last completion -> h2d/d2h_pinned_total_Bps; the simulator shares one host
     link among the GPUs when the H2D total is under 1.5x one GPU's. Then both directions on every GPU at
-    once (a second stream and buffer pair each) -> duplex_pinned_total_Bps (recorded, not yet simulated).
+    once (a second stream and buffer pair each) -> duplex_pinned_total_Bps (the simulator's cap on each
+    GPU's duplex when N GPUs copy both ways: SimParams.duplex_for).
   - CPU only: there is no PCIe link, so every "H2D/D2H" figure is a host memcpy (torch copy_ between two
     host buffers) and both-at-once is two such copies in two threads; p2p_Bps is null.
   - matmul: n x n x n products (n = 8192 on CUDA, 1024 on CPU) at fp32 (strict), tf32 and bf16.
@@ -187,8 +188,8 @@ class Calibrator:
                "d2h_pinned_total_Bps": self._rate("d2h_pinned_total_Bps", ng * n, host_timed(
                    lambda: issue(False, True), self.trials, self.warmup, sync)),
                # every GPU both ways at once, as swap-pp and swap-dp at small u copy (docs/performance.md
-               # entry 91: 40-44 GB/s a direction there against one GPU's duplex of 50.8); recorded, not
-               # yet used by the simulator
+               # entry 91: 40-44 GB/s a direction there against one GPU's duplex of 50.8; entry 92: the
+               # total is 146-154 GB/s on 2x H200, against two GPUs' 2 x 101), SimParams.duplex_for
                "duplex_pinned_total_Bps": self._rate("duplex_pinned_total_Bps", 2 * ng * n, host_timed(
                    lambda: issue(True, True), self.trials, self.warmup, sync))}
         hosts = gpus = hosts_out = gpus_out = None          # free them now (issue() is done with them)

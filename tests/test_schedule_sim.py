@@ -515,6 +515,35 @@ def test_an_inline_all_reduce_holds_the_next_backward():
         dataclasses.replace(fast, allreduce="async")
 
 
+def test_the_hosts_duplex_total_slows_every_gpus_copies_when_all_gpus_copy_both_ways():
+    """SimParams.duplex_total_Bps (docs/performance.md entry 92): on 2x H200 both GPUs' four copy streams
+    together move 146-154 GB/s, against one GPU's duplex of 101, so each direction of each GPU gets an N-th
+    of the total. A total at or above every GPU's own duplex changes nothing; one GPU, and a shared link
+    (one lane for all GPUs already), are not charged; the bound charges the same share."""
+    costs = LayerCosts(make_profile())
+    g = graph("vDP", 2, 4, 2, 2)
+    base = simulate(g, costs, PARAMS).iter_time_s
+    half = dataclasses.replace(PARAMS, duplex_total_Bps=20.0)   # 20 / (2 GPUs x (10 + 10)) = 0.5
+    assert half.duplex_for(2) == pytest.approx(0.5) and half.duplex_for(1) == 1.0
+    assert simulate(g, costs, half).iter_time_s == \
+        pytest.approx(simulate(g, costs, dataclasses.replace(PARAMS, duplex_factor=0.5)).iter_time_s)
+    assert simulate(g, costs, half).iter_time_s > base
+    assert simulate(g, costs, dataclasses.replace(PARAMS, duplex_total_Bps=40.0)).iter_time_s == pytest.approx(base)
+    assert dataclasses.replace(half, shared_link=True).duplex_for(2) == 1.0
+    g1 = graph("vPP", 1, 4, 4, 4)
+    assert simulate(g1, costs, half).iter_time_s == pytest.approx(simulate(g1, costs, PARAMS).iter_time_s)
+    cal = {"h2d_pinned_Bps": 10.0, "d2h_pinned_Bps": 10.0, "duplex_pinned_Bps": 20.0, "host_link": "per-gpu",
+           "matmul_flops": {"fp32": 1e3}}
+    assert SimParams.from_calibration(cal).duplex_total_Bps == 0.0
+    both = dict(cal, duplex_pinned_total_Bps=20.0)
+    assert SimParams.from_calibration(both).duplex_for(2) == pytest.approx(0.5)
+    plain, shared = schedule_bound(g, costs, cal)["terms"], schedule_bound(g, costs, both)["terms"]
+    # the busier GPU's 50 B in and 20 B out: alone its H2D sets the term (50 / 10 B/s, over 70 / 20 both
+    # ways); at its share of the total, both ways at 10 B/s (70 / 10)
+    assert plain["transfer_s"] == pytest.approx(5.0) and shared["transfer_s"] == pytest.approx(7.0)
+    assert simulate(g, costs, SimParams.from_calibration(both)).iter_time_s >= shared["transfer_s"] * (1 - 1e-9)
+
+
 CONFIGS = [("vPP", 1, 8, 4, 2, ((0, 2), (2, 5), (5, 6)), ((0, 1), (1, 2), (2, 5)), {}),
            ("vPP", 2, 8, 4, 4, ((0, 3), (3, 6)), ((0, 3),), {}),
            ("vPP", 3, 7, 3, 2, ((0, 1), (1, 4), (4, 6)), ((0, 1), (1, 2), (2, 4)), {}),

@@ -5,7 +5,8 @@ schedule_bound(graph, profile, calibration): max of
                 larger of its kernels' seconds and its host's issue seconds (the host runs ahead across
                 tasks: docs/performance.md entry 34)
   transfer_s    the busiest host link's bytes of THIS graph (count per task_transfers) at calibrated
-                pinned bandwidths (H2D and D2H each; both together at the duplex rate); shared link: all
+                pinned bandwidths (H2D and D2H each; both together at the duplex rate, or at an N-th of
+                all GPUs' duplex total where that is less); shared link: all
                 GPUs' bytes on one link
   cpu_update_s  the optimizer steps (profiled opt_step_s, or parameters / calibrated CPU rate)
 physical_roofline(model_json, graph, calibration, precision): max of
@@ -53,6 +54,8 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
             else:
                 p2p = max(p2p, tr.nbytes)
     duplex = _raw(calibration).get("duplex_pinned_Bps") or (params.h2d_Bps + params.d2h_Bps)
+    if N > 1 and not params.shared_link and params.duplex_total_Bps:   # every GPU's share of the host's total
+        duplex = min(duplex, params.duplex_total_Bps / N)
     transfer = max(max(h2d[r] / params.h2d_Bps, d2h[r] / params.d2h_Bps, (h2d[r] + d2h[r]) / duplex)
                    for r in range(N))
     terms = {"compute_s": max(max(d, i) for d, i in zip(dev, iss)), "transfer_s": transfer, "cpu_update_s": cpu}

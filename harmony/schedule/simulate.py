@@ -85,6 +85,10 @@ class SimParams:
     p2p_fallback_Bps: float = 0.0
     shared_link: bool = False           # all GPUs share one host link (contend)
     duplex_factor: float = 1.0          # both directions at once: each direction gets this fraction
+    # every GPU both ways at once, all together (calibration's duplex_pinned_total_Bps; 0: not measured).
+    # On 2x H200 it is 146-154 GB/s against two GPUs' 2 x 101: the host, not each GPU's link, limits four
+    # copy streams (docs/performance.md entry 92); duplex_for(N) charges it
+    duplex_total_Bps: float = 0.0
     cpu_shared: bool = True             # one CPU optimizer stream for all processes (without cpu_threads)
     opt_params_per_s: float = 1e9       # CPU optimizer, all cores (calibrated); fallback without opt_step_s
     cpu_threads: int = 0                # the cores that rate was measured with (0: not measured, no share)
@@ -136,6 +140,15 @@ class SimParams:
         share = max(1, self.cpu_threads // gpus) if self.cpu_threads and gpus > 1 else 0
         return replace(self, opt_params_per_s=rate * self.cpu_threads / share if share else rate)
 
+    def duplex_for(self, gpus: int) -> float:
+        """The fraction of its one-way rate each direction of one GPU's link gets when `gpus` GPUs copy
+        both ways at once: one GPU's duplex factor, or the all-GPU duplex total's share when that is less.
+        Static: every GPU is taken to copy both ways at the same time, as vDP's ranks and a swap
+        pipeline's stages mostly do (a shared link already queues all GPUs' copies on one lane)."""
+        if gpus <= 1 or self.shared_link or not self.duplex_total_Bps:
+            return self.duplex_factor
+        return min(self.duplex_factor, self.duplex_total_Bps / (gpus * (self.h2d_Bps + self.d2h_Bps)))
+
     def p2p(self, src: int, dst: int) -> float:
         m = self.p2p_Bps
         if m and src < len(m) and dst < len(m[src]) and m[src][dst]:
@@ -173,6 +186,7 @@ class SimParams:
         kw.setdefault("host_task_s", float(host_task or 0.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
+                         duplex_total_Bps=float(raw.get("duplex_pinned_total_Bps") or 0.0),
                          opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)
 
 
@@ -509,8 +523,8 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
     cfg = g.config
     N = cfg.gpus
     pack_index = {p: i for i, p in enumerate(cfg.bwd_packs)}
-    h2d_bw = params.h2d_Bps * params.duplex_factor
-    d2h_bw = params.d2h_Bps * params.duplex_factor
+    h2d_bw = params.h2d_Bps * params.duplex_for(N)
+    d2h_bw = params.d2h_Bps * params.duplex_for(N)
     shared = params.shared_link
     link = (lambda r: 0) if shared else (lambda r: r)
     h2d_free = [0.0] * N

@@ -49,7 +49,9 @@ it is not the link's busy time; the gigabytes beside it are.
 gap before it, its span, and how long after its issue its GPU work ended), then per rank and task kind the
 medians of its spans, measured and simulated, how often the host issued such a task, and the model's host
 lane for one (its profiled issue plus the runtime's charge): a host that issues slower than its lane while
-the GPU waits for it spends time the model leaves out (docs/performance.md entries 90 and 91).
+the GPU waits for it spends time the model leaves out (docs/performance.md entries 90 and 91). A swap-dp or
+swap-pp record needs no schedule file: its plan is rebuilt from the folder's model (`models/MODEL.json`) by
+the baseline's own packer at the record's microbatch and cap, and checked against the packs it ran.
 
 `--peaks` prints, instead, each GPU's modelled peak memory against the run's `peak_allocated_bytes` (its
 last iteration), for runs whose schedule records which prefetches wait (`prediction.prefetch_waits`; older
@@ -141,6 +143,38 @@ def find_schedule(run: str, s: dict, schedules: Path) -> Path | None:
     return None
 
 
+def baseline_schedule(s: dict, root: Path) -> Path | None:
+    """For a swap-dp or swap-pp run record: its plan rebuilt by the baseline's packer from ROOT's model at the
+    record's microbatch and cap, written to a temporary schedule file (without a prediction), or None for
+    another system. Exits when the rebuilt packs are not the ones the record ran (another packing option)."""
+    import tempfile
+
+    from harmony.schedule.io import save_schedule
+    if s.get("system") not in ("swap-dp", "swap-pp"):
+        return None
+    model_file = root / "models" / f"{s['model']}.json"
+    if not model_file.exists():
+        sys.exit(f"resimulate_runs.py: {s['system']} record: no {model_file} to rebuild its plan from; pass --schedules")
+    mj = json.loads(model_file.read_text())
+    from baselines.swap_dp import schedule_record, swap_dp_config
+    from baselines.swap_pp import swap_pp_config
+    cap = s.get("gpu_memory_cap")
+    if s["system"] == "swap-dp":
+        cfg = swap_dp_config(mj, s["minibatch"], s["gpus"], s["ubatch"], cap=cap)
+    else:   # swap-pp balances its stages by the profile's per-layer times, as its run did (--profile)
+        profile = profile_path(root / "profiles", s["model"])
+        cfg = swap_pp_config(mj, s["minibatch"], s["gpus"], s["ubatch"], cap=cap,
+                             profile=json.loads(profile.read_text()) if profile else None)
+    ran = [[list(p) for p in s.get(k) or []] for k in ("bwd_packs", "fwd_packs")]
+    if ran != [[list(p) for p in cfg.bwd_packs], [list(p) for p in cfg.fwd_packs]]:
+        sys.exit(f"resimulate_runs.py: {s['system']}'s packer at u = {s['ubatch']} does not give the packs the "
+                 f"record ran (another --packs option?); pass --schedules")
+    rec = schedule_record(s["system"], mj, cfg, cap=cap, precision=s.get("precision") or "fp32")
+    out = Path(tempfile.mkdtemp(prefix="resim-")) / f"{s['system']}-{s['model']}.schedule.json"
+    save_schedule(out, rec)
+    return out
+
+
 def sim_inputs(sched: Path, profile: Path, cal: dict):
     """What simulating schedule `sched` needs: (its record, task graph, the profile's LayerCosts, SimParams
     from the calibration, with the model's optimizer and the schedule's receive mode)."""
@@ -220,7 +254,8 @@ def main(argv: list[str]) -> int:
             sys.exit(f"resimulate_runs.py: {run} has no task_spans (runs recorded them from the thirtieth "
                      f"session on)")
         # a schedule file given for --schedules is the run's (an A/B's record beside the schedule it ran)
-        sched = schedules if schedules.is_file() else find_schedule(run, s, schedules)
+        sched = schedules if schedules.is_file() else (find_schedule(run, s, schedules)
+                                                        or baseline_schedule(s, schedules.parent))
         if sched is None:
             sys.exit(f"resimulate_runs.py: no schedule in {schedules} matches {run}; pass --schedules")
         # a device folder (large_gpu.sh) keeps the profile beside the record; --profiles still wins

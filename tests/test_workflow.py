@@ -1267,6 +1267,31 @@ def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:
     return R, model, prof
 
 
+@pytest.mark.parametrize("system", ["swap-dp", "swap-pp"])
+def test_resimulate_task_spans_rebuild_a_swap_baselines_plan(tmp_path, system):
+    """A swap baseline's run record has no schedule file beside it: `--task-spans` rebuilds its plan with the
+    baseline's own packer from the folder's model (swap-pp's stages from the profile, as its run balanced
+    them) and lists every compute task of that plan; a record whose packs the packer does not give is
+    refused by name (docs/performance.md entry 92)."""
+    R, model, prof = tiny_results_folder(tmp_path / "res")
+    run = R / "runs" / system / "gpt2-tiny" / "N2-D8-best.jsonl"
+    run.parent.mkdir(parents=True)
+    sh(["harmony", "baseline", system, str(model), "--minibatch", "8", "--gpus", "2", "--ubatch", "2",
+        "--iters", "3", "--device", "cpu", "--profile", str(prof), "--no-memcpy-trace", "-o", str(run)])
+    script = str(ROOT / "experiments/resimulate_runs.py")
+    out = sh([sys.executable, script, str(R), "--task-spans", str(run)]).stdout
+    summary = [json.loads(line) for line in run.read_text().splitlines()][-1]
+    tasks = sum(len(spans) for spans in summary["task_spans"])
+    rows = [line for line in out.splitlines() if re.match(r"\s+\d+ (FWD|BWD) ", line)]
+    assert len(rows) == tasks > 0, out
+    assert re.search(r"^rank 1 BWD: \d+ tasks", out, re.M), out
+    summary["bwd_packs"] = summary["bwd_packs"][::-1]          # not what the packer gives
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(json.dumps(summary) + "\n")
+    res = subprocess.run([sys.executable, script, str(R), "--task-spans", str(odd)], capture_output=True, text=True)
+    assert res.returncode != 0 and "does not give the packs the record ran" in res.stderr, res.stderr
+
+
 def test_resimulate_runs_can_take_each_runs_own_optimizer_rate():
     """`resimulate_runs.py --optimizer-rate-from-run`: a run's slowest rank's stepped rate (host phases) becomes
     the rate one worker of that run is simulated with, whatever share of the cores a worker has."""
@@ -2371,16 +2396,17 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     """next_call.sh's threads_ab (items 58 and 59): one pass writes swap-dp's schedule, then four run it at
     16, 4, 4 and 16 worker threads, each with the caller's extra option, the model and microbatch the caller
     set, and the time left before its deadline. A stub stands for runtime-gap-ab-1gpu.sh and records each
-    pass's settings, so the device call's plumbing is checked before it costs GPU time."""
+    pass's settings, so the device call's plumbing is checked before it costs GPU time. The four passes are
+    runargs_ab's (item 60 runs it alone on a committed schedule)."""
     text = (ROOT / "experiments/device/next_call.sh").read_text()
-    fn = re.search(r"^threads_ab\(\) \{.*?^\}", text, re.S | re.M)
+    fns = [re.search(rf"^{name}\(\) \{{.*?^\}}", text, re.S | re.M) for name in ("threads_ab", "runargs_ab")]
     tag = f"threads-ab-test-{os.getpid()}"
-    assert fn, "next_call.sh defines no threads_ab"
+    assert all(fns), "next_call.sh defines no threads_ab or no runargs_ab"
     stub = tmp_path / "experiments/device/runtime-gap-ab-1gpu.sh"
     stub.parent.mkdir(parents=True)
-    stub.write_text('echo "$1|$MODEL|$D|$U|$ITERS|$WARMUP|$BASE_ARMS|$HARMONY_ARMS|$RUN_ARGS|$BASE_ARGS|$DEADLINE_S" '
-                    f'>> {tmp_path}/passes.txt\n')
-    script = (fn.group(0) + '\npack_ab() { echo "packed $1"; }\n'
+    stub.write_text('echo "$1|$MODEL|$D|$U|$ITERS|$WARMUP|$BASE_ARMS|$HARMONY_ARMS|$RUN_ARGS|${BASE_ARGS-}|$DEADLINE_S|'
+                    f'$SCHEDULES" >> {tmp_path}/passes.txt\n')
+    script = (fns[0].group(0) + "\n" + fns[1].group(0) + '\npack_ab() { echo "packed $1"; }\n'
               f'MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab {tag} --memcpy-trace\n')
     try:
         out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
@@ -2394,5 +2420,6 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     assert passes[0][6:9] == ["new", "", ""]                     # the baseline alone, writing its schedule
     assert all(p[6:8] == ["", "new"] for p in passes[1:])       # then the schedule alone
     assert [p[8] for p in passes[1:]] == [f"--worker-threads {n} --memcpy-trace" for n in (16, 4, 4, 16)]
-    assert all(p[9] == f"--schedule-out /tmp/{tag}/swapdp-schedule.json" for p in passes)
+    assert passes[0][9] == f"--schedule-out /tmp/{tag}/swapdp-schedule.json"
+    assert all(p[11] == f"plan=/tmp/{tag}/swapdp-schedule.json" for p in passes)   # the schedule it wrote
     assert all(0 < int(p[10]) <= 545 for p in passes)

@@ -59,8 +59,19 @@ threads_ab() {   # TAG RUN_EXTRA (items 58, 59; MODEL D U ITERS WARMUP RUN_LIMIT
   }
   mkdir -p "/tmp/$T"
   pass base new ''
-  pass w16-1 '' new "--worker-threads 16 $X"; pass w4-1 '' new "--worker-threads 4 $X"
-  pass w4-2 '' new "--worker-threads 4 $X"; pass w16-2 '' new "--worker-threads 16 $X"
+  runargs_ab "$T" "$S" "w16-1|--worker-threads 16 $X" "w4-1|--worker-threads 4 $X" "w4-2|--worker-threads 4 $X" \
+    "w16-2|--worker-threads 16 $X"
+}
+runargs_ab() {   # TAG SCHEDULE 'SUB|RUN_ARGS' ... (MODEL D U ITERS WARMUP RUN_LIMIT_S DEADLINE from the caller): SCHEDULE
+  # with `harmony run` and 2x H200's profile under each RUN_ARGS in turn, each pass into /tmp/TAG/SUB, the
+  # console and the passes into TAG.tgz
+  local T=$1 S=$2 p; shift 2
+  mkdir -p "/tmp/$T"
+  for p in "$@"; do
+    ARMS='new=.' BASE_ARMS='' HARMONY_ARMS=new RUN_ARGS="${p#*|}" IN=results/paper/2xH200 ROUNDS=1 \
+      DEADLINE_S=$((DEADLINE - SECONDS)) SCHEDULES="plan=$S" \
+      bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/${p%%|*}" >> "/tmp/$T.console" 2>&1
+  done
   pack_ab "$T" 16
 }
 pack_ab() {   # TAG LINES: an A/B call's console into its folder with the GPU's identity, tarred into $OUT
@@ -171,6 +182,14 @@ case "$HW" in
       # first, beside the issue loop, as swap-pp's u = 4 candidates did (42-52% over the model); each run
       # traces one iteration for its copy rates (about 5 minutes)
       MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab "${1:-i59}" --memcpy-trace
+      exit 0
+    fi
+    if [ "${ITEM:-49}" = 60 ]; then   # item 60 (docs/performance.md entry 92): item 58's swap-dp BERT96 schedule (N = 1,
+      # D = 8, u = 8), each run tracing one iteration (its CPU side by self time: where the BWD task's extra
+      # 1.5-2.4 ms go), at the default two update threads and at one, A B B A (about 4 minutes)
+      MODEL=bert96 D=8 U=8 ITERS=6 WARMUP=2 RUN_LIMIT_S=100 DEADLINE=540 runargs_ab "${1:-i60}" \
+        experiments/device/schedules/bert96.D8.N1.swap-dp-u8.schedule.json "u2-1|--memcpy-trace" \
+        "u1-1|--memcpy-trace --update-threads 1" "u1-2|--memcpy-trace --update-threads 1" "u2-2|--memcpy-trace"
       exit 0
     fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;

@@ -147,6 +147,8 @@ def baseline_schedule(s: dict, root: Path) -> Path | None:
     """For a swap-dp or swap-pp run record: its plan rebuilt by the baseline's packer from ROOT's model at the
     record's microbatch and cap, written to a temporary schedule file (without a prediction), or None for
     another system. Exits when the rebuilt packs are not the ones the record ran (another packing option)."""
+    import atexit
+    import shutil
     import tempfile
 
     from harmony.schedule.io import save_schedule
@@ -170,7 +172,9 @@ def baseline_schedule(s: dict, root: Path) -> Path | None:
         sys.exit(f"resimulate_runs.py: {s['system']}'s packer at u = {s['ubatch']} does not give the packs the "
                  f"record ran (another --packs option?); pass --schedules")
     rec = schedule_record(s["system"], mj, cfg, cap=cap, precision=s.get("precision") or "fp32")
-    out = Path(tempfile.mkdtemp(prefix="resim-")) / f"{s['system']}-{s['model']}.schedule.json"
+    folder = tempfile.mkdtemp(prefix="resim-")
+    atexit.register(shutil.rmtree, folder, True)
+    out = Path(folder) / f"{s['system']}-{s['model']}.schedule.json"
     save_schedule(out, rec)
     return out
 

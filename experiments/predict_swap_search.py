@@ -16,7 +16,11 @@ refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activati
 needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
+       [--calibration FILE]
   e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
+  --calibration FILE simulates with another calibration than RESULTS/calibration.json (docs/performance.md
+  entry 92: 2x H200's with the calls' measured `duplex_pinned_total_Bps`,
+  results/paper/2xH200/calibration-duplex-total.json)
 """
 from __future__ import annotations
 
@@ -33,6 +37,15 @@ SUPERSEDED = Path("superseded/pre-runtime-rerun")
 
 
 def main(argv: list[str]) -> int:
+    argv = list(argv)
+    cal_file = None
+    if "--calibration" in argv:
+        i = argv.index("--calibration")
+        if i + 1 >= len(argv):
+            print("--calibration needs a file (a calibration.json)", file=sys.stderr)
+            return 2
+        cal_file = Path(argv.pop(i + 1))
+        argv.pop(i)
     if len(argv) < 4 or argv[1] not in SYSTEMS:
         print(__doc__, file=sys.stderr)
         return 2
@@ -43,10 +56,11 @@ def main(argv: list[str]) -> int:
         print(f"{', '.join(bad)}: give each point as MODEL:D, the model and its minibatch (e.g. gpt2-xl:16)",
               file=sys.stderr)
         return 2
-    calibration = json.loads((root / "calibration.json").read_text())
+    calibration = json.loads((cal_file or root / "calibration.json").read_text())
     env = root / "env.json"
     host = json.loads(env.read_text()).get("host_memory_bytes") if env.exists() else None
-    print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured")
+    print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured"
+          + (f" (calibration {cal_file})" if cal_file else ""))
     for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads((root / "profiles" / f"{name}.json").read_text())

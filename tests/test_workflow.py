@@ -1959,6 +1959,23 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
     assert f"Harmony {harmony:.3f}, Harmony over the best candidate {0.732 / harmony:.2f}x" in line, line
 
 
+def test_predict_swap_search_takes_another_calibration():
+    """`--calibration FILE`: the committed 2x H200 calibration with the calls' all-GPU duplex total
+    (docs/performance.md entry 92) slows swap-dp's u = 4 at GPT2-XL D = 16, whose two GPUs copy both ways at
+    once: each direction then gets 150.8 / 4 GB/s, not one GPU's duplex share; the header names the file."""
+    root = "results/paper/2xH200"
+    script = str(ROOT / "experiments/predict_swap_search.py")
+    cal = f"{root}/calibration-duplex-total.json"
+
+    def u4(args):
+        out = sh([sys.executable, script, root, "swap-dp", "2", "gpt2-xl:16", *args]).stdout
+        line = next(x for x in out.splitlines() if x.startswith("gpt2-xl D=16:"))
+        return out, float(dict(c.split()[:2] for c in line.split(":", 1)[1].split("|")[0].split(";"))["u=4"])
+    (plain, base), (shared, slower) = u4([]), u4(["--calibration", cal])
+    assert slower > base * 1.05, (base, slower)
+    assert f"(calibration {cal})" in shared.splitlines()[0] and "calibration" not in plain.splitlines()[0]
+
+
 def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_cap():
     """Entry 83: swap-pp's own check is a lower bound, so at GPT2-XL D = 64 on the H100's folder it lets u = 32
     run; the simulator's peak for it (19.77 GiB; 19.08 since entry 87's rule for a backward task of one

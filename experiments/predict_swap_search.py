@@ -16,19 +16,24 @@ refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activati
 needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
-       [--calibration FILE]
+       [--calibration FILE] [--measured]
   e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
   --calibration FILE simulates with another calibration than RESULTS/calibration.json (docs/performance.md
   entry 92: 2x H200's with the calls' measured `duplex_pinned_total_Bps`,
   results/paper/2xH200/calibration-duplex-total.json)
+  --measured sets each candidate the search ran beside its prediction (its record under RESULTS/runs: the
+  candidate's `.uU.jsonl`, or the search's final record at that u), and ends with how close the model is over
+  them: the median |measured/predicted - 1| and how many within 10% (entry 92)
 """
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
 from baselines.predicted_start import SYSTEMS, candidates, fastest_fitting
+from harmony.jsonio import read_jsonl
 from harmony.workflow import baseline_ubatches
 from runtime_gap import harmony_runs
 
@@ -36,8 +41,23 @@ from runtime_gap import harmony_runs
 SUPERSEDED = Path("superseded/pre-runtime-rerun")
 
 
+def measured_candidate(root: Path, system: str, model: str, n: int, d: int, u: int) -> float | None:
+    """The seconds per iteration the search's record of this candidate measured (status ok), or None: its
+    own `.uU.jsonl`, else the search's final record when that ran at u."""
+    base = root / "runs" / system / model / f"N{n}-D{d}-best"
+    for path in (base.with_name(base.name + f".u{u}.jsonl"), base.with_name(base.name + ".jsonl")):
+        if path.exists():
+            s = read_jsonl(path)[-1]
+            if s.get("status") == "ok" and s.get("iter_time_s") and s.get("ubatch") == u:
+                return s["iter_time_s"]
+    return None
+
+
 def main(argv: list[str]) -> int:
     argv = list(argv)
+    measured = "--measured" in argv
+    if measured:
+        argv.remove("--measured")
     cal_file = None
     if "--calibration" in argv:
         i = argv.index("--calibration")
@@ -61,6 +81,7 @@ def main(argv: list[str]) -> int:
     host = json.loads(env.read_text()).get("host_memory_bytes") if env.exists() else None
     print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured"
           + (f" (calibration {cal_file})" if cal_file else ""))
+    misses: list[float] = []
     for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads((root / "profiles" / f"{name}.json").read_text())
@@ -80,6 +101,12 @@ def main(argv: list[str]) -> int:
                            calibration=calibration, host_bytes=host)
         cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
                  else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
+        if measured:
+            for i, c in enumerate(cands):
+                m = measured_candidate(root, system, name, n, d, c.ubatch)
+                if m is not None and c.iter_time_s:
+                    cells[i] += f" [measured {m:.3f}, {m / c.iter_time_s:.2f}x]"
+                    misses.append(m / c.iter_time_s - 1)
         best = min((c.iter_time_s for c in cands if c.iter_time_s is not None), default=None)
         fastest = fastest_fitting(cands)           # the candidate `--ubatch-start predicted` starts at
         best_fit = fastest.iter_time_s if fastest else None
@@ -87,6 +114,12 @@ def main(argv: list[str]) -> int:
         if best_fit is not None and best_fit != best:
             ratio += f", over the best that fits (GPU peak, host arena) {best_fit / h:.2f}x"
         print(f"{name} D={d}: {'; '.join(cells)} | {which} {h:.3f}{ratio}")
+    if measured:
+        if misses:
+            print(f"# {len(misses)} candidates measured: median |measured/predicted - 1| "
+                  f"{statistics.median(abs(x) for x in misses):.3f}, {sum(abs(x) <= 0.10 for x in misses)} within 10%")
+        else:
+            print("# no candidate of these points has a record")
     return 0
 
 

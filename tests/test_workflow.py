@@ -1976,6 +1976,29 @@ def test_predict_swap_search_takes_another_calibration():
     assert f"(calibration {cal})" in shared.splitlines()[0] and "calibration" not in plain.splitlines()[0]
 
 
+def test_predict_swap_search_sets_the_searchs_measured_candidates_beside_the_model():
+    """`--measured`: each candidate the committed search ran gets its record's time and the ratio to the
+    model (swap-dp GPT2-XL D = 16 on 2x H200 ran u = 4 and u = 8; u = 8 is also the search's final record),
+    the others none, and the last line sums the misses up (docs/performance.md entry 92)."""
+    from harmony.jsonio import read_jsonl
+    root = "results/paper/2xH200"
+    out = sh([sys.executable, str(ROOT / "experiments/predict_swap_search.py"), root, "swap-dp", "2", "gpt2-xl:16",
+              "--measured"]).stdout
+    line = next(x for x in out.splitlines() if x.startswith("gpt2-xl D=16:"))
+    cells = dict(c.split(None, 1) for c in line.split(":", 1)[1].split("|")[0].strip().split("; "))
+    t8 = read_jsonl(ROOT / root / "runs/swap-dp/gpt2-xl/N2-D16-best.jsonl")[-1]["iter_time_s"]
+    t4 = read_jsonl(ROOT / root / "runs/swap-dp/gpt2-xl/N2-D16-best.u4.jsonl")[-1]["iter_time_s"]
+    assert cells["u=8"] == f"0.732 [measured {t8:.3f}, {t8 / 0.732:.2f}x]", line
+    assert cells["u=4"].split()[1:3] == ["[measured", f"{t4:.3f},"], line
+    assert "measured" not in cells["u=1"] + cells["u=2"], line
+    # the summary: the median of the two misses (from the printed, rounded predictions: within 0.002)
+    misses = sorted(abs(t / p - 1) for t, p in ((t8, 0.732), (t4, float(cells["u=4"].split()[0]))))
+    m = re.fullmatch(r"# 2 candidates measured: median \|measured/predicted - 1\| ([\d.]+), (\d) within 10%",
+                     out.splitlines()[-1])
+    assert m and abs(float(m.group(1)) - (misses[0] + misses[1]) / 2) < 0.002, out
+    assert int(m.group(2)) == sum(x <= 0.1 for x in misses), out
+
+
 def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_cap():
     """Entry 83: swap-pp's own check is a lower bound, so at GPT2-XL D = 64 on the H100's folder it lets u = 32
     run; the simulator's peak for it (19.77 GiB; 19.08 since entry 87's rule for a backward task of one

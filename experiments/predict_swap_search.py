@@ -27,6 +27,7 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -54,23 +55,17 @@ def measured_candidate(root: Path, system: str, model: str, n: int, d: int, u: i
 
 
 def main(argv: list[str]) -> int:
-    argv = list(argv)
-    measured = "--measured" in argv
-    if measured:
-        argv.remove("--measured")
-    cal_file = None
-    if "--calibration" in argv:
-        i = argv.index("--calibration")
-        if i + 1 >= len(argv):
-            print("--calibration needs a file (a calibration.json)", file=sys.stderr)
-            return 2
-        cal_file = Path(argv.pop(i + 1))
-        argv.pop(i)
-    if len(argv) < 4 or argv[1] not in SYSTEMS:
-        print(__doc__, file=sys.stderr)
-        return 2
-    root, system, n = Path(argv[0]), argv[1], int(argv[2])
-    points = [p.split(":") for p in argv[3:]]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("root", type=Path)
+    ap.add_argument("system", choices=SYSTEMS)
+    ap.add_argument("n", type=int)
+    ap.add_argument("point", nargs="+", help="MODEL:D")
+    ap.add_argument("--calibration", type=Path, help="simulate with this calibration, not ROOT/calibration.json")
+    ap.add_argument("--measured", action="store_true", help="each candidate's record beside its prediction")
+    args = ap.parse_args(argv)
+    root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
+    points = [p.split(":") for p in args.point]
     bad = [":".join(p) for p in points if len(p) != 2 or not p[1].isdigit()]
     if bad:
         print(f"{', '.join(bad)}: give each point as MODEL:D, the model and its minibatch (e.g. gpt2-xl:16)",

@@ -53,9 +53,8 @@ def schedule_bound(graph: TaskGraph, profile, calibration, host_link: str | None
                 d2h[link] += tr.nbytes
             else:
                 p2p = max(p2p, tr.nbytes)
-    duplex = _raw(calibration).get("duplex_pinned_Bps") or (params.h2d_Bps + params.d2h_Bps)
-    if N > 1 and not params.shared_link and params.duplex_total_Bps:   # every GPU's share of the host's total
-        duplex = min(duplex, params.duplex_total_Bps / N)
+    # both ways at once: one GPU's duplex, or its share of all GPUs' duplex total (SimParams.duplex_for)
+    duplex = (params.h2d_Bps + params.d2h_Bps) * params.duplex_for(N)
     transfer = max(max(h2d[r] / params.h2d_Bps, d2h[r] / params.d2h_Bps, (h2d[r] + d2h[r]) / duplex)
                    for r in range(N))
     terms = {"compute_s": max(max(d, i) for d, i in zip(dev, iss)), "transfer_s": transfer, "cpu_update_s": cpu}

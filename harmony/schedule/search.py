@@ -204,9 +204,9 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                    errors_out: list[str] | None, tag: str = "", pack_cap: float | None = None) -> None:
         """Every packing of one setup whose tasks fit `pack_cap` (default: the cap; less
         `rooms[kind][start]`), each simulated against the cap."""
+        duplex = params.duplex_for(n_gpu)
         ctx_kw = dict(n=samples, cap=cap if pack_cap is None else pack_cap, mode=m, gpus=n_gpu,
-                      h2d_Bps=params.h2d_Bps * params.duplex_for(n_gpu),
-                      d2h_Bps=params.d2h_Bps * params.duplex_for(n_gpu),
+                      h2d_Bps=params.h2d_Bps * duplex, d2h_Bps=params.d2h_Bps * duplex,
                       shared_link=params.shared_link,
                       task_overhead_s=params.task_overhead_s)
         ub_list = [ubatch_bwd] if ubatch_bwd else us

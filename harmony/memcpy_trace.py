@@ -65,11 +65,14 @@ def memcpy_bytes_from_trace(trace: dict | list) -> dict:
     return out
 
 
-def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = None) -> dict:
+def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = None,
+                         host_ops: bool = False) -> dict:
     """Run `step_fn()` once under torch.profiler (CUDA activity) and return memcpy bytes per kind.
 
     The caller makes `step_fn` one steady-state iteration (after warm-up) and excludes it from timing:
-    the profiler slows it down. `keep_trace`: also write the trace (.json or .json.gz) there.
+    the profiler slows it down. `keep_trace`: also write the trace (.json or .json.gz) there. `host_ops`:
+    record CPU activity too (torch ops, autograd), so the timeline's `cpu_ops_top` and `host_threads`
+    cover the host's own work and not only its CUDA API calls; it slows the iteration further.
     """
     import torch
 
@@ -79,7 +82,8 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA], record_shapes=False, with_stack=False) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if host_ops else [])
+    with profile(activities=activities, record_shapes=False, with_stack=False) as prof:
         t0 = time.perf_counter()
         step_fn()
         torch.cuda.synchronize()
@@ -97,7 +101,8 @@ def measure_memcpy_bytes(step_fn: Callable[[], Any], keep_trace: str | None = No
     finally:
         os.unlink(path)
     out = memcpy_bytes_from_trace(trace)
-    out["source"] = "torch.profiler CUDA memcpy activity, one iteration"
+    out["source"] = ("torch.profiler CUDA memcpy activity, one iteration"
+                     + (" (CPU activity traced too)" if host_ops else ""))
     try:
         from harmony.timeline import timeline_from_trace
         out["timeline"] = timeline_from_trace(trace, wall_s=wall_s)

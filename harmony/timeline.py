@@ -20,9 +20,14 @@ stream, `ts`/`dur` in microseconds) and returns, for that process and its GPU:
                          SMs while it waits for its peer (docs/performance.md entry 46)
   kernels, nccl_kernels, memcpys, streams, devices
   top_kernels            the 8 kernel names (compute and NCCL) with the most total time: name (80 chars), total_s, count
-  cpu_ops_top            the 8 CPU-side events with the most self time: name, cat, self_s, count. The trace has CUDA
-                         activity only, so these are CUDA runtime/driver calls (cudaStreamSynchronize,
-                         cudaLaunchKernel ...); torch ops and record_function ranges appear only with CPU activity
+  cpu_ops_top            the 8 CPU-side events with the most self time: name, cat, self_s, count. A trace of CUDA
+                         activity only has CUDA runtime/driver calls (cudaStreamSynchronize, cudaLaunchKernel ...);
+                         torch ops and record_function ranges appear only with CPU activity (`harmony run
+                         --trace-host-ops`)
+  host_threads           the 3 host threads with the most time inside traced calls (torch ops, CUDA runtime and
+                         driver calls; nested calls counted once): thread, busy_s, calls. What a thread spends
+                         outside them is Python and the runtime's own code, or waiting. `host_ops_traced` says
+                         whether torch ops were in the trace: without them busy_s is only the CUDA API's time
   per_device             the busy fields per GPU, only when the process's trace shows more than one GPU
 
 Unions count overlapping kernels on several streams once. `harmony timeline RUN.jsonl` prints them per rank.
@@ -37,6 +42,10 @@ from harmony.memcpy_trace import classify as memcpy_kind
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_CATS = ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver")
+# what counts as a host thread's time inside a call: record_function ranges (user_annotation) and Python
+# functions are left out, since they enclose Python code and would hide it
+HOST_CALL_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
+HOST_THREADS = 3
 TOP = 8
 NAME_CHARS = 80
 MIN_EACH = 3        # beside_nccl compares a launch configuration seen at least this often each way
@@ -196,6 +205,16 @@ def cpu_self_times(events: list[dict]) -> list[dict]:
     return [dict(a, self_s=_r(a["self_s"])) for a in top]
 
 
+def host_threads(events: list[dict]) -> list[dict]:
+    """The HOST_THREADS threads with the most time inside torch ops and CUDA calls (their union per thread)."""
+    threads: dict = defaultdict(list)
+    for ev in events:
+        if ev["cat"].lower() in HOST_CALL_CATS:
+            threads[(ev["pid"], ev["tid"])].append((ev["s"], ev["e"]))
+    busy = sorted(((union_length(iv), len(iv), key) for key, iv in threads.items()), key=lambda t: -t[0])
+    return [{"thread": str(key[1]), "busy_s": _r(b), "calls": n} for b, n, key in busy[:HOST_THREADS]]
+
+
 def timeline_from_trace(trace: dict | list, wall_s: float | None = None) -> dict:
     """The timeline of one process's trace of one iteration (see the module docstring)."""
     events = _complete_events(trace)
@@ -225,6 +244,8 @@ def timeline_from_trace(trace: dict | list, wall_s: float | None = None) -> dict
         "top_kernels": [{"name": n[:NAME_CHARS], "total_s": _r(t), "count": c} for n, (t, c) in top],
         "beside_nccl": beside_nccl(gpu),
         "cpu_ops_top": cpu_self_times(events),
+        "host_threads": host_threads(events),
+        "host_ops_traced": any(ev["cat"].lower() == "cpu_op" for ev in events),
     }
     if len(devices) > 1:
         out["per_device"] = {str(d): _busy([ev for ev in gpu if ev["pid"] == d], wall) for d in devices}
@@ -321,6 +342,11 @@ def format_timeline(label: str, tl: dict) -> list[str]:
         lines.append("  CPU side, by self time:")
         lines += [f"    {c['self_s']:9.4f} s {_pct(c['self_s'], w):>6} x{c['count']:<6} {c['name']} [{c['cat']}]"
                   for c in tl["cpu_ops_top"]]
+    if tl.get("host_threads"):
+        inside = "torch ops and CUDA calls" if tl.get("host_ops_traced") else "CUDA API calls (no torch ops traced)"
+        lines.append(f"  host threads, time inside {inside}; the rest is Python, the runtime's own code or waiting:")
+        lines += [f"    thread {t['thread']}: {_s(t['busy_s'])} ({_pct(t['busy_s'], w)}) in {t['calls']:,} calls"
+                  for t in tl["host_threads"]]
     return lines
 
 

@@ -253,6 +253,10 @@ def test_cli_run_thread_options(tmp_path):
     p, out = _cli(tmp_path, rec, extra_args=["--update-threads", "0"])
     _, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "--update-threads must be at least 1 (got 0)" in err, err
+    p, out = _cli(tmp_path, rec, extra_args=["--trace-host-ops"])
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0 and "--trace-host-ops adds CPU activity to the --memcpy-trace iteration: add " \
+        "--memcpy-trace" in err, err
     p, out = _cli(tmp_path, rec, extra_args=["--run-ahead", "-1"])
     _, err = p.communicate(timeout=120)
     assert p.returncode != 0 and "'-1': give a number of tasks, 0 or more, or none (no bound)" in err, err

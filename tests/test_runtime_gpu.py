@@ -242,6 +242,22 @@ def test_memcpy_trace_is_skipped_after_a_warm_up_slower_than_max_iter_s():
     assert s["warmup_iterations"] == 1 and s["iter_time_s"] > 0
 
 
+def test_trace_host_ops_puts_the_hosts_torch_ops_in_the_traced_iterations_timeline():
+    """--trace-host-ops (device README item 61): the traced iteration records CPU activity too, so the
+    timeline ranks torch ops by self time and gives the issue thread's time inside ops and CUDA calls, which
+    is more than the CUDA API alone and at most the traced wall; the bytes still agree with the counters."""
+    _, rec, g = schedule("gpt2-tiny", "vPP", 1, 3, 3, "P1")
+    s = run_schedule(rec, g, iters=3, warmup=1, device="cuda", precision="fp32", memcpy_trace=True,
+                     trace_host_ops=True, weight_copies="per-tensor")
+    assert s["status"] == "ok", s.get("message")
+    tr = s["memcpy_trace"]
+    assert tr["source"].endswith("(CPU activity traced too)") and s["memcpy_agrees"] is True, tr
+    tl = tr["timelines"][0]
+    assert tl["host_ops_traced"] is True and any(c["cat"] == "cpu_op" for c in tl["cpu_ops_top"]), tl["cpu_ops_top"]
+    busiest = tl["host_threads"][0]
+    assert 0 < busiest["busy_s"] <= tl["wall_s"] and busiest["calls"] > 0, tl["host_threads"]
+
+
 def test_capping_the_send_recv_thread_blocks_changes_no_number():
     """--p2p-max-ctas (docs/performance.md entry 46's A/B): the channels' NCCL config caps the blocks of
     their send/recv kernels; the same plan trains to the same losses, bit for bit, with one block."""

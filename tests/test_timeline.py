@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from harmony.memcpy_trace import memcpy_bytes_from_trace, sum_traces, unavailable
-from harmony.timeline import (cpu_self_times, gpu_event_kind, intersection_length, merge_intervals,
+from harmony.timeline import (cpu_self_times, gpu_event_kind, host_threads, intersection_length, merge_intervals,
                               timeline_from_trace, timelines_of, union_length)
 
 
@@ -172,6 +172,31 @@ def test_cpu_self_times_nesting():
         ev("a", 0, 10), ev("b", 1, 4), ev("c", 2, 3), ev("b", 5, 6), ev("d", 0, 3, tid=2),
         {"cat": "kernel", "name": "k", "pid": 0, "tid": 7, "s": 0, "e": 100}])}
     assert top == {"a": pytest.approx(6), "b": pytest.approx(3), "c": pytest.approx(1), "d": pytest.approx(3)}
+
+
+def test_host_threads_count_each_threads_time_inside_ops_and_cuda_calls_once():
+    """A thread's nested calls (an autograd node, the op inside it, the launch inside that) count once; record
+    function ranges and Python functions enclose Python code, so they are left out; GPU events are not host
+    time. The issue thread here: [0,10) ∪ [12,15) = 13 µs inside calls, the rest of its 100 µs outside."""
+    evs = [X("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 0, 10, 4242, 1),
+           X("cpu_op", "aten::mm", 1, 8, 4242, 1), X("cuda_runtime", "cudaLaunchKernel", 2, 3, 4242, 1),
+           X("cuda_runtime", "cudaMemcpyAsync", 12, 3, 4242, 1),
+           X("user_annotation", "task", 0, 100, 4242, 1), X("python_function", "run_task", 0, 100, 4242, 1),
+           X("cpu_op", "aten::add_", 0, 4, 4242, 2),                     # an update thread
+           X("kernel", "gemm", 0, 90, 0, 7)]
+    tl = timeline_from_trace({"traceEvents": evs}, wall_s=100e-6)
+    assert tl["host_ops_traced"] is True
+    assert tl["host_threads"] == [{"thread": "1", "busy_s": pytest.approx(13e-6), "calls": 4},
+                                  {"thread": "2", "busy_s": pytest.approx(4e-6), "calls": 1}]
+    assert host_threads([]) == []
+    # a trace of CUDA activity only: the threads' time inside the CUDA API, and said so
+    cuda_only = timeline_from_trace({"traceEvents": [e for e in evs if e["cat"] != "cpu_op"]}, wall_s=100e-6)
+    assert cuda_only["host_ops_traced"] is False
+    assert cuda_only["host_threads"] == [{"thread": "1", "busy_s": pytest.approx(6e-6), "calls": 2}]
+    from harmony.timeline import format_timeline
+    text = "\n".join(format_timeline("rank 0", tl))
+    assert "time inside torch ops and CUDA calls" in text and "thread 1: " in text and "(13.0%)" in text, text
+    assert "CUDA API calls (no torch ops traced)" in "\n".join(format_timeline("rank 0", cuda_only))
 
 
 # ------------------------------------------------------------------------------------------------

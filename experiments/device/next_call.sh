@@ -192,6 +192,17 @@ case "$HW" in
         "u1-1|--memcpy-trace --update-threads 1" "u1-2|--memcpy-trace --update-threads 1" "u2-2|--memcpy-trace"
       exit 0
     fi
+    if [ "${ITEM:-49}" = 61 ]; then   # item 61 (docs/performance.md entry 93): item 60's schedule traced with CPU
+      # activity too (`--trace-host-ops`), twice: the host's BWD time by torch op and thread, and how much of
+      # it no op covers (Python, the runtime's own code); the new GPU test first (about 3 minutes)
+      mkdir -p /tmp/${1:-i61}
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k trace_host_ops \
+        > /tmp/${1:-i61}/gpu-test.log 2>&1; echo "gpu test rc=$?"; tail -2 /tmp/${1:-i61}/gpu-test.log
+      MODEL=bert96 D=8 U=8 ITERS=6 WARMUP=2 RUN_LIMIT_S=120 DEADLINE=540 runargs_ab "${1:-i61}" \
+        experiments/device/schedules/bert96.D8.N1.swap-dp-u8.schedule.json "h-1|--memcpy-trace --trace-host-ops" \
+        "h-2|--memcpy-trace --trace-host-ops"
+      exit 0
+    fi
     if [ "${ITEM:-49}" = 54 ]; then   # item 54: swap-dp u = 16 against the committed plan at D = 256 (about 9 minutes;
       # a run's first iteration pins its host arena, so each run may take 250 s: item 51's 140 s cut them)
       T=${1:-i54}

@@ -96,8 +96,8 @@ class Prepared:
                  precision: str = "fp32", gpu_memory_cap: int | None = None, seed: int = 0,
                  data_seed: int = 1234, timeout_s: float = 300.0, fault: dict | None = None,
                  update_threads: int = 2, worker_threads: int | None = None,
-                 memcpy_trace_iteration: int | None = None, load_buffers: str = "auto",
-                 weight_copies: str = DEFAULT_WEIGHT_COPIES, defer_weights: bool = False,
+                 memcpy_trace_iteration: int | None = None, trace_host_ops: bool = False,
+                 load_buffers: str = "auto", weight_copies: str = DEFAULT_WEIGHT_COPIES, defer_weights: bool = False,
                  coalesce_below: int = COALESCE_BELOW, max_iter_s: float | None = None,
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
@@ -131,6 +131,7 @@ class Prepared:
                     "coalesce_below": coalesce_below,
                     "threads_per_worker": worker_threads,
                     "memcpy_trace_iteration": memcpy_trace_iteration if device == "cuda" else None,
+                    "trace_host_ops": trace_host_ops,
                     # the workers may stop after a timed iteration (worker.stop_after): --max-iter-s, deadline
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
                     "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
@@ -269,7 +270,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  precision: str = "fp32", gpu_memory_cap: int | None = None, warmup: int = 1,
                  output: str | None = None, system: str = "harmony", seed: int = 0, data_seed: int = 1234,
                  timeout_s: float = 300.0, fault: dict | None = None, memcpy_trace: bool = False,
-                 worker_threads: int | None = None, update_threads: int = 2,
+                 trace_host_ops: bool = False, worker_threads: int | None = None, update_threads: int = 2,
                  load_buffers: str = "auto", weight_copies: str = DEFAULT_WEIGHT_COPIES,
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
@@ -279,7 +280,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
     iteration is then excluded from the medians too (the profiler slows it), so it needs
-    iters >= warmup + 2. The summary gets `memcpy_trace` (bytes per kind summed over the workers, or null
+    iters >= warmup + 2. trace_host_ops: that trace records CPU activity too (torch ops, the autograd engine),
+    so its timeline ranks the host's own work by self time (`harmony timeline`; the iteration runs slower
+    still). The summary gets `memcpy_trace` (bytes per kind summed over the workers, or null
     kinds and the reason), `memcpy_counted` (our counters for the same iteration), `memcpy_agreement`
     (relative difference per kind) and `memcpy_agrees` (every visible kind within 1%); see docs/runtime.md.
     Failures inside the run give a summary with status oom/error/interrupted; a schedule that does not fit
@@ -351,6 +354,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             out = _execute(record, graph, iters=iters, device=device, data=data, precision=precision,
                            gpu_memory_cap=gpu_memory_cap, seed=seed, data_seed=data_seed, writer=writer,
                            timeout_s=timeout_s, fault=fault, memcpy_trace_iteration=trace_it,
+                           trace_host_ops=trace_host_ops,
                            worker_threads=worker_threads, update_threads=update_threads,
                            load_buffers=load_buffers, weight_copies=weight_copies,
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,

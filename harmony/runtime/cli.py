@@ -43,6 +43,10 @@ def add_arguments(p) -> None:
                    help="trace iteration WARMUP in every worker with torch.profiler (CUDA memcpy activity) and "
                         "report its bytes next to our counters (memcpy_trace, memcpy_agrees); that iteration is "
                         "not timed, so use --iters >= WARMUP + 2")
+    p.add_argument("--trace-host-ops", action="store_true",
+                   help="with --memcpy-trace: record CPU activity in that iteration too (torch ops, the autograd "
+                        "engine), so `harmony timeline` ranks the host's own work by self time and shows how "
+                        "much of each host thread's time no op covers (Python, the runtime's own code)")
     p.add_argument("--worker-threads", type=int, default=None,
                    help="CPU threads per worker process (torch intra-op: kernels on the CPU device, each "
                         "optimizer step; default: the host's cores divided by the GPUs)")
@@ -148,6 +152,8 @@ def main(args) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     if args.iters < 1:
         raise ValueError("--iters must be at least 1")
+    if args.trace_host_ops and not args.memcpy_trace:
+        raise ValueError("--trace-host-ops adds CPU activity to the --memcpy-trace iteration: add --memcpy-trace")
     import json
     fault = json.loads(os.environ["HARMONY_FAULT"]) if os.environ.get("HARMONY_FAULT") else None  # tests only
     from harmony.jsonio import DEFERRED_EXIT, Deferred
@@ -155,7 +161,8 @@ def main(args) -> int:
         summary = run_schedule(record, graph, iters=args.iters, device=device, data=args.data,
                                precision=precision, gpu_memory_cap=cap, warmup=args.warmup, output=args.output,
                                system=record.get("system") or "harmony", seed=args.seed, timeout_s=args.timeout,
-                               fault=fault, memcpy_trace=args.memcpy_trace, worker_threads=args.worker_threads,
+                               fault=fault, memcpy_trace=args.memcpy_trace,
+                               trace_host_ops=args.trace_host_ops, worker_threads=args.worker_threads,
                                update_threads=args.update_threads, load_buffers=args.load_buffers,
                                weight_copies=args.weight_copies, coalesce_below=args.coalesce_below,
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,

@@ -671,7 +671,8 @@ class Worker:
                 # Every copy of an iteration is issued and completed inside it (no prefetch crosses the
                 # iteration boundary; synchronize at its end); the loss is read after the trace.
                 from harmony.memcpy_trace import measure_memcpy_bytes
-                traced = measure_memcpy_bytes(lambda: self._iteration(it))
+                traced = measure_memcpy_bytes(lambda: self._iteration(it),
+                                              host_ops=bool(self.job.get("trace_host_ops")))
                 traced["iteration"] = it
             else:
                 self._iteration(it)

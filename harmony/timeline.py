@@ -25,7 +25,8 @@ stream, `ts`/`dur` in microseconds) and returns, for that process and its GPU:
                          torch ops and record_function ranges appear only with CPU activity (`harmony run
                          --trace-host-ops`)
   host_threads           the 3 host threads with the most time inside traced calls (torch ops, CUDA runtime and
-                         driver calls; nested calls counted once): thread, busy_s, calls. What a thread spends
+                         driver calls; nested calls counted once): thread, busy_s, calls, and top_calls (its
+                         outermost calls with the most time: name, total_s, count). What a thread spends
                          outside them is Python and the runtime's own code, or waiting. `host_ops_traced` says
                          whether torch ops were in the trace: without them busy_s is only the CUDA API's time
   per_device             the busy fields per GPU, only when the process's trace shows more than one GPU
@@ -206,13 +207,30 @@ def cpu_self_times(events: list[dict]) -> list[dict]:
 
 
 def host_threads(events: list[dict]) -> list[dict]:
-    """The HOST_THREADS threads with the most time inside torch ops and CUDA calls (their union per thread)."""
+    """The HOST_THREADS threads with the most time inside torch ops and CUDA calls (their union per thread),
+    each with the outermost calls that take most of it (`top_calls`: name, total_s, count), which tell the
+    threads apart: the autograd engine's device thread runs `autograd::engine::evaluate_function: ...`."""
     threads: dict = defaultdict(list)
     for ev in events:
         if ev["cat"].lower() in HOST_CALL_CATS:
-            threads[(ev["pid"], ev["tid"])].append((ev["s"], ev["e"]))
-    busy = sorted(((union_length(iv), len(iv), key) for key, iv in threads.items()), key=lambda t: -t[0])
-    return [{"thread": str(key[1]), "busy_s": _r(b), "calls": n} for b, n, key in busy[:HOST_THREADS]]
+            threads[(ev["pid"], ev["tid"])].append(ev)
+    out = []
+    for key, evs in threads.items():
+        evs.sort(key=lambda ev: (ev["s"], -ev["e"]))
+        outer: dict = {}
+        end = float("-inf")
+        for ev in evs:
+            if ev["s"] >= end:                # not nested in an earlier call of this thread
+                o = outer.setdefault(ev["name"][:NAME_CHARS], [0.0, 0])
+                o[0] += ev["e"] - ev["s"]
+                o[1] += 1
+                end = ev["e"]
+            else:
+                end = max(end, ev["e"])
+        top = sorted(outer.items(), key=lambda kv: -kv[1][0])[:HOST_THREADS]
+        out.append({"thread": str(key[1]), "busy_s": _r(union_length((ev["s"], ev["e"]) for ev in evs)),
+                    "calls": len(evs), "top_calls": [{"name": n, "total_s": _r(t), "count": c} for n, (t, c) in top]})
+    return sorted(out, key=lambda t: -t["busy_s"])[:HOST_THREADS]
 
 
 def timeline_from_trace(trace: dict | list, wall_s: float | None = None) -> dict:
@@ -345,8 +363,10 @@ def format_timeline(label: str, tl: dict) -> list[str]:
     if tl.get("host_threads"):
         inside = "torch ops and CUDA calls" if tl.get("host_ops_traced") else "CUDA API calls (no torch ops traced)"
         lines.append(f"  host threads, time inside {inside}; the rest is Python, the runtime's own code or waiting:")
-        lines += [f"    thread {t['thread']}: {_s(t['busy_s'])} ({_pct(t['busy_s'], w)}) in {t['calls']:,} calls"
-                  for t in tl["host_threads"]]
+        for t in tl["host_threads"]:
+            lines.append(f"    thread {t['thread']}: {_s(t['busy_s'])} ({_pct(t['busy_s'], w)}) in {t['calls']:,} calls; "
+                         "outermost: " + ", ".join(f"{c['name']} {_s(c['total_s'])} x{c['count']}"
+                                                   for c in t.get("top_calls", [])))
     return lines
 
 

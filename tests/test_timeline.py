@@ -186,13 +186,18 @@ def test_host_threads_count_each_threads_time_inside_ops_and_cuda_calls_once():
            X("kernel", "gemm", 0, 90, 0, 7)]
     tl = timeline_from_trace({"traceEvents": evs}, wall_s=100e-6)
     assert tl["host_ops_traced"] is True
-    assert tl["host_threads"] == [{"thread": "1", "busy_s": pytest.approx(13e-6), "calls": 4},
-                                  {"thread": "2", "busy_s": pytest.approx(4e-6), "calls": 1}]
+    first, second = tl["host_threads"]
+    assert (first["thread"], first["busy_s"], first["calls"]) == ("1", pytest.approx(13e-6), 4)
+    assert (second["thread"], second["busy_s"], second["calls"]) == ("2", pytest.approx(4e-6), 1)
+    # the outermost calls tell the threads apart: the autograd node, not the op and launch inside it
+    assert [(c["name"], c["count"]) for c in first["top_calls"]] == [
+        ("autograd::engine::evaluate_function: MmBackward0", 1), ("cudaMemcpyAsync", 1)]
+    assert first["top_calls"][0]["total_s"] == pytest.approx(10e-6)
     assert host_threads([]) == []
     # a trace of CUDA activity only: the threads' time inside the CUDA API, and said so
     cuda_only = timeline_from_trace({"traceEvents": [e for e in evs if e["cat"] != "cpu_op"]}, wall_s=100e-6)
     assert cuda_only["host_ops_traced"] is False
-    assert cuda_only["host_threads"] == [{"thread": "1", "busy_s": pytest.approx(6e-6), "calls": 2}]
+    assert [(t["thread"], t["busy_s"], t["calls"]) for t in cuda_only["host_threads"]] == [("1", pytest.approx(6e-6), 2)]
     from harmony.timeline import format_timeline
     text = "\n".join(format_timeline("rank 0", tl))
     assert "time inside torch ops and CUDA calls" in text and "thread 1: " in text and "(13.0%)" in text, text

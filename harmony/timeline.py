@@ -47,6 +47,7 @@ CPU_CATS = ("cpu_op", "user_annotation", "python_function", "cuda_runtime", "cud
 # functions are left out, since they enclose Python code and would hide it
 HOST_CALL_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
 HOST_THREADS = 3
+TOP_CALLS = 3       # a host thread's outermost calls kept, enough to tell the issue loop from autograd's thread
 TOP = 8
 NAME_CHARS = 80
 MIN_EACH = 3        # beside_nccl compares a launch configuration seen at least this often each way
@@ -227,7 +228,7 @@ def host_threads(events: list[dict]) -> list[dict]:
                 end = ev["e"]
             else:
                 end = max(end, ev["e"])
-        top = sorted(outer.items(), key=lambda kv: -kv[1][0])[:HOST_THREADS]
+        top = sorted(outer.items(), key=lambda kv: -kv[1][0])[:TOP_CALLS]
         out.append({"thread": str(key[1]), "busy_s": _r(union_length((ev["s"], ev["e"]) for ev in evs)),
                     "calls": len(evs), "top_calls": [{"name": n, "total_s": _r(t), "count": c} for n, (t, c) in top]})
     return sorted(out, key=lambda t: -t["busy_s"])[:HOST_THREADS]
@@ -364,9 +365,9 @@ def format_timeline(label: str, tl: dict) -> list[str]:
         inside = "torch ops and CUDA calls" if tl.get("host_ops_traced") else "CUDA API calls (no torch ops traced)"
         lines.append(f"  host threads, time inside {inside}; the rest is Python, the runtime's own code or waiting:")
         for t in tl["host_threads"]:
-            lines.append(f"    thread {t['thread']}: {_s(t['busy_s'])} ({_pct(t['busy_s'], w)}) in {t['calls']:,} calls; "
-                         "outermost: " + ", ".join(f"{c['name']} {_s(c['total_s'])} x{c['count']}"
-                                                   for c in t.get("top_calls", [])))
+            calls = ", ".join(f"{c['name']} {_s(c['total_s'])} x{c['count']}" for c in t.get("top_calls", []))
+            lines.append(f"    thread {t['thread']}: {_s(t['busy_s'])} ({_pct(t['busy_s'], w)}) "
+                         f"in {t['calls']:,} calls; outermost: {calls}")
     return lines
 
 

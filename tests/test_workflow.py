@@ -2463,3 +2463,22 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     assert passes[0][9] == f"--schedule-out /tmp/{tag}/swapdp-schedule.json"
     assert all(p[11] == f"plan=/tmp/{tag}/swapdp-schedule.json" for p in passes)   # the schedule it wrote
     assert all(0 < int(p[10]) <= 545 for p in passes)
+
+
+def test_swap_schedule_writes_the_plan_the_baseline_ran_without_running_it(tmp_path):
+    """experiments/swap_schedule.py (device README item 62): swap-dp BERT96 at D = 8, N = 1, u = 8 from 2x H200's
+    folder is the schedule `harmony baseline swap-dp --schedule-out` wrote on the device for item 58, task for
+    task, with the same cap and a prediction; a plan that cannot fit is refused with the reason."""
+    import json
+    script = str(ROOT / "experiments/swap_schedule.py")
+    out = tmp_path / "s.json"
+    p = sh([sys.executable, script, "results/paper/2xH200", "bert96", "--minibatch", "8", "--ubatch", "8",
+            "-o", str(out)])
+    assert "swap-dp bert96 D=8 N=1 u=8: 100 packs" in p.stdout, p.stdout
+    made = json.loads(out.read_text())
+    ran = json.loads((ROOT / "experiments/device/schedules/bert96.D8.N1.swap-dp-u8.schedule.json").read_text())
+    assert made["graph"] == ran["graph"] and made["gpu_memory_cap"] == ran["gpu_memory_cap"] == 11 * 2 ** 30
+    assert made["prediction"]["iter_time_s"] > 0
+    bad = sh([sys.executable, script, "results/paper/2xH200", "bert96", "--minibatch", "8", "--ubatch", "8",
+              "--cap", "64MiB", "-o", str(tmp_path / "t.json")], check=False)
+    assert bad.returncode == 1 and "infeasible" in bad.stderr and not (tmp_path / "t.json").exists(), bad.stderr

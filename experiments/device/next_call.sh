@@ -192,6 +192,19 @@ case "$HW" in
         "u1-1|--memcpy-trace --update-threads 1" "u1-2|--memcpy-trace --update-threads 1" "u2-2|--memcpy-trace"
       exit 0
     fi
+    if [ "${ITEM:-49}" = 62 ]; then   # item 62 (docs/performance.md entry 93): swap-dp's VGG416 and ResNet1026 plans
+      # (one GPU's share of figure 10's N = 2 records, written by experiments/swap_schedule.py) traced with CPU
+      # activity, one pass each: calls per task against the extra host time per task, beside item 61's BERT96
+      # (about 4 minutes; DEADLINE62 bounds the last start when less device time is left)
+      T=${1:-i62}; mkdir -p "/tmp/$T"
+      for spec in vgg416:vgg416.D8.N1.swap-dp-u8 resnet1026:resnet1026.D128.N1.swap-dp-u128; do
+        ARMS='new=.' BASE_ARMS='' HARMONY_ARMS=new RUN_ARGS='--memcpy-trace --trace-host-ops' IN=results/paper/2xH200 \
+          MODEL=${spec%%:*} ROUNDS=1 ITERS=5 WARMUP=2 RUN_LIMIT_S=150 DEADLINE_S=$((${DEADLINE62:-540} - SECONDS)) \
+          SCHEDULES="plan=experiments/device/schedules/${spec#*:}.schedule.json" \
+          bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/${spec%%:*}" >> "/tmp/$T.console" 2>&1
+      done
+      pack_ab "$T" 12; exit 0
+    fi
     if [ "${ITEM:-49}" = 61 ]; then   # item 61 (docs/performance.md entry 93): item 60's schedule traced with CPU
       # activity too (`--trace-host-ops`), twice: the host's BWD time by torch op and thread, and how much of
       # it no op covers (Python, the runtime's own code); the new GPU test first (about 3 minutes)

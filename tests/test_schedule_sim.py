@@ -232,6 +232,34 @@ def test_the_runtimes_host_work_per_task_is_charged_on_cuda_unless_the_calibrati
     assert charged == pytest.approx(plain + 0.5 * tasks)
 
 
+def test_a_bwd_task_is_charged_one_of_its_vlayers_issue_more_once_on_cuda():
+    """docs/performance.md entry 93: from a CUDA calibration a BWD task's host lane holds
+    CUDA_HOST_BWD_EXTRA_VLAYERS of its vLayers' mean profiled BWD issue (one microbatch's) more, once a task,
+    not per vLayer or microbatch; FWD tasks and the CPU are not charged; a calibration's own value holds."""
+    from harmony.schedule.simulate import CUDA_HOST_BWD_EXTRA_VLAYERS, task_issue_seconds
+    cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}).host_bwd_extra_vlayers == CUDA_HOST_BWD_EXTRA_VLAYERS
+    assert SimParams.from_calibration({**cal, "device": "cpu"}).host_bwd_extra_vlayers == 0.0
+    assert SimParams.from_calibration({**cal, "device": "cuda:0", "host_bwd_extra_vlayers": 0.5}).host_bwd_extra_vlayers == 0.5
+    prof = make_profile(w=0, g=0, fwd_per_sample=0.0, bwd_per_sample=0.0, opt=0.0)
+    for i, vl in enumerate(prof["vlayers"]):          # vLayer i issues its backward in (i + 1) x 0.1 s a sample
+        vl["fwd_issue_s"] = [0.1 * u for u in prof["ubatch_sizes"]]
+        vl["bwd_issue_s"] = [0.1 * (i + 1) * u for u in prof["ubatch_sizes"]]
+    costs = LayerCosts(prof)
+    # D = 4 in microbatches of 2: BWD (0, 2) issues 2 x (0.2 + 0.4) = 1.2 s; its vLayers' mean, one
+    # microbatch's, is 0.3 s; BWD (2, 3) issues 2 x 0.6 s, its one vLayer 0.6 s
+    g = graph("vPP", 1, 4, 2, 2)
+    plain = task_issue_seconds(g, costs, PARAMS)
+    charged = task_issue_seconds(g, costs, dataclasses.replace(PARAMS, host_bwd_extra_vlayers=1.0))
+    by_task = {(t.kind, t.pack): (plain[t.id], charged[t.id]) for t in g.tasks if t.kind != "UPD"}
+    assert by_task[("BWD", (0, 2))] == pytest.approx((1.2, 1.5))
+    assert by_task[("BWD", (2, 3))] == pytest.approx((1.2, 1.8))
+    assert by_task[("FWD", (0, 2))][0] == by_task[("FWD", (0, 2))][1]
+    # a host-bound graph's iteration grows by the two charges (0.3 + 0.6 s) on the rank's host lane
+    grown = simulate(g, costs, dataclasses.replace(PARAMS, host_bwd_extra_vlayers=1.0)).iter_time_s
+    assert grown == pytest.approx(simulate(g, costs, PARAMS).iter_time_s + 0.9)
+
+
 def test_the_eager_factor_is_what_an_eager_simulation_charges():
     """The simulation itself takes the mode's factor: an eager graph with the eager factor set apart
     simulates exactly as with that factor for both modes."""

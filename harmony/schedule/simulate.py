@@ -75,6 +75,16 @@ CUDA_BESIDE_NCCL_SLOWDOWN_EAGER = 1.23
 # 1.4-1.6x with it. Harmony's figure-10 predictions do not move (docs/performance.md entry 78). A
 # calibration's own `host_task_s` overrides it; the CPU (gloo, no CUDA calls) is not charged.
 CUDA_HOST_TASK_S = 0.60e-3
+# A BWD task's host work beyond its profiled issue and that per-task charge, once a task: about one of its
+# vLayers' plain-PyTorch backward issue again. Traced on one H200 (docs/performance.md entry 93, items 61
+# and 62), swap-dp's one-layer BWD tasks were issued 0.60 ms (VGG416), 1.35 ms (ResNet1026) and 1.7-2.1 ms
+# (BERT96) past their lane: 1.2, 1.05 and 0.64-0.80 times one layer's profiled issue; their FWD tasks at or
+# under their lane. Once a task, not per vLayer: charged per vLayer it over-predicts Harmony's packed runs
+# on 2x H200 (median error 3.7% -> 5.0%, within 10% 39 -> 32 of 41), once a task it leaves them where they
+# were and brings swap-dp's candidates there from 13 to 20 of 24 within 10%. The traces put it on torch's
+# per-op work and the engine's hand-over in a task's backward, and the runtime's Python per task. A
+# calibration's own `host_bwd_extra_vlayers` overrides it; the CPU is not charged.
+CUDA_HOST_BWD_EXTRA_VLAYERS = 1.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,9 @@ class SimParams:
     # experiments/resimulate_runs.py --host-overhead asks what other charges would do, entry 46)
     host_task_s: float = 0.0
     host_vlayer_s: float = 0.0
+    # a BWD task's host issue takes this many of its vLayers' mean profiled BWD issue (one microbatch's)
+    # more, once a task (0 here; CUDA_HOST_BWD_EXTRA_VLAYERS from a CUDA calibration)
+    host_bwd_extra_vlayers: float = 0.0
     # GPU compute runs this many times slower while an NCCL send/recv kernel of the rank's p2p is resident
     # beside it (vPP, N > 1): a send waits on the GPU, holding its thread blocks' SMs, until the consumer
     # posts the receive. 1: not charged (docs/performance.md entries 46 and 47)
@@ -184,6 +197,10 @@ class SimParams:
         if host_task is None and cuda:
             host_task = CUDA_HOST_TASK_S
         kw.setdefault("host_task_s", float(host_task or 0.0))
+        extra = raw.get("host_bwd_extra_vlayers")
+        if extra is None and cuda:
+            extra = CUDA_HOST_BWD_EXTRA_VLAYERS
+        kw.setdefault("host_bwd_extra_vlayers", float(extra or 0.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          duplex_total_Bps=float(raw.get("duplex_pinned_total_Bps") or 0.0),
@@ -270,11 +287,15 @@ def _sim_order(g: TaskGraph) -> list[int]:
 def _device_issue(t, costs: LayerCosts, params: SimParams) -> tuple[float, float, float, float, float]:
     """A compute task's (device s, host issue s, first microbatch's device and issue s, last microbatch's
     device s): the profile's, with the per-task overhead on the device and the runtime's own host work on
-    the host lane (SimParams.host_task_s, host_vlayer_s)."""
+    the host lane (SimParams.host_task_s, host_vlayer_s, and host_bwd_extra_vlayers on a BWD task)."""
     s, e = t.pack
     nmb = -(-t.num_samples // t.ubatch)
     dev, iss, dev_first, iss_first, dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch, t.num_samples)
     dev += params.task_overhead_s
+    if t.kind == "BWD" and params.host_bwd_extra_vlayers:
+        extra = params.host_bwd_extra_vlayers * iss_first / (e - s)
+        iss += extra
+        iss_first += extra
     if params.host_task_s or params.host_vlayer_s:
         iss += params.host_task_s + params.host_vlayer_s * (e - s) * nmb
         iss_first += params.host_task_s + params.host_vlayer_s * (e - s)

@@ -17,7 +17,8 @@ What overlaps, as the runtime does it:
     previous task computes (double buffer), but only if previous peak + those bytes fit under the cap;
     otherwise the prefetch waits for the previous compute to finish;
   - the host issues each rank's compute tasks one after the other (`host` lane: a task's issue seconds,
-    the sum of its vLayers' profiled host issue times): it runs ahead of the GPU across tasks, within an
+    the sum of its vLayers' profiled host issue times, plus on CUDA the runtime's own work per task and a
+    BWD task's extra, CUDA_HOST_TASK_S and CUDA_HOST_BWD_EXTRA_VLAYERS): it runs ahead of the GPU across tasks, within an
     iteration, so a task's kernels start no earlier than its issue starts and end no earlier than its
     issue ends (docs/performance.md entry 34); the host starts an iteration when the last one has ended
     (the runtime waits for its copies, sends and updates there); profiles without issue times issue in

@@ -158,15 +158,13 @@ def baseline_schedule(s: dict, root: Path) -> Path | None:
     if not model_file.exists():
         sys.exit(f"resimulate_runs.py: {s['system']} record: no {model_file} to rebuild its plan from; pass --schedules")
     mj = json.loads(model_file.read_text())
-    from baselines.swap_dp import schedule_record, swap_dp_config
-    from baselines.swap_pp import swap_pp_config
+    from baselines.predicted_start import config_builder
+    from baselines.swap_dp import schedule_record
     cap = s.get("gpu_memory_cap")
-    if s["system"] == "swap-dp":
-        cfg = swap_dp_config(mj, s["minibatch"], s["gpus"], s["ubatch"], cap=cap)
-    else:   # swap-pp balances its stages by the profile's per-layer times, as its run did (--profile)
-        profile = profile_path(root / "profiles", s["model"])
-        cfg = swap_pp_config(mj, s["minibatch"], s["gpus"], s["ubatch"], cap=cap,
-                             profile=json.loads(profile.read_text()) if profile else None)
+    # with the profile its run had (--profile): swap-pp balances its stages by the per-layer times
+    profile = profile_path(root / "profiles", s["model"])
+    cfg = config_builder(s["system"])(mj, s["minibatch"], s["gpus"], s["ubatch"], cap=cap,
+                                      profile=json.loads(profile.read_text()) if profile else None)
     ran = [[list(p) for p in s.get(k) or []] for k in ("bwd_packs", "fwd_packs")]
     if ran != [[list(p) for p in cfg.bwd_packs], [list(p) for p in cfg.fwd_packs]]:
         sys.exit(f"resimulate_runs.py: {s['system']}'s packer at u = {s['ubatch']} does not give the packs the "

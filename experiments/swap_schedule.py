@@ -41,14 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     calibration = read_json(paths["calibration"], kind="calibration")
     cap = parse_cap(a.cap)
     from baselines.common import Infeasible
-    from baselines.swap_dp import schedule_record, swap_dp_config
-    from baselines.swap_pp import swap_pp_config
+    from baselines.predicted_start import config_builder
+    from baselines.swap_dp import schedule_record
     from harmony.schedule.io import save_schedule
     try:
-        if a.baseline == "swap-dp":
-            cfg = swap_dp_config(mj, a.minibatch, a.gpus, a.ubatch, cap=cap, profile=profile)
-        else:
-            cfg = swap_pp_config(mj, a.minibatch, a.gpus, a.ubatch, cap=cap, profile=profile)
+        cfg = config_builder(a.baseline)(mj, a.minibatch, a.gpus, a.ubatch, cap=cap, profile=profile)
     except Infeasible as e:
         print(f"{a.baseline} {a.model} D={a.minibatch} N={a.gpus} u={a.ubatch}: infeasible: {e}", file=sys.stderr)
         return 1

@@ -194,14 +194,11 @@ class SimParams:
             if "beside_nccl_slowdown" not in kw:
                 kw.setdefault("beside_nccl_eager", CUDA_BESIDE_NCCL_SLOWDOWN_EAGER)
         kw.setdefault("beside_nccl_slowdown", float(nccl or 1.0))
-        host_task = raw.get("host_task_s")
-        if host_task is None and cuda:
-            host_task = CUDA_HOST_TASK_S
-        kw.setdefault("host_task_s", float(host_task or 0.0))
-        extra = raw.get("host_bwd_extra_vlayers")
-        if extra is None and cuda:
-            extra = CUDA_HOST_BWD_EXTRA_VLAYERS
-        kw.setdefault("host_bwd_extra_vlayers", float(extra or 0.0))
+        # the runtime's host charges: the calibration's own value, else the CUDA default (none on the CPU)
+        for key, cuda_default in (("host_task_s", CUDA_HOST_TASK_S),
+                                  ("host_bwd_extra_vlayers", CUDA_HOST_BWD_EXTRA_VLAYERS)):
+            own = raw.get(key)
+            kw.setdefault(key, float(own if own is not None else cuda_default if cuda else 0.0))
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          duplex_total_Bps=float(raw.get("duplex_pinned_total_Bps") or 0.0),

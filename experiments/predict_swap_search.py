@@ -16,7 +16,7 @@ refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activati
 needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
-       [--calibration FILE] [--measured]
+       [--calibration FILE] [--measured] [--cap BYTES]
   e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
   --calibration FILE simulates with another calibration than RESULTS/calibration.json (docs/performance.md
   entry 92: 2x H200's with the calls' measured `duplex_pinned_total_Bps`,
@@ -24,6 +24,8 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
   --measured sets each candidate the search ran beside its prediction (its record under RESULTS/runs: the
   candidate's `.uU.jsonl`, or the search's final record at that u), and ends with how close the model is over
   them: the median |measured/predicted - 1| and how many within 10% (entry 92)
+  --cap BYTES (e.g. 11GiB) plans a point that has no Harmony run under this cap, and prints its candidates
+  alone (a point off figure 10's grid, predicted before any run of it: docs/performance.md entry 95)
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from baselines.predicted_start import SYSTEMS, candidates, fastest_fitting
 from harmony.jsonio import read_jsonl
+from harmony.units import parse_bytes
 from harmony.workflow import baseline_ubatches
 from runtime_gap import harmony_runs
 
@@ -63,6 +66,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("point", nargs="+", help="MODEL:D")
     ap.add_argument("--calibration", type=Path, help="simulate with this calibration, not ROOT/calibration.json")
     ap.add_argument("--measured", action="store_true", help="each candidate's record beside its prediction")
+    ap.add_argument("--cap", type=parse_bytes, help="the GPU memory cap for a point with no Harmony run (e.g. 11GiB)")
     args = ap.parse_args(argv)
     root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
     points = [p.split(":") for p in args.point]
@@ -83,11 +87,12 @@ def main(argv: list[str]) -> int:
         runs, which = harmony_runs(root, name, n, d), "Harmony"
         if not runs:       # moved aside to be made again beside the baselines (device README item 47)
             runs, which = harmony_runs(root / SUPERSEDED, name, n, d), "Harmony (superseded record)"
-        if not runs:       # the cap the point was planned under comes from them
-            print(f"{name} D={d}: no Harmony run at N = {n} under {root}/runs: nothing to compare with")
+        if not runs and args.cap is None:       # the cap the point was planned under comes from them
+            print(f"{name} D={d}: no Harmony run at N = {n} under {root}/runs: nothing to compare with "
+                  f"(--cap plans it under a cap of your choosing)")
             continue
-        cap = next(iter(runs.values())).get("gpu_memory_cap")
-        h = min(r["iter_time_s"] for r in runs.values())
+        cap = next(iter(runs.values())).get("gpu_memory_cap") if runs else args.cap
+        h = min(r["iter_time_s"] for r in runs.values()) if runs else None
         # the baseline's own check is a lower bound and lets it try a u over the cap (an OOM is a record); the
         # simulated peak says whether it trains, as well as the profile's memory does (item 50: u = 32 at
         # GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older profile puts the
@@ -105,6 +110,10 @@ def main(argv: list[str]) -> int:
         best = min((c.iter_time_s for c in cands if c.iter_time_s is not None), default=None)
         fastest = fastest_fitting(cands)           # the candidate `--ubatch-start predicted` starts at
         best_fit = fastest.iter_time_s if fastest else None
+        if h is None:
+            fit = f"best that fits (GPU peak, host arena): u = {fastest.ubatch}" if fastest else "none fits"
+            print(f"{name} D={d}: {'; '.join(cells)} | no Harmony run; {fit}")
+            continue
         ratio = f", Harmony over the best candidate {best / h:.2f}x" if best else ""
         if best_fit is not None and best_fit != best:
             ratio += f", over the best that fits (GPU peak, host arena) {best_fit / h:.2f}x"

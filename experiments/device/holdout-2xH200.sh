@@ -11,7 +11,8 @@
 # the plans and predictions were made with), SCHED (results/probes/holdout/2xH200/schedules), RUN_LIMIT_S
 # (150 a run), DEADLINE_S (540: no run starts that could end after it), DEVICE (cuda; `cpu` with PREC=fp32
 # and CAP='' for a smoke test on a CPU folder). A run whose record exists is skipped,
-# so a second call with the same OUTDIR continues. Writes OUTDIR/runs/SYSTEM/MODEL/N2-DD.jsonl and .log,
+# so a second call with the same OUTDIR continues. Writes OUTDIR/runs/SYSTEM/MODEL/N2-DD[-auto].jsonl and .log
+# (Harmony's named after their schedules, as figure 10's are, so resimulate_runs.py finds them),
 # OUTDIR/env.json; prints each record's time beside its prediction.
 set -uo pipefail
 OUTDIR=${1:?usage: POINTS='MODEL:D:U_DP:U_PP ...' holdout-2xH200.sh OUTDIR}
@@ -25,25 +26,25 @@ mkdir -p "$OUTDIR"
 DEVICE=${DEVICE:-cuda}; PREC=${PREC:-tf32}; CAP=${CAP-11GiB}
 COMMON=(--precision "$PREC" --device "$DEVICE" --iters 4); [ -n "$CAP" ] && COMMON+=(--gpu-memory "$CAP")
 
-one() {   # one SYSTEM MODEL D -- harmony arguments...: one bounded run into OUTDIR/runs, skipped if recorded
+one() {   # one SYSTEM MODEL NAME -- harmony arguments...: one bounded run into OUTDIR/runs, skipped if recorded
   local sys=$1 m=$2 d=$3; shift 4
-  local out=$OUTDIR/runs/$sys/$m/N2-D$d.jsonl
+  local out=$OUTDIR/runs/$sys/$m/N2-$d.jsonl
   [ -s "$out" ] && return 0
-  if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] no time left for $sys $m D=$d"; return 0; fi
+  if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] no time left for $sys $m $d"; return 0; fi
   mkdir -p "$(dirname "$out")"
-  echo "[$SECONDS s] $sys $m D=$d"
-  timeout "$RUN_LIMIT_S" harmony "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED (rc $?): $out"
+  echo "[$SECONDS s] $sys $m $d"
+  timeout "$RUN_LIMIT_S" python3 -m harmony.cli "$@" -o "$out" > "${out%.jsonl}.log" 2>&1 || echo "FAILED (rc $?): $out"
   tail -1 "${out%.jsonl}.log"
 }
 
 for p in $POINTS; do
   IFS=: read -r m d udp upp <<< "$p"
   for mode in vPP vDP; do
-    one "harmony-$mode" "$m" "$d" -- run "$SCHED/$m/$mode-N2-D$d-auto.json" --data synthetic --warmup 1 "${COMMON[@]}"
+    one "harmony-$mode" "$m" "D$d-auto" -- run "$SCHED/$m/$mode-N2-D$d-auto.json" --data synthetic --warmup 1 "${COMMON[@]}"
   done
   base=(--minibatch "$d" --gpus 2 --warmup 2 --profile "$IN/profiles/$m.json" --calibration "$CAL" "${COMMON[@]}")
-  one swap-dp "$m" "$d" -- baseline swap-dp "$IN/models/$m.json" --ubatch "$udp" "${base[@]}"
-  one swap-pp "$m" "$d" -- baseline swap-pp "$IN/models/$m.json" --ubatch "$upp" "${base[@]}"
+  one swap-dp "$m" "D$d" -- baseline swap-dp "$IN/models/$m.json" --ubatch "$udp" "${base[@]}"
+  one swap-pp "$m" "D$d" -- baseline swap-pp "$IN/models/$m.json" --ubatch "$upp" "${base[@]}"
 done
 
 python3 - "$OUTDIR" <<'EOF'

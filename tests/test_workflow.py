@@ -1959,6 +1959,22 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
     assert f"Harmony {harmony:.3f}, Harmony over the best candidate {0.732 / harmony:.2f}x" in line, line
 
 
+def test_predict_swap_search_plans_a_point_off_the_grid_under_the_cap_given():
+    """`--cap`: a point with no Harmony run (GPT2-XL D = 32 at N = 2, off figure 10's grid; docs/performance.md
+    entry 95) is planned under the cap given and its candidates printed alone, the fastest one that fits named
+    (u = 16 is faster but its simulated peak is over 11 GiB); without --cap the line says how to plan it."""
+    root = "results/paper/2xH200"
+    script = str(ROOT / "experiments/predict_swap_search.py")
+    assert not (ROOT / root / "runs/harmony-vDP/gpt2-xl/N2-D32-auto.jsonl").exists()
+    line = next(x for x in sh([sys.executable, script, root, "swap-dp", "2", "gpt2-xl:32", "--cap", "11GiB"]).stdout
+                .splitlines() if x.startswith("gpt2-xl D=32:"))
+    cells = line.split(":", 1)[1].split("|")[0]
+    assert "u=16" in cells and "over the cap" in cells.split("u=16")[1], line
+    assert line.endswith("| no Harmony run; best that fits (GPU peak, host arena): u = 8"), line
+    bare = sh([sys.executable, script, root, "swap-dp", "2", "gpt2-xl:32"]).stdout
+    assert "nothing to compare with (--cap plans it" in bare, bare
+
+
 def test_predict_swap_search_takes_another_calibration():
     """`--calibration FILE`: the committed 2x H200 calibration with the calls' all-GPU duplex total
     (docs/performance.md entry 92) slows swap-dp's u = 4 at GPT2-XL D = 16, whose two GPUs copy both ways at

@@ -22,8 +22,8 @@ SCHED=${SCHED:-results/probes/holdout/2xH200/schedules}
 RUN_LIMIT_S=${RUN_LIMIT_S:-150}; DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-540} ))
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUTDIR"
-[ -s "$OUTDIR/env.json" ] || python3 -m harmony.cli env --device "${DEVICE:-cuda}" --precision "${PREC:-tf32}" > "$OUTDIR/env.json"
 DEVICE=${DEVICE:-cuda}; PREC=${PREC:-tf32}; CAP=${CAP-11GiB}
+[ -s "$OUTDIR/env.json" ] || python3 -m harmony.cli env --device "$DEVICE" --precision "$PREC" > "$OUTDIR/env.json"
 COMMON=(--precision "$PREC" --device "$DEVICE" --iters 4); [ -n "$CAP" ] && COMMON+=(--gpu-memory "$CAP")
 
 one() {   # one SYSTEM MODEL NAME -- harmony arguments...: one bounded run into OUTDIR/runs, skipped if recorded

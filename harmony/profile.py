@@ -347,6 +347,44 @@ def _measure_at(layer, x0, u, first: bool, opts: ProfileOptions) -> dict:
             "bwd_peak_held_bytes": int(bwd_peak_held)}
 
 
+# vLayers chained for the backward issue inside a pack (bwd_issue_in_pack)
+ISSUE_CHAIN_K = 4
+
+
+def bwd_issue_in_pack(layer: nn.Module, x0: tuple, u: int, first: bool, opts: ProfileOptions) -> dict | None:
+    """How much of a vLayer's backward issue it costs inside a pack. The profile times each vLayer's
+    recompute and backward alone, so its issue time pays once for what a pack pays once a task: the
+    backward call, the autograd engine's start and hand-over. Summed over a pack, those isolated times
+    over-charged swap-pp's VGG416 stage of 274 vLayers by 0.65x its measured time (docs/performance.md entry 95).
+    Where the vLayer's outputs have its inputs' shapes and dtypes, it is timed chained ISSUE_CHAIN_K times (the
+    same module, so the same kernels) beside alone, at microbatch u. `factor` is a vLayer's marginal issue
+    in a chain over its issue alone: (chain - alone) / ((k - 1) * alone), clamped to [0, 1] (a vLayer inside a
+    pack does not issue slower than alone, whose time includes all of a call's fixed cost). None where the
+    vLayer does not chain onto itself (shapes change, the first vLayer's ids, the loss); inputs it passes
+    through unchanged (GPT-2's labels) chain."""
+    x = interior_inputs(x0, u, needs_grad=not first)
+    if first or not any(t.is_floating_point() for t in x):
+        return None
+    with torch.no_grad(), gpumem.autocast(torch.device(opts.device), opts.precision):
+        y = layer(*x)
+    y = y if isinstance(y, tuple) else (y,)
+    if len(y) != len(x) or any(not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype
+                               for a, b in zip(x, y)):
+        return None
+    del y
+    dev = torch.device(opts.device)
+    alone, chain = Runner([layer], x, dev, opts.precision), Runner([layer] * ISSUE_CHAIN_K, x, dev, opts.precision)
+    for r in (alone, chain):
+        for _ in range(max(1, opts.warmup)):
+            r.bwd()
+    one = alone.issue_time(alone.time_split(alone.bwd, opts.trials)[1])
+    k = chain.issue_time(chain.time_split(chain.bwd, opts.trials)[1])
+    for t in layer.parameters():
+        t.grad = None
+    factor = min(1.0, max(0.0, (k - one) / ((ISSUE_CHAIN_K - 1) * one))) if one > 0 else 1.0
+    return {"k": ISSUE_CHAIN_K, "u": u, "alone_s": one, "chain_s": k, "factor": factor}
+
+
 def retention(layer: nn.Module, x0: tuple, u: int, first: bool, opts: ProfileOptions) -> dict:
     """What a vLayer keeps alive of its inputs and outputs once its forward with grad is done, from the
     storages autograd saves for its backward (torch.autograd.graph.saved_tensors_hooks) in one such
@@ -658,6 +696,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
                     raise ValueError(f"vLayer {i} ({vl[i]['kind']}) does not fit on {opts.device} even at u=1 "
                                      f"({stop}); raise --gpu-memory or split the layer")
                 rec.update(retention(layer, x, min(meas), first=(i == 0), opts=opts))
+                rec["bwd_issue_in_pack"] = bwd_issue_in_pack(layer, x, min(meas), first=(i == 0), opts=opts)
                 rec.update(optimizer_cost(layer, cfg, opts.opt_trials))
                 rec["_meas"], rec["sweep_stop"] = meas, stop
                 results[i] = rec
@@ -682,7 +721,7 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
             rec[k] = rep[k]
         rec.update(optim_bytes=rep["optim_bytes"], opt_step_s=rep["opt_step_s"], opt_median_s=rep["opt_median_s"],
                    opt_spread=rep["opt_spread"],
-                   sweep_stop=rep["sweep_stop"])
+                   sweep_stop=rep["sweep_stop"], bwd_issue_in_pack=rep["bwd_issue_in_pack"])
         meas = rep["_meas"]
         mu = sorted(meas)
         for key in SERIES:

@@ -18,6 +18,11 @@ profile.json (artifact "profile", schema_version 1):
                fastest trial where the profile's issue_statistic is "min", else the median), with
                fwd_issue_spread, bwd_issue_spread [[min, max] per u];
                a pack costs max(sum of device times, sum of issue times) (schedule/memory.py UCosts)
+             bwd_issue_in_pack: {k, u, alone_s, chain_s, factor} or null: the vLayer's backward issue timed
+               chained k times beside alone at microbatch u, and its marginal issue inside a pack over its
+               issue alone (factor, in [0, 1]); null where it does not chain onto itself, absent in older
+               profiles (harmony.profile.bwd_issue_in_pack; on CUDA, UCosts charges a pack's backward issue
+               as its first vLayer's alone plus the others' marginal)
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
                                   (output + temporaries)
              fwd_grad_peak_bytes [per u]: peak bytes above (W + B + input) during the forward with grad
@@ -212,6 +217,12 @@ class Profile:
         """Whether every vLayer has fwd_issue_s and bwd_issue_s (profiles from before the device and host
         times were split do not; their fwd_s and bwd_s include the launch gaps)."""
         return all("fwd_issue_s" in v and "bwd_issue_s" in v for v in self.raw["vlayers"])
+
+    def bwd_issue_factor(self, i: int) -> float | None:
+        """vLayer i's backward issue inside a pack over its issue alone (bwd_issue_in_pack), or None where
+        not measured (it does not chain onto itself, or the profile predates the measurement)."""
+        rec = self.raw["vlayers"][i].get("bwd_issue_in_pack")
+        return None if rec is None else float(rec["factor"])
 
     @functools.cached_property
     def has_held_peaks(self) -> bool:

@@ -330,6 +330,26 @@ def test_retention_is_recorded_per_vlayer(gpt2_tiny):
     assert all(len(v["fwd_grad_peak_bytes"]) == 2 for v in prof["vlayers"])
 
 
+def test_a_vlayer_that_chains_onto_itself_has_its_backward_issue_timed_in_a_pack(gpt2_tiny):
+    """docs/performance.md entry 96: a block (output shaped as its input) is timed chained ISSUE_CHAIN_K times
+    beside alone at the sweep's smallest u, and identical blocks share the record, as does the final
+    LayerNorm; the embedding (integer ids), the LM head (logits, not hidden states) and the loss do not
+    chain onto themselves. On the CPU the
+    issue is the compute itself, so the chain takes longer than one block alone."""
+    mj, prof = gpt2_tiny
+    blocks = [v for v in prof["vlayers"] if v["kind"] == "gpt2.block"]
+    rec = blocks[0]["bwd_issue_in_pack"]
+    assert rec["k"] == hp.ISSUE_CHAIN_K and rec["u"] == 4 and 0.0 <= rec["factor"] <= 1.0
+    assert rec["chain_s"] > rec["alone_s"] > 0, rec
+    assert all(v["bwd_issue_in_pack"] == rec for v in blocks)
+    kinds = {v["kind"]: v["bwd_issue_in_pack"] for v in prof["vlayers"]}
+    assert kinds["gpt2.ln_f"] is not None                     # a LayerNorm keeps its input's shape too
+    assert [kinds[k] for k in ("gpt2.embedding", "gpt2.lm_head", "loss.cross_entropy")] == [None] * 3
+    from harmony.profile_data import Profile
+    p = Profile(prof)
+    assert p.bwd_issue_factor(blocks[0]["index"]) == rec["factor"] and p.bwd_issue_factor(0) is None
+
+
 def test_pack_rule_leaves_out_the_logits_the_loss_does_not_keep(gpt2_tiny):
     """The packs that hold the LM head and the loss, run on the CPU at u = 16 where the logits (1 MiB)
     dominate: the rule used to count the logits as held while the loss ran its backward (28-30% over the
@@ -561,6 +581,19 @@ def test_cuda_timing_separates_kernels_from_launches(tmp_path):
                             hp.ProfileOptions(device="cuda", ubatch=[1, 4], progress=False))
     assert prof["timing"] == hp.TIMING_CUDA
     assert all(len(v["fwd_issue_s"]) == 2 and min(v["bwd_issue_s"]) > 0 for v in prof["vlayers"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_a_block_issues_its_backward_in_a_pack_in_less_than_alone(tmp_path):
+    """docs/performance.md entry 96: on the GPU a backward's issue alone pays a call's fixed cost (the
+    engine's start and hand-over), which a chain of blocks pays once, so a block's marginal issue in the
+    chain is under its issue alone: factor < 1 (swap-pp's VGG416 stage of 274 vLayers issued at about 0.6x
+    the sum of their isolated issue times, entry 95)."""
+    prof = hp.profile_model(json.loads(_model_json(tmp_path, "gpt2-tiny").read_text()),
+                            hp.ProfileOptions(device="cuda", ubatch=[1, 4], progress=False))
+    rec = next(v for v in prof["vlayers"] if v["kind"] == "gpt2.block")["bwd_issue_in_pack"]
+    assert rec["u"] == 1 and rec["factor"] < 0.95, rec
 
 
 @pytest.mark.gpu

@@ -660,6 +660,38 @@ def test_a_pack_costs_the_larger_of_its_device_and_issue_sums():
     assert LayerCosts(prof).task_time("FWD", 0, 1, 1, 4)[0] == pytest.approx(4 * 1e-3)
 
 
+def test_a_backward_pack_pays_its_first_vlayers_issue_alone_and_the_others_in_pack_share_on_cuda():
+    """docs/performance.md entry 96: a CUDA profile's bwd_issue_in_pack factor f says what share of a
+    vLayer's isolated backward issue it costs inside a pack. Layers issue 4, 2 and 6 ms alone, with factors
+    0.5, none (not chainable: charged in full) and 0.25, kernels 1 ms each: BWD (0, 3) issues
+    4 + 2 + 0.25 x 6 = 7.5 ms a microbatch, BWD (1, 3) 2 + 1.5 = 3.5 ms, BWD (2, 3) its 6 ms alone.
+    FWD packs keep their sums; the DP packers' vectorised costs agree; a CPU profile and one without the
+    measurement keep the plain sum (12 ms)."""
+    import numpy as np
+    from harmony.schedule.packing import _vec_cost, pack_cost
+    prof = make_profile(L=3, us=(1, 2))
+    for v, iss, f in zip(prof["vlayers"], (4e-3, 2e-3, 6e-3), (0.5, None, 0.25)):
+        for k in ("fwd", "bwd"):
+            v[f"{k}_s"] = [1e-3 * u for u in (1, 2)]
+            v[f"{k}_issue_s"] = [iss * u for u in (1, 2)]
+        v["bwd_issue_in_pack"] = None if f is None else {"k": 4, "u": 1, "alone_s": iss, "chain_s": 0.0, "factor": f}
+    prof["device"] = "cuda:0"
+    costs = LayerCosts(prof)
+    for (s, e), want in (((0, 3), 7.5e-3), ((1, 3), 3.5e-3), ((2, 3), 6e-3), ((0, 1), 4e-3)):
+        assert costs.task_device_issue("BWD", s, e, 1, 2)[1] == pytest.approx(2 * want), (s, e)
+        assert costs.task_time("BWD", s, e, 2, 2)[0] == pytest.approx(2 * want), (s, e)
+    assert costs.task_device_issue("FWD", 0, 3, 1, 1)[1] == pytest.approx(12e-3)
+    ctx = PackContext(kind="BWD", u=2, n=4, cap=None, h2d_Bps=1e12, d2h_Bps=1e12)
+    s, e = np.array([0, 0, 1, 2]), np.array([3, 1, 3, 3])
+    assert list(_vec_cost(costs, ctx, s, e)) == pytest.approx([pack_cost(costs, ctx, a, b) for a, b in zip(s, e)])
+    for device in ("cpu", "cuda:0"):
+        other = {**prof, "device": device, "vlayers": [dict(v) for v in prof["vlayers"]]}
+        if device == "cuda:0":
+            for v in other["vlayers"]:
+                del v["bwd_issue_in_pack"]
+        assert LayerCosts(other).task_device_issue("BWD", 0, 3, 1, 1)[1] == pytest.approx(12e-3), device
+
+
 def test_the_host_runs_ahead_of_the_gpu_across_tasks():
     """One GPU, no transfers: FWD(0,2) and BWD(0,2) are GPU-bound (kernels 10 ms, issue 2 ms), BWD(2,3)
     launch-bound (kernels 1 ms, issue 3 ms). The host issues BWD(2,3) from 2 to 5 ms while the GPU runs

@@ -54,7 +54,11 @@ class UCosts:
     host issue times summed: the host runs ahead of the GPU inside a pack, so a vLayer whose launches
     outlast its kernels is paid for by the others' slack, and only a pack whose launches outlast its
     kernels overall waits for the host. Profiles without issue times (before their timing was split,
-    docs/performance.md entry 31) have zeros there: their device times already include launch gaps."""
+    docs/performance.md entry 31) have zeros there: their device times already include launch gaps.
+    A backward's issue, timed vLayer by vLayer, pays a call's fixed cost each time, where a pack pays it
+    once (Profile.bwd_issue_factor). Where a CUDA profile measured that, the BWD issue series holds each
+    vLayer's marginal issue inside a pack, and bwd_issue_fixed the rest of its issue alone, charged once a
+    pack at its first vLayer (docs/performance.md entry 96); elsewhere bwd_issue_fixed is zero."""
     u: int
     fwd: list[float]
     bwd: list[float]
@@ -67,19 +71,28 @@ class UCosts:
     saved_prefix: list[float]
     fwd_issue_prefix: list[float]
     bwd_issue_prefix: list[float]
+    bwd_issue_fixed: list[float] | None = None  # per layer; None: all zero (the class docstring)
     np_: dict = field(default_factory=dict)     # numpy copies of the prefixes and the per-layer memory series
 
     def fwd_time(self, s: int, e: int) -> float:
         return max(self.fwd_prefix[e] - self.fwd_prefix[s], self.fwd_issue_prefix[e] - self.fwd_issue_prefix[s])
 
     def bwd_time(self, s: int, e: int) -> float:
-        return max(self.bwd_prefix[e] - self.bwd_prefix[s], self.bwd_issue_prefix[e] - self.bwd_issue_prefix[s])
+        return max(self.bwd_prefix[e] - self.bwd_prefix[s], self.bwd_issue(s, e))
+
+    def bwd_issue(self, s: int, e: int) -> float:
+        """Host seconds to issue the backward of pack [s, e) for one microbatch (the class docstring)."""
+        fixed = self.bwd_issue_fixed[s] if self.bwd_issue_fixed else 0.0
+        return self.bwd_issue_prefix[e] - self.bwd_issue_prefix[s] + fixed
 
     def time_np(self, kind: str, s, e):
         """fwd_time / bwd_time for arrays of pack starts and ends."""
         k = "fwd" if kind == "FWD" else "bwd"
         dev, iss = self.np_[f"{k}_prefix"], self.np_[f"{k}_issue_prefix"]
-        return np.maximum(dev[e] - dev[s], iss[e] - iss[s])
+        issue = iss[e] - iss[s]
+        if kind == "BWD" and self.bwd_issue_fixed:
+            issue = issue + self.np_["bwd_issue_fixed"][s]
+        return np.maximum(dev[e] - dev[s], issue)
 
 
 def _prefix(xs) -> list[float]:
@@ -112,6 +125,9 @@ class LayerCosts:
         self.np_ = {"w_prefix": np.array(self.w_prefix, dtype=float),
                     "g_prefix": np.array(self.g_prefix, dtype=float),
                     "xin": np.array(self.xin, dtype=float), "xout": np.array(self.xout, dtype=float)}
+        # a pack's backward issue from the profile's in-pack measurement (UCosts): on CUDA only, where the
+        # issue is the host's launching; on the CPU the issue is the compute itself, which no chain saves
+        self.issue_in_pack = str(p.raw.get("device") or "").startswith("cuda")
         self._us: dict[int, UCosts] = {}
         self._task_cache: dict = {}
 
@@ -143,13 +159,19 @@ class LayerCosts:
             p = self.profile
             dropped = [p.dropped(i, u) for i in range(self.L)]
             saved = [sv - d for sv, d in zip(series["saved_bytes"], dropped)]     # Profile.chain_saved
+            bwd_issue, fixed = series.get("bwd_issue_s", zeros), None
+            factors = [p.bwd_issue_factor(i) for i in range(self.L)] if self.issue_in_pack else []
+            if any(f is not None for f in factors):
+                fs = [1.0 if f is None else f for f in factors]
+                fixed = [(1.0 - f) * iss for f, iss in zip(fs, bwd_issue)]
+                bwd_issue = [f * iss for f, iss in zip(fs, bwd_issue)]
             c = UCosts(u, series["fwd_s"], series["bwd_s"], series["fwd_peak_bytes"], saved,
                        series["bwd_peak_bytes"], held, _prefix(series["fwd_s"]), _prefix(series["bwd_s"]),
-                       _prefix(saved), _prefix(series.get("fwd_issue_s", zeros)),
-                       _prefix(series.get("bwd_issue_s", zeros)))
+                       _prefix(saved), _prefix(series.get("fwd_issue_s", zeros)), _prefix(bwd_issue), fixed)
             c.np_ = {"fwd_prefix": np.array(c.fwd_prefix), "bwd_prefix": np.array(c.bwd_prefix),
                      "fwd_issue_prefix": np.array(c.fwd_issue_prefix),
                      "bwd_issue_prefix": np.array(c.bwd_issue_prefix),
+                     "bwd_issue_fixed": np.array(fixed or zeros),
                      "fwd_peak": np.array(c.fwd_peak), "saved": np.array(c.saved),
                      "bwd_peak": np.array(c.bwd_peak),
                      "bwd_peak_held": None if held is None else np.array(held),
@@ -190,8 +212,10 @@ class LayerCosts:
             per = {}
             for uu in {u, rem} - {0}:
                 c = self.at(uu)
-                d, i = (c.fwd_prefix, c.fwd_issue_prefix) if kind == "FWD" else (c.bwd_prefix, c.bwd_issue_prefix)
-                per[uu] = (d[e] - d[s], i[e] - i[s])
+                if kind == "FWD":
+                    per[uu] = (c.fwd_prefix[e] - c.fwd_prefix[s], c.fwd_issue_prefix[e] - c.fwd_issue_prefix[s])
+                else:
+                    per[uu] = (c.bwd_prefix[e] - c.bwd_prefix[s], c.bwd_issue(s, e))
             dev = full * per[u][0] + (per[rem][0] if rem else 0.0)
             iss = full * per[u][1] + (per[rem][1] if rem else 0.0)
             first, last = per[u if full else rem], per[rem if rem else u]

@@ -56,13 +56,14 @@ def config_builder(system: str):
 
 
 def candidates(system: str, model_json: dict, minibatch: int, gpus: int, ubatches: list[int], *, cap: int | None,
-               profile: dict, calibration: dict, host_bytes: int | None) -> list[Candidate]:
-    """Each u of the search, simulated (ascending u)."""
+               profile: dict, calibration: dict, host_bytes: int | None,
+               issue_in_pack: bool = False) -> list[Candidate]:
+    """Each u of the search, simulated (ascending u). issue_in_pack: LayerCosts' (off by default)."""
     from baselines.common import Infeasible
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import simulate
     from harmony.schedule.tasks import build_task_graph
-    build, costs, params = config_builder(system), LayerCosts(profile), sim_params(calibration, model_json)
+    build, costs, params = config_builder(system), LayerCosts(profile, issue_in_pack=issue_in_pack), sim_params(calibration, model_json)
     out = []
     for u in sorted(ubatches):
         try:

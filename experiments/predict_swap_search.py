@@ -16,7 +16,7 @@ refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activati
 needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
-       [--calibration FILE] [--measured] [--cap BYTES]
+       [--calibration FILE] [--measured] [--cap BYTES] [--profiles DIR] [--issue-in-pack]
   e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
   --calibration FILE simulates with another calibration than RESULTS/calibration.json (docs/performance.md
   entry 92: 2x H200's with the calls' measured `duplex_pinned_total_Bps`,
@@ -24,6 +24,9 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
   --measured sets each candidate the search ran beside its prediction (its record under RESULTS/runs: the
   candidate's `.uU.jsonl`, or the search's final record at that u), and ends with how close the model is over
   them: the median |measured/predicted - 1| and how many within 10% (entry 92)
+  --profiles DIR simulates with DIR/MODEL.json instead of the folder's profile (experiments/merge_issue_factors.py
+  writes the folder's profiles with a newer measurement merged in: docs/performance.md entry 96);
+  --issue-in-pack charges a BWD pack's host issue from that measurement (LayerCosts' issue_in_pack)
   --cap BYTES (e.g. 11GiB) plans a point that has no Harmony run under this cap, and prints its candidates
   alone (a point off figure 10's grid, predicted before any run of it: docs/performance.md entry 95)
 """
@@ -67,6 +70,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--calibration", type=Path, help="simulate with this calibration, not ROOT/calibration.json")
     ap.add_argument("--measured", action="store_true", help="each candidate's record beside its prediction")
     ap.add_argument("--cap", type=parse_bytes, help="the GPU memory cap for a point with no Harmony run (e.g. 11GiB)")
+    ap.add_argument("--profiles", type=Path, help="simulate with MODEL.json from this folder, not ROOT/profiles")
+    ap.add_argument("--issue-in-pack", action="store_true",
+                    help="charge BWD packs from the profile's in-pack issue measurement (off by default; entry 96)")
     args = ap.parse_args(argv)
     root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
     points = [p.split(":") for p in args.point]
@@ -83,7 +89,7 @@ def main(argv: list[str]) -> int:
     misses: list[float] = []
     for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
-        profile = json.loads((root / "profiles" / f"{name}.json").read_text())
+        profile = json.loads(((args.profiles or root / "profiles") / f"{name}.json").read_text())
         runs, which = harmony_runs(root, name, n, d), "Harmony"
         if not runs:       # moved aside to be made again beside the baselines (device README item 47)
             runs, which = harmony_runs(root / SUPERSEDED, name, n, d), "Harmony (superseded record)"
@@ -98,7 +104,7 @@ def main(argv: list[str]) -> int:
         # GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older profile puts the
         # loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
         cands = candidates(system, model, d, n, baseline_ubatches(d, n), cap=cap, profile=profile,
-                           calibration=calibration, host_bytes=host)
+                           calibration=calibration, host_bytes=host, issue_in_pack=args.issue_in_pack)
         cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
                  else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
         if measured:

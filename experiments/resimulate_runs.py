@@ -61,7 +61,7 @@ plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
         [--runs DIR] [--calibration FILE] [--schedules DIR] [--host-overhead TASK_MS VLAYER_MS]
-        [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE | --task-spans RUN]
+        [--issue-in-pack] [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE | --task-spans RUN]
 """
 from __future__ import annotations
 
@@ -177,6 +177,10 @@ def baseline_schedule(s: dict, root: Path) -> Path | None:
     return out
 
 
+# --issue-in-pack: every LayerCosts here charges BWD packs from the profile's in-pack issue (entry 96)
+ISSUE_IN_PACK = False
+
+
 def sim_inputs(sched: Path, profile: Path, cal: dict):
     """What simulating schedule `sched` needs: (its record, task graph, the profile's LayerCosts, SimParams
     from the calibration, with the model's optimizer and the schedule's receive mode)."""
@@ -189,7 +193,7 @@ def sim_inputs(sched: Path, profile: Path, cal: dict):
     params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"),
                                         p2p_receive=planned_receive_mode(rec))
     prof = Profile.load(profile, compute_scale=planned_compute_scale(rec))
-    return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"])), params
+    return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"]), issue_in_pack=ISSUE_IN_PACK), params
 
 
 def main(argv: list[str]) -> int:
@@ -200,6 +204,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("root", nargs="?", default="results/paper/1xH100-80GB-HBM3")
     ap.add_argument("--profiles", help="profile folder to simulate with (default: ROOT/profiles)")
+    ap.add_argument("--issue-in-pack", action="store_true", help="charge BWD packs from the profiles' in-pack "
+                    "issue measurement (bwd_issue_in_pack; off by default, docs/performance.md entry 96)")
     ap.add_argument("--runs", help="folder of run records (default: ROOT/runs/harmony-*)")
     ap.add_argument("--calibration", help="calibration to simulate with (default: ROOT/calibration.json)")
     ap.add_argument("--schedules", help="schedule folder (default: ROOT/schedules); with --task-spans also the "
@@ -231,6 +237,8 @@ def main(argv: list[str]) -> int:
                          "phases) instead of the calibration's: how much of a miss the calibrated rate "
                          "explains (docs/performance.md entry 57)")
     args = ap.parse_args(argv)
+    global ISSUE_IN_PACK
+    ISSUE_IN_PACK = args.issue_in_pack
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
     cal_path = Path(args.calibration) if args.calibration else root / "calibration.json"

@@ -58,7 +58,8 @@ class UCosts:
     A backward's issue, timed vLayer by vLayer, pays a call's fixed cost each time, where a pack pays it
     once (Profile.bwd_issue_factor). Where a CUDA profile measured that, the BWD issue series holds each
     vLayer's marginal issue inside a pack, and bwd_issue_fixed the rest of its issue alone, charged once a
-    pack at its first vLayer (docs/performance.md entry 96); elsewhere bwd_issue_fixed is zero."""
+    pack at its first vLayer, when LayerCosts is asked to (issue_in_pack; docs/performance.md entry 96);
+    elsewhere bwd_issue_fixed is zero."""
     u: int
     fwd: list[float]
     bwd: list[float]
@@ -102,9 +103,13 @@ def _prefix(xs) -> list[float]:
 class LayerCosts:
     """Everything the scheduler needs from a profile, as flat lists, with per-u caches."""
 
-    def __init__(self, profile: Profile | dict, sizes=None):
+    def __init__(self, profile: Profile | dict, sizes=None, issue_in_pack: bool = False):
         """sizes: tasks.LayerSizes for byte accounting; pass layer_sizes_from_model(model.json) where the
-        model record is at hand (it knows which outputs carry gradients), else taken from the profile."""
+        model record is at hand (it knows which outputs carry gradients), else taken from the profile.
+        issue_in_pack: charge a BWD pack's issue from the profile's in-pack measurement (UCosts; CUDA
+        profiles only). Off by default: alone it put 2x H200's ResNet1026 vDP D = 64 run at 1.44x its
+        prediction (1.08x without), whose packs the runtime issued at their vLayers' isolated sum, while
+        swap-pp's VGG416 stage issued at 0.59x of it (docs/performance.md entry 96)."""
         self.profile = profile if isinstance(profile, Profile) else Profile(profile)
         self._sizes = sizes
         p = self.profile
@@ -127,7 +132,7 @@ class LayerCosts:
                     "xin": np.array(self.xin, dtype=float), "xout": np.array(self.xout, dtype=float)}
         # a pack's backward issue from the profile's in-pack measurement (UCosts): on CUDA only, where the
         # issue is the host's launching; on the CPU the issue is the compute itself, which no chain saves
-        self.issue_in_pack = str(p.raw.get("device") or "").startswith("cuda")
+        self.issue_in_pack = issue_in_pack and str(p.raw.get("device") or "").startswith("cuda")
         self._us: dict[int, UCosts] = {}
         self._task_cache: dict = {}
 

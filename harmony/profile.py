@@ -360,8 +360,8 @@ def bwd_issue_in_pack(layer: nn.Module, x0: tuple, u: int, first: bool, opts: Pr
     same module, so the same kernels) beside alone, at microbatch u. `factor` is a vLayer's marginal issue
     in a chain over its issue alone: (chain - alone) / ((k - 1) * alone), clamped to [0, 1] (a vLayer inside a
     pack does not issue slower than alone, whose time includes all of a call's fixed cost). None where the
-    vLayer does not chain onto itself (shapes change, the first vLayer's ids, the loss); inputs it passes
-    through unchanged (GPT-2's labels) chain."""
+    vLayer does not chain onto itself (shapes change, the first vLayer's ids, the loss), or where the chain
+    runs out of memory; inputs it passes through unchanged (GPT-2's labels) chain."""
     x = interior_inputs(x0, u, needs_grad=not first)
     if first or not any(t.is_floating_point() for t in x):
         return None
@@ -374,13 +374,20 @@ def bwd_issue_in_pack(layer: nn.Module, x0: tuple, u: int, first: bool, opts: Pr
     del y
     dev = torch.device(opts.device)
     alone, chain = Runner([layer], x, dev, opts.precision), Runner([layer] * ISSUE_CHAIN_K, x, dev, opts.precision)
-    for r in (alone, chain):
-        for _ in range(max(1, opts.warmup)):
-            r.bwd()
-    one = alone.issue_time(alone.time_split(alone.bwd, opts.trials)[1])
-    k = chain.issue_time(chain.time_split(chain.bwd, opts.trials)[1])
-    for t in layer.parameters():
-        t.grad = None
+    try:
+        for r in (alone, chain):
+            for _ in range(max(1, opts.warmup)):
+                r.bwd()
+        one = alone.issue_time(alone.time_split(alone.bwd, opts.trials)[1])
+        k = chain.issue_time(chain.time_split(chain.bwd, opts.trials)[1])
+    except Exception as e:  # noqa: BLE001 - a chain out of memory (a large smallest u) is no measurement
+        if not gpumem.is_oom(e):
+            raise
+        gpumem.free_cached(dev)
+        return None
+    finally:
+        for t in layer.parameters():
+            t.grad = None
     factor = min(1.0, max(0.0, (k - one) / ((ISSUE_CHAIN_K - 1) * one))) if one > 0 else 1.0
     return {"k": ISSUE_CHAIN_K, "u": u, "alone_s": one, "chain_s": k, "factor": factor}
 

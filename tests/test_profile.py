@@ -350,6 +350,35 @@ def test_a_vlayer_that_chains_onto_itself_has_its_backward_issue_timed_in_a_pack
     assert p.bwd_issue_factor(blocks[0]["index"]) == rec["factor"] and p.bwd_issue_factor(0) is None
 
 
+def test_a_chain_that_runs_out_of_memory_is_no_measurement_and_other_errors_stand(monkeypatch):
+    """bwd_issue_in_pack at a large smallest u can run out of memory (four vLayers' activations): that is
+    recorded as no measurement (None), the layer's gradients dropped; any other error is raised."""
+    class Layer(torch.nn.Module):          # a vLayer: tensors in, a tuple of tensors out
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return (self.lin(x),)
+    layer = Layer()
+    opts = hp.ProfileOptions(trials=1, warmup=1, progress=False)
+    x0 = (torch.randn(2, 8),)
+    assert hp.bwd_issue_in_pack(layer, x0, 2, first=False, opts=opts)["k"] == hp.ISSUE_CHAIN_K
+
+    def fail(message):
+        def bwd(self):
+            if len(self.layers) > 1:
+                raise RuntimeError(message)
+            torch.autograd.backward(self._chain()[0], torch.ones(2, 8))
+        return bwd
+    monkeypatch.setattr(hp.Runner, "bwd", fail("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert hp.bwd_issue_in_pack(layer, x0, 2, first=False, opts=opts) is None
+    assert all(p.grad is None for p in layer.parameters())
+    monkeypatch.setattr(hp.Runner, "bwd", fail("shape mismatch"))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        hp.bwd_issue_in_pack(layer, x0, 2, first=False, opts=opts)
+
+
 def test_pack_rule_leaves_out_the_logits_the_loss_does_not_keep(gpt2_tiny):
     """The packs that hold the LM head and the loss, run on the CPU at u = 16 where the logits (1 MiB)
     dominate: the rule used to count the logits as held while the loss ran its backward (28-30% over the

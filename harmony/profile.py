@@ -21,6 +21,7 @@ OutOfMemoryError ends the sweep of that vLayer cleanly; so does a backward slowe
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import os
 import statistics
@@ -65,6 +66,9 @@ class ProfileOptions:
     seed: int = 0
     materialize: str = "auto"            # auto | full | stream (see LayerSource)
     sustain_s: float = 0.0               # > 0: time the heaviest vLayer's backward back to back this long per u (sustained)
+    # bwd_issue_in_pack per vLayer; None: on CUDA only (on the CPU the issue is the compute, and the scheduler
+    # never uses it there; measuring it added about two minutes to the CPU test suite's profiles)
+    issue_in_pack: bool | None = None
     progress: bool = True
     calls: list = field(default_factory=list)   # (index, kind) of every vLayer actually measured (tests)
 
@@ -657,6 +661,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
         opts.warmup = 3 if dev.type == "cpu" else 2
     if opts.max_trial_s is None:
         opts.max_trial_s = 0.25
+    if opts.issue_in_pack is None:
+        opts.issue_in_pack = dev.type == "cuda"
     prec_rec = gpumem.set_precision(opts.precision)
     cap_rec = gpumem.apply_memory_cap(dev, opts.gpu_memory)
     host_gpus = host_gpu_count() if dev.type == "cuda" else 0
@@ -703,7 +709,8 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
                     raise ValueError(f"vLayer {i} ({vl[i]['kind']}) does not fit on {opts.device} even at u=1 "
                                      f"({stop}); raise --gpu-memory or split the layer")
                 rec.update(retention(layer, x, min(meas), first=(i == 0), opts=opts))
-                rec["bwd_issue_in_pack"] = bwd_issue_in_pack(layer, x, min(meas), first=(i == 0), opts=opts)
+                if opts.issue_in_pack:
+                    rec["bwd_issue_in_pack"] = bwd_issue_in_pack(layer, x, min(meas), first=(i == 0), opts=opts)
                 rec.update(optimizer_cost(layer, cfg, opts.opt_trials))
                 rec["_meas"], rec["sweep_stop"] = meas, stop
                 results[i] = rec
@@ -728,7 +735,9 @@ def profile_model(model_json: dict, opts: ProfileOptions) -> dict:
             rec[k] = rep[k]
         rec.update(optim_bytes=rep["optim_bytes"], opt_step_s=rep["opt_step_s"], opt_median_s=rep["opt_median_s"],
                    opt_spread=rep["opt_spread"],
-                   sweep_stop=rep["sweep_stop"], bwd_issue_in_pack=rep["bwd_issue_in_pack"])
+                   sweep_stop=rep["sweep_stop"])
+        if "bwd_issue_in_pack" in rep:
+            rec["bwd_issue_in_pack"] = rep["bwd_issue_in_pack"]
         meas = rep["_meas"]
         mu = sorted(meas)
         for key in SERIES:
@@ -821,6 +830,9 @@ def add_arguments(p) -> None:
                    "measured u whose predicted pack peak is under 80%% of the cap)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads of the timed optimizer step (default: "
                    "CPU cores / GPUs of the host on CUDA, a run worker's share; torch's default on CPU)")
+    p.add_argument("--issue-in-pack", action=argparse.BooleanOptionalAction, default=None,
+                   help="time each vLayer's backward issue chained four times beside alone (bwd_issue_in_pack; "
+                        "default: on CUDA only)")
     p.add_argument("--sustain", type=float, default=0.0, metavar="SECONDS",
                    help="after its sweep, run the heaviest vLayer's backward back to back this long at each swept "
                         "u and record its time against the profiled one (`sustained.by_ubatch`: the GPU's "
@@ -842,7 +854,7 @@ def main(args) -> int:
                           warmup=args.warmup, precision=args.precision,
                           gpu_memory=gpumem.parse_cap(args.gpu_memory), max_ubatch=args.max_ubatch,
                           max_trial_s=args.max_trial_s, materialize=args.materialize, progress=not args.quiet,
-                          threads=args.threads, sustain_s=args.sustain)
+                          threads=args.threads, sustain_s=args.sustain, issue_in_pack=args.issue_in_pack)
     rng = parse_range(args.check_pack) if args.check_pack else None
     mj = load_model_json(args.model_json)
     prof = profile_model(mj, opts)

@@ -309,7 +309,7 @@ def _old_pack_bwd_memory(p: Profile, start: int, end: int, u: float) -> float:
 @pytest.fixture(scope="module")
 def gpt2_tiny(tmp_path_factory):
     mj = json.loads(_model_json(tmp_path_factory.mktemp("gpt2"), "gpt2-tiny").read_text())
-    return mj, hp.profile_model(mj, hp.ProfileOptions(ubatch=[4, 16], trials=1, progress=False))
+    return mj, hp.profile_model(mj, hp.ProfileOptions(ubatch=[4, 16], trials=1, progress=False, issue_in_pack=True))
 
 
 def test_retention_is_recorded_per_vlayer(gpt2_tiny):

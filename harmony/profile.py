@@ -358,8 +358,9 @@ ISSUE_CHAIN_K = 4
 def bwd_issue_in_pack(layer: nn.Module, x0: tuple, u: int, first: bool, opts: ProfileOptions) -> dict | None:
     """How much of a vLayer's backward issue it costs inside a pack. The profile times each vLayer's
     recompute and backward alone, so its issue time pays once for what a pack pays once a task: the
-    backward call, the autograd engine's start and hand-over. Summed over a pack, those isolated times
-    over-charged swap-pp's VGG416 stage of 274 vLayers by 0.65x its measured time (docs/performance.md entry 95).
+    backward call, the autograd engine's start and hand-over. Summed over swap-pp's VGG416 stage of 274
+    vLayers, those isolated times came to 145 ms a task, where the run issued one every 85 ms
+    (docs/performance.md entry 95).
     Where the vLayer's outputs have its inputs' shapes and dtypes, it is timed chained ISSUE_CHAIN_K times (the
     same module, so the same kernels) beside alone, at microbatch u. `factor` is a vLayer's marginal issue
     in a chain over its issue alone: (chain - alone) / ((k - 1) * alone), clamped to [0, 1] (a vLayer inside a

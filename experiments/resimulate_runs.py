@@ -177,13 +177,10 @@ def baseline_schedule(s: dict, root: Path) -> Path | None:
     return out
 
 
-# --issue-in-pack: every LayerCosts here charges BWD packs from the profile's in-pack issue (entry 96)
-ISSUE_IN_PACK = False
-
-
-def sim_inputs(sched: Path, profile: Path, cal: dict):
+def sim_inputs(sched: Path, profile: Path, cal: dict, issue_in_pack: bool = False):
     """What simulating schedule `sched` needs: (its record, task graph, the profile's LayerCosts, SimParams
-    from the calibration, with the model's optimizer and the schedule's receive mode)."""
+    from the calibration, with the model's optimizer and the schedule's receive mode). issue_in_pack:
+    LayerCosts' (--issue-in-pack; docs/performance.md entry 96)."""
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
     from harmony.schedule.io import load_schedule, planned_compute_scale, planned_receive_mode
@@ -193,7 +190,7 @@ def sim_inputs(sched: Path, profile: Path, cal: dict):
     params = SimParams.from_calibration(cal, optimizer=(rec["model"].get("optimizer") or {}).get("kind", "adamw"),
                                         p2p_receive=planned_receive_mode(rec))
     prof = Profile.load(profile, compute_scale=planned_compute_scale(rec))
-    return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"]), issue_in_pack=ISSUE_IN_PACK), params
+    return rec, graph, LayerCosts(prof, sizes=model_sizes(rec["model"]), issue_in_pack=issue_in_pack), params
 
 
 def main(argv: list[str]) -> int:
@@ -237,8 +234,6 @@ def main(argv: list[str]) -> int:
                          "phases) instead of the calibration's: how much of a miss the calibrated rate "
                          "explains (docs/performance.md entry 57)")
     args = ap.parse_args(argv)
-    global ISSUE_IN_PACK
-    ISSUE_IN_PACK = args.issue_in_pack
     root = Path(args.root)
     profiles = Path(args.profiles) if args.profiles else root / "profiles"
     cal_path = Path(args.calibration) if args.calibration else root / "calibration.json"
@@ -271,7 +266,7 @@ def main(argv: list[str]) -> int:
         # a device folder (large_gpu.sh) keeps the profile beside the record; --profiles still wins
         profile = (profile_path(profiles, s["model"]) if args.profiles else None) \
             or profile_path(Path(run).parent, s["model"]) or require_profile(profiles, s["model"])
-        rec, graph, costs, params = sim_inputs(sched, profile, cal)
+        rec, graph, costs, params = sim_inputs(sched, profile, cal, args.issue_in_pack)
         params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
         simulated = task_spans(graph, costs, params, planned_cap(rec))
         for line in task_span_lines(s, graph, simulated) + kind_lines(s, graph, simulated,
@@ -286,7 +281,7 @@ def main(argv: list[str]) -> int:
     if args.breakdown:
         sched = Path(args.breakdown)
         model = json.loads(sched.read_text())["model"]["model"]
-        rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, model), cal)
+        rec, graph, costs, params = sim_inputs(sched, require_profile(profiles, model), cal, args.issue_in_pack)
         params = overridden(params, args, rec.get("prediction", {}).get("p2p_receive"))
         for line in breakdown_lines(simulate(graph, costs, params, planned_cap(rec), record=True)):
             print(line)
@@ -306,7 +301,7 @@ def main(argv: list[str]) -> int:
         if sched is None or prof is None:
             print(f"{m:<13} {mode:<4} {N:>2} {D:>5} {cfg:<10} (no {'schedule' if sched is None else 'profile'})")
             continue
-        rec, graph, costs, params = sim_inputs(sched, prof, cal)
+        rec, graph, costs, params = sim_inputs(sched, prof, cal, args.issue_in_pack)
         # each run as it received and reduced (its summary's p2p_receive, lazy before the option existed, and
         # allreduce, inline before the option existed), unless asked
         params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")

@@ -367,8 +367,10 @@ def bwd_issue_in_pack(layer: nn.Module, x0: tuple, u: int, first: bool, opts: Pr
     pack does not issue slower than alone, whose time includes all of a call's fixed cost). None where the
     vLayer does not chain onto itself (shapes change, the first vLayer's ids, the loss), or where the chain
     runs out of memory; inputs it passes through unchanged (GPT-2's labels) chain."""
-    x = interior_inputs(x0, u, needs_grad=not first)
-    if first or not any(t.is_floating_point() for t in x):
+    if first:
+        return None
+    x = interior_inputs(x0, u, needs_grad=True)
+    if not any(t.is_floating_point() for t in x):
         return None
     with torch.no_grad(), gpumem.autocast(torch.device(opts.device), opts.precision):
         y = layer(*x)

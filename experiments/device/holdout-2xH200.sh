@@ -13,7 +13,7 @@
 # and CAP='' for a smoke test on a CPU folder). A run whose record exists is skipped,
 # so a second call with the same OUTDIR continues. Writes OUTDIR/runs/SYSTEM/MODEL/N2-DD[-auto].jsonl and .log
 # (Harmony's named after their schedules, as figure 10's are, so resimulate_runs.py finds them),
-# OUTDIR/env.json; prints each record's time beside its prediction.
+# OUTDIR/env.json; prints each record's time beside its prediction (holdout_summary.py).
 set -uo pipefail
 OUTDIR=${1:?usage: POINTS='MODEL:D:U_DP:U_PP ...' holdout-2xH200.sh OUTDIR}
 : "${POINTS:?set POINTS='MODEL:D:U_DP:U_PP ...'}"
@@ -47,12 +47,4 @@ for p in $POINTS; do
   one swap-pp "$m" "D$d" -- baseline swap-pp "$IN/models/$m.json" --ubatch "$upp" "${base[@]}"
 done
 
-python3 - "$OUTDIR" <<'EOF'
-import glob, json, sys
-for f in sorted(glob.glob(f"{sys.argv[1]}/runs/*/*/*.jsonl")):
-    lines = open(f).read().splitlines()
-    s = json.loads(lines[-1]) if lines else {}
-    t, p = s.get("iter_time_s"), s.get("predicted_iter_time_s")
-    ratio = f", {t / p:.3f}x its prediction {p:.3f}" if t and p else ""
-    print(f"{f.split('/runs/')[1]}: {s.get('status')} {t if t is None else round(t, 4)} s{ratio}")
-EOF
+python3 "$(dirname "$0")/holdout_summary.py" "$OUTDIR/runs"

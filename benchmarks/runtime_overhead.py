@@ -39,11 +39,13 @@ import io
 import json
 import pstats
 import statistics
+import sys
 import time
 
 import torch
 
 from harmony.decompose import decompose_model
+from harmony.jsonio import write_json
 from harmony.models import get_model
 from harmony.optim import make_optimizer, set_lr
 from harmony.runtime import Prepared
@@ -98,6 +100,9 @@ def seeding_as(how: str):
 
 
 PARTS = ("prefetch", "install", "run_fwd", "run_bwd", "release", "run_upd")   # a task's steps (worker.py)
+# inside run_bwd: the weight gradients' handling once a BWD task's backward is done (to the arena, or kept),
+# one step per tensor of every vLayer of the pack; timed apart from the backward's own issue
+SUB_PARTS = ("_finish_grads",)
 
 
 class RuntimeLoop:
@@ -118,7 +123,7 @@ class RuntimeLoop:
         self.take_parts()
         self._gc_counter = lambda phase, info: setattr(self, "gc_runs", self.gc_runs + (phase == "start"))
         gc.callbacks.append(self._gc_counter)      # removed in close(): the next packing adds its own
-        for name in PARTS:
+        for name in PARTS + SUB_PARTS:
             def timed(*a, _fn=getattr(self.w, name), _name=name, **k):
                 t0 = time.perf_counter()
                 try:
@@ -130,7 +135,7 @@ class RuntimeLoop:
     def take_parts(self) -> dict:
         """This iteration's seconds per part (and 'gc': collections), reset for the next."""
         out = dict(getattr(self, "part_s", {}), gc=getattr(self, "gc_runs", 0))
-        self.part_s, self.gc_runs = {k: 0.0 for k in PARTS}, 0
+        self.part_s, self.gc_runs = {k: 0.0 for k in PARTS + SUB_PARTS}, 0
         return out
 
     def step(self, prof=None) -> float:
@@ -213,6 +218,38 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
+def tensors_per_vlayer(spec) -> list[int]:
+    """Each vLayer's parameters and buffers: the tensors the runtime installs, releases and (parameters) hands
+    the gradients of to the arena, one by one, each task the vLayer is in."""
+    layers = spec.build("meta")
+    return [sum(1 for _ in m.parameters()) + sum(1 for _ in m.buffers()) for m in layers]
+
+
+def work_counts(spec, graph) -> dict:
+    """What the runtime's per-vLayer host work could scale with, summed over the compute tasks of an
+    iteration: vLayers a task holds, their tensors, and both again per microbatch (a task runs each vLayer
+    once a microbatch); BWD tasks apart (only they hand gradients to the arena)."""
+    tensors = tensors_per_vlayer(spec)
+    out = {"tensors": sum(tensors), "tensors_per_vlayer_mean": sum(tensors) / len(tensors)}
+    for key in ("vlayer_tasks", "tensor_tasks", "vlayer_microbatches", "tensor_microbatches",
+                "bwd_vlayer_tasks", "bwd_tensor_tasks"):
+        out[key] = 0
+    for t in graph.rank_tasks(0):
+        if t.kind == "UPD":
+            continue
+        s, e = t.pack
+        nmb = -(-t.num_samples // t.ubatch)
+        nt = sum(tensors[s:e])
+        out["vlayer_tasks"] += e - s
+        out["tensor_tasks"] += nt
+        out["vlayer_microbatches"] += (e - s) * nmb
+        out["tensor_microbatches"] += nt * nmb
+        if t.kind == "BWD":
+            out["bwd_vlayer_tasks"] += e - s
+            out["bwd_tensor_tasks"] += nt
+    return out
+
+
 def _sync() -> None:
     """An iteration ends when the GPU has finished it (a no-op on the CPU)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -278,6 +315,10 @@ def main(argv=None) -> None:
     ap.add_argument("--parts", action="store_true",
                     help="time the worker's per-task steps (prefetch, install, run_fwd, run_bwd, release, run_upd) "
                          "on the host, ms per iteration (medians), and count garbage collections (entry 40)")
+    ap.add_argument("--json", metavar="PATH", default=None,
+                    help="also write the table (and with --parts the per-part medians) to PATH, atomically, with "
+                         "each packing's tensors per vLayer: for fitting the runtime's host work per vLayer "
+                         "against its tensors across models (docs/performance.md entry 97)")
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device visible to torch (run it on the GPU machine, or leave it out)")
@@ -292,7 +333,7 @@ def main(argv=None) -> None:
             overrides[field] = json.loads(value)
         except json.JSONDecodeError:
             overrides[field] = value
-    rows = []
+    rows, records = [], []
     u = a.ubatch or a.minibatch
     if u < 1 or a.minibatch % u:
         ap.error(f"--ubatch {u} must divide --minibatch {a.minibatch}")
@@ -304,15 +345,20 @@ def main(argv=None) -> None:
         with seeding_as(seeding):
             rt, pl, prof = measure(spec, record, graph, a.minibatch, a.iters, a.warmup, a.profile and k == 0,
                                    copies, a.device, parts)
+        part_ms = {name: statistics.median(x[name] for x in parts) * 1e3 for name in PARTS + SUB_PARTS} \
+            if parts else None
         if parts:
             label = f"pack {pack}, {copies}" + (f", seeding {seeding}" if len(a.seeding) > 1 else "")
             print(f"{label}: host ms per iteration (median of {len(parts)}): " + ", ".join(
-                f"{name} {statistics.median(x[name] for x in parts) * 1e3:.1f}" for name in PARTS)
-                + f"; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
+                f"{name} {part_ms[name]:.1f}" for name in PARTS)
+                + f" (of which grads to the arena {part_ms['_finish_grads']:.1f}); garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
         rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6, d / L / n_mb * 1e6, seeding))
+        records.append({"pack": pack, "weight_copies": copies, "seeding": seeding, "vlayers": L,
+                        "compute_tasks": ntasks, "microbatches": n_mb, **work_counts(spec, graph),
+                        "runtime_s": rt, "plain_s": pl, "paired_overhead_s": d, "parts_ms_median": part_ms})
         if prof is not None:
             for key in ("tottime", "cumulative"):
                 s = io.StringIO()
@@ -326,6 +372,13 @@ def main(argv=None) -> None:
     for pack, copies, L, nt, r, p, o, od, om, sd in rows:
         print(f"{pack:>5} {copies:>13} {L:>8} {nt:>6} {r * 1e3:>11.2f} {p * 1e3:>9.2f} {o:>19.1f} {od:>9.1f} {om:>15.1f}"
               f" {sd:>12}")
+    if a.json:
+        from harmony.metrics import env_record
+        write_json(a.json, {"argv": list(argv) if argv is not None else sys.argv[1:], "model": a.model,
+                            "overrides": overrides, "minibatch": a.minibatch, "ubatch": u, "device": a.device,
+                            "iters": a.iters, "warmup": a.warmup, "environment": env_record(a.device),
+                            "rows": records})
+        print(f"wrote {a.json}")
     # one line through the packings, when they differ in nothing else (one weight-copy mode, one seeding)
     fit = host_task_fit([(nt, od * L / 1e6) for _, _, L, nt, _, _, _, od, _, _ in rows]) \
         if len(a.weight_copies) == len(a.seeding) == 1 else None

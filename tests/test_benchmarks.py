@@ -53,6 +53,55 @@ def test_runtime_overhead_fits_the_per_task_host_charge_through_the_packings(cap
     assert "ms a compute task" in out and "over 2 packings" in out, out
 
 
+def test_runtime_overhead_json_counts_what_the_host_work_could_scale_with(tmp_path, capsys):
+    """--json (docs/performance.md entry 97): each packing's record counts, over the iteration's compute tasks,
+    the vLayers and tensors the runtime installs and releases; resnet-tiny's BasicBlocks hold 12 tensors (two
+    convs, two BatchNorms with three buffers each), and with two microbatches a task runs each vLayer twice."""
+    import json
+    bench = _load("runtime_overhead")
+    out = tmp_path / "ro.json"
+    bench.main(["--blocks", "2", "--packs", "1", "8", "--minibatch", "4", "--ubatch", "2", "--iters", "1",
+                "--warmup", "0", "--parts", "--json", str(out)])
+    rec = json.loads(out.read_text())
+    assert rec["model"] == "resnet-tiny" and rec["ubatch"] == 2 and rec["environment"]["device"] == "cpu"
+    one, eight = rec["rows"]
+    assert (one["pack"], eight["pack"], one["vlayers"]) == (1, 8, 11)
+    spec = bench.get_model("resnet-tiny", blocks=(2,) * 4, widths=(8,) * 4, stem_width=8, image_size=8)
+    assert sorted(set(bench.tensors_per_vlayer(spec)))[-2:] == [12, 18]   # a BasicBlock; one with a downsample
+    for r in (one, eight):
+        assert r["vlayer_microbatches"] == 2 * r["vlayer_tasks"] and r["tensor_microbatches"] == 2 * r["tensor_tasks"]
+        assert r["bwd_tensor_tasks"] == r["tensors"]        # each vLayer is in one BWD task
+    assert one["vlayer_tasks"] == 2 * 11 - 2 and one["compute_tasks"] > eight["compute_tasks"]
+    assert set(one["parts_ms_median"]) == set(bench.PARTS + bench.SUB_PARTS)
+
+
+def test_fit_vlayer_host_recovers_the_charges_the_rows_were_made_with(tmp_path, capsys):
+    """experiments/fit_vlayer_host.py: rows made from known charges (150 us a task, 12 us a tensor in a task,
+    2 ms an iteration) over three families of different tensors per vLayer come back from the fit, and a
+    family left out is predicted from the other two."""
+    import json
+    spec = importlib.util.spec_from_file_location("fit_vlayer_host", ROOT / "experiments" / "fit_vlayer_host.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    for family, tpv in (("vgg", 2), ("resnet", 12), ("bert", 16)):
+        rows = []
+        for tasks, L in ((261, 132), (33, 132), (131, 66)):
+            vt = 2 * L - 2
+            rows.append({"pack": 1, "microbatches": 1, "tensors_per_vlayer_mean": tpv, "compute_tasks": tasks,
+                         "vlayer_tasks": vt, "tensor_tasks": vt * tpv, "vlayer_microbatches": vt,
+                         "paired_overhead_s": 150e-6 * tasks + 12e-6 * vt * tpv + 2e-3})
+        (tmp_path / f"{family}.json").write_text(json.dumps({"model": f"{family}-tiny", "rows": rows}))
+    (tmp_path / "env.json").write_text("{}")
+    assert fit.main([str(tmp_path), "--terms", "compute_tasks", "tensor_tasks"]) == 0
+    out = capsys.readouterr().out
+    assert "9 rows from 3 files" in out
+    assert "compute_tasks:   150.00 us" in out and "tensor_tasks:    12.00 us" in out and "2.00 ms" in out, out
+    assert "median |.| 0.000" in out, out
+    left_out = [float(line.split()[-1]) for line in out.splitlines() if line.strip().startswith("vgg ")]
+    assert left_out and all(abs(x - y) < 1e-6 for x, y in zip(left_out, [float(line.split()[-2]) for line in
+                                                                          out.splitlines() if line.strip().startswith("vgg ")]))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: the GPU case below runs instead")
 def test_runtime_overhead_benchmark_refuses_cuda_without_a_gpu_and_names_the_fix(capsys):
     bench = _load("runtime_overhead")

@@ -57,13 +57,17 @@ def config_builder(system: str):
 
 def candidates(system: str, model_json: dict, minibatch: int, gpus: int, ubatches: list[int], *, cap: int | None,
                profile: dict, calibration: dict, host_bytes: int | None,
-               issue_in_pack: bool = False) -> list[Candidate]:
-    """Each u of the search, simulated (ascending u). issue_in_pack: LayerCosts' (off by default)."""
+               issue_in_pack: bool = False, sim_overrides: dict | None = None) -> list[Candidate]:
+    """Each u of the search, simulated (ascending u). issue_in_pack: LayerCosts' (off by default);
+    sim_overrides: SimParams fields to set over the calibration's (a what-if, such as the host charges of
+    docs/performance.md entry 97)."""
     from baselines.common import Infeasible
     from harmony.schedule.memory import LayerCosts
     from harmony.schedule.simulate import simulate
     from harmony.schedule.tasks import build_task_graph
     build, costs, params = config_builder(system), LayerCosts(profile, issue_in_pack=issue_in_pack), sim_params(calibration, model_json)
+    if sim_overrides:
+        params = dataclasses.replace(params, **sim_overrides)
     out = []
     for u in sorted(ubatches):
         try:

@@ -218,35 +218,38 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
-def tensors_per_vlayer(spec) -> list[int]:
-    """Each vLayer's parameters and buffers: the tensors the runtime installs, releases and (parameters) hands
-    the gradients of to the arena, one by one, each task the vLayer is in."""
+def tensors_per_vlayer(spec, params_only: bool = False) -> list[int]:
+    """Each vLayer's parameters and buffers (`params_only`: parameters): the tensors the runtime installs and
+    releases, one by one, each task the vLayer is in; a parameter's gradient also goes to the arena."""
     layers = spec.build("meta")
-    return [sum(1 for _ in m.parameters()) + sum(1 for _ in m.buffers()) for m in layers]
+    return [sum(1 for _ in m.parameters()) + (0 if params_only else sum(1 for _ in m.buffers())) for m in layers]
 
 
 def work_counts(spec, graph) -> dict:
     """What the runtime's per-vLayer host work could scale with, summed over the compute tasks of an
     iteration: vLayers a task holds, their tensors, and both again per microbatch (a task runs each vLayer
     once a microbatch); BWD tasks apart (only they hand gradients to the arena)."""
-    tensors = tensors_per_vlayer(spec)
-    out = {"tensors": sum(tensors), "tensors_per_vlayer_mean": sum(tensors) / len(tensors)}
-    for key in ("vlayer_tasks", "tensor_tasks", "vlayer_microbatches", "tensor_microbatches",
-                "bwd_vlayer_tasks", "bwd_tensor_tasks"):
+    tensors, params = tensors_per_vlayer(spec), tensors_per_vlayer(spec, params_only=True)
+    out = {"tensors": sum(tensors), "tensors_per_vlayer_mean": sum(tensors) / len(tensors),
+           "param_tensors_per_vlayer_mean": sum(params) / len(params)}
+    for key in ("vlayer_tasks", "tensor_tasks", "param_tasks", "vlayer_microbatches", "tensor_microbatches",
+                "bwd_vlayer_tasks", "bwd_tensor_tasks", "bwd_param_tasks"):
         out[key] = 0
     for t in graph.rank_tasks(0):
         if t.kind == "UPD":
             continue
         s, e = t.pack
         nmb = -(-t.num_samples // t.ubatch)
-        nt = sum(tensors[s:e])
+        nt, npar = sum(tensors[s:e]), sum(params[s:e])
         out["vlayer_tasks"] += e - s
         out["tensor_tasks"] += nt
+        out["param_tasks"] += npar
         out["vlayer_microbatches"] += (e - s) * nmb
         out["tensor_microbatches"] += nt * nmb
         if t.kind == "BWD":
             out["bwd_vlayer_tasks"] += e - s
             out["bwd_tensor_tasks"] += nt
+            out["bwd_param_tasks"] += npar
     return out
 
 
@@ -351,7 +354,7 @@ def main(argv=None) -> None:
             label = f"pack {pack}, {copies}" + (f", seeding {seeding}" if len(a.seeding) > 1 else "")
             print(f"{label}: host ms per iteration (median of {len(parts)}): " + ", ".join(
                 f"{name} {part_ms[name]:.1f}" for name in PARTS)
-                + f" (of which grads to the arena {part_ms['_finish_grads']:.1f}); garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
+                + f"; grads to the arena {part_ms['_finish_grads']:.1f} of run_bwd's; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")

@@ -7,6 +7,11 @@ that one change: what the folder's runs would have been predicted at with it.
 Writes OUT_DIR/MODEL.json for each model (RESULTS/profiles/MODEL.json with the new profile's records, vLayer by
 vLayer: both must profile the same model.json), for `resimulate_runs.py --profiles OUT_DIR` and
 `predict_swap_search.py --profiles OUT_DIR`.
+
+`--param-tensors` also writes each vLayer's parameter tensors (`param_tensors`, which profiles record from
+entry 97 on) from RESULTS/models/MODEL.json, or where that predates them from its model rebuilt on the meta
+device: what `SimParams.host_param_tensor_s` charges (entry 97). With it, a model with no newer profile
+gets the counts alone.
 """
 from __future__ import annotations
 
@@ -30,18 +35,53 @@ def merge(base: dict, new: dict) -> dict:
     return out
 
 
+def param_tensor_counts(model_json: dict) -> list[int]:
+    """Each vLayer's parameter tensors: the model record's own (decompose, entry 97 on), else counted on the
+    model rebuilt from the record's zoo source on the meta device."""
+    counts = [v.get("param_tensors") for v in model_json["vlayers"]]
+    if all(c is not None for c in counts):
+        return counts
+    src = model_json.get("source") or {}
+    if src.get("kind") != "zoo":
+        raise ValueError(f"{model_json['model']}: the model record has no param_tensors and no zoo source to "
+                         "count them from; decompose it again")
+    from harmony.models import get_model
+    layers = get_model(src["name"], **(src.get("overrides") or {})).build("meta")
+    if len(layers) != len(counts):
+        raise ValueError(f"{src['name']} builds {len(layers)} vLayers, the record has {len(counts)}")
+    return [sum(1 for _ in m.parameters()) for m in layers]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 4:
-        print(__doc__, file=sys.stderr)
-        return 2
-    root, new_dir, out_dir, models = Path(argv[0]), Path(argv[1]), Path(argv[2]), argv[3:]
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("root", help="results folder (profiles/ and models/)")
+    ap.add_argument("new_dir", help="folder of the newer profiles (MODEL.json)")
+    ap.add_argument("out_dir")
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--param-tensors", action="store_true",
+                    help="also write each vLayer's parameter tensors (param_tensors) from the model")
+    a = ap.parse_args(argv)
+    root, new_dir, out_dir = Path(a.root), Path(a.new_dir), Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for m in models:
-        merged = merge(read_json(root / "profiles" / f"{m}.json"), read_json(new_dir / f"{m}.json"))
+    for m in a.models:
+        base = read_json(root / "profiles" / f"{m}.json")
+        if (new_dir / f"{m}.json").exists():
+            merged = merge(base, read_json(new_dir / f"{m}.json"))
+        elif a.param_tensors:             # nothing newer to merge: the profile as it is, with the counts
+            merged = {**base, "vlayers": [dict(v) for v in base["vlayers"]]}
+        else:
+            sys.exit(f"merge_issue_factors.py: no {m}.json in {new_dir}")
+        if a.param_tensors:
+            for v, c in zip(merged["vlayers"], param_tensor_counts(read_json(root / "models" / f"{m}.json"))):
+                v["param_tensors"] = c
         write_json(out_dir / f"{m}.json", merged)
-        factors = sorted({round(v["bwd_issue_in_pack"]["factor"], 3) for v in merged["vlayers"] if v["bwd_issue_in_pack"]})
-        print(f"{m}: {sum(1 for v in merged['vlayers'] if v['bwd_issue_in_pack'])} of {len(merged['vlayers'])} "
-              f"vLayers with a factor ({', '.join(map(str, factors))}) -> {out_dir / (m + '.json')}")
+        factors = sorted({round(v["bwd_issue_in_pack"]["factor"], 3) for v in merged["vlayers"]
+                          if v.get("bwd_issue_in_pack")})
+        print(f"{m}: {sum(1 for v in merged['vlayers'] if v.get('bwd_issue_in_pack'))} of {len(merged['vlayers'])} "
+              f"vLayers with a factor ({', '.join(map(str, factors))})"
+              + (f", {sum(v['param_tensors'] for v in merged['vlayers'])} parameter tensors" if a.param_tensors else "")
+              + f" -> {out_dir / (m + '.json')}")
     return 0
 
 

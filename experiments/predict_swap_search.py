@@ -17,6 +17,7 @@ needs 129.8 GiB at any u, and swap-dp's stash grows with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
        [--calibration FILE] [--measured] [--cap BYTES] [--profiles DIR] [--issue-in-pack]
+       [--host-tensors VLAYER_US PARAM_US]
   e.g. results/paper/2xH200 swap-dp 2 gpt2-xl:16 bert96:256
   --calibration FILE simulates with another calibration than RESULTS/calibration.json (docs/performance.md
   entry 92: 2x H200's with the calls' measured `duplex_pinned_total_Bps`,
@@ -27,6 +28,8 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
   --profiles DIR simulates with DIR/MODEL.json instead of the folder's profile (experiments/merge_issue_factors.py
   writes the folder's profiles with a newer measurement merged in: docs/performance.md entry 96);
   --issue-in-pack charges a BWD pack's host issue from that measurement (LayerCosts' issue_in_pack)
+  --host-tensors VLAYER_US PARAM_US charges the runtime's host work per vLayer a task holds and per parameter
+  tensor of them (docs/performance.md entry 97; needs --profiles from merge_issue_factors.py --param-tensors)
   --cap BYTES (e.g. 11GiB) plans a point that has no Harmony run under this cap, and prints its candidates
   alone (a point off figure 10's grid, predicted before any run of it: docs/performance.md entry 95)
 """
@@ -60,6 +63,13 @@ def measured_candidate(root: Path, system: str, model: str, n: int, d: int, u: i
     return None
 
 
+def host_tensor_overrides(host_tensors: list[float] | None) -> dict | None:
+    """--host-tensors VLAYER_US PARAM_US as SimParams fields (seconds)."""
+    if not host_tensors:
+        return None
+    return {"host_vlayer_task_s": host_tensors[0] / 1e6, "host_param_tensor_s": host_tensors[1] / 1e6}
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,6 +83,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--profiles", type=Path, help="simulate with MODEL.json from this folder, not ROOT/profiles")
     ap.add_argument("--issue-in-pack", action="store_true",
                     help="charge BWD packs from the profile's in-pack issue measurement (off by default; entry 96)")
+    ap.add_argument("--host-tensors", nargs=2, type=float, metavar=("VLAYER_US", "PARAM_US"), default=None,
+                    help="charge this much host work per vLayer a task holds and per parameter tensor of them, "
+                         "once a task (microseconds; entry 97; the profiles need param_tensors: "
+                         "experiments/merge_issue_factors.py --param-tensors)")
     args = ap.parse_args(argv)
     root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
     points = [p.split(":") for p in args.point]
@@ -104,7 +118,8 @@ def main(argv: list[str]) -> int:
         # GPT2-XL D = 64, 19.77 GiB predicted, out of memory under 11 GiB; but 2x H200's older profile puts the
         # loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
         cands = candidates(system, model, d, n, baseline_ubatches(d, n), cap=cap, profile=profile,
-                           calibration=calibration, host_bytes=host, issue_in_pack=args.issue_in_pack)
+                           calibration=calibration, host_bytes=host, issue_in_pack=args.issue_in_pack,
+                           sim_overrides=host_tensor_overrides(args.host_tensors))
         cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
                  else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
         if measured:

@@ -61,6 +61,7 @@ plan overlaps it.
 
     PYTHONPATH=. python experiments/resimulate_runs.py [results/paper/1xH100-80GB-HBM3] [--profiles DIR]
         [--runs DIR] [--calibration FILE] [--schedules DIR] [--host-overhead TASK_MS VLAYER_MS]
+        [--host-tensors VLAYER_US PARAM_US]
         [--issue-in-pack] [--peaks | --task-peaks SCHEDULE PROBE_DIR | --breakdown SCHEDULE | --task-spans RUN]
 """
 from __future__ import annotations
@@ -101,6 +102,9 @@ def overridden(params, args, receive: str | None, allreduce: str | None = None):
     if args.host_overhead:
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
+    if getattr(args, "host_tensors", None):
+        params = dataclasses.replace(params, host_vlayer_task_s=args.host_tensors[0] / 1e6,
+                                     host_param_tensor_s=args.host_tensors[1] / 1e6)
     if args.beside_nccl is not None:
         params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl, beside_nccl_eager=None)
     if args.p2p_receive or receive:
@@ -218,6 +222,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--host-overhead", nargs=2, type=float, metavar=("TASK_MS", "VLAYER_MS"), default=None,
                     help="charge this much host work per compute task and per vLayer and microbatch on the "
                          "host lane (milliseconds), besides the profile's issue times")
+    ap.add_argument("--host-tensors", nargs=2, type=float, metavar=("VLAYER_US", "PARAM_US"), default=None,
+                    help="charge this much host work per vLayer a compute task holds and per parameter tensor "
+                         "of them, once a task (microseconds; SimParams.host_vlayer_task_s and "
+                         "host_param_tensor_s, docs/performance.md entry 97); the profiles need param_tensors "
+                         "(experiments/merge_issue_factors.py --param-tensors)")
     ap.add_argument("--beside-nccl", type=float, metavar="FACTOR", default=None,
                     help="charge GPU compute FACTOR times its profiled time while an NCCL send/recv of its "
                          "rank is resident (SimParams.beside_nccl_slowdown; vPP at N > 1)")
@@ -325,6 +334,8 @@ def main(argv: list[str]) -> int:
         print(f"# {len(ratios)} runs against the current model"
               + (f" with {args.host_overhead[0]:g} ms per task and {args.host_overhead[1]:g} ms per vLayer and "
                  f"microbatch of host work" if args.host_overhead else "")
+              + (f" with {args.host_tensors[0]:g} us per vLayer and {args.host_tensors[1]:g} us per parameter "
+                 f"tensor a task holds" if args.host_tensors else "")
               + (f" with compute {args.beside_nccl:g}x beside NCCL" if args.beside_nccl is not None else "")
               + (f" with {args.p2p_receive} receives" if args.p2p_receive else "")
               + (f" with the all-reduce {args.allreduce}" if args.allreduce else "")

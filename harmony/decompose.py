@@ -57,6 +57,9 @@ def decompose_model(spec: ModelSpec, source: dict | None = None, with_flops: boo
             "trainable_param_bytes": sum(p.numel() * p.element_size() for p in params if p.requires_grad),
             "buffers": sum(b.numel() for b in buffers),
             "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
+            # tensors the runtime installs one by one each task (its host work per task grows with the
+            # parameters', docs/performance.md entry 97)
+            "param_tensors": len(params), "buffer_tensors": len(buffers),
             "inputs": [s.to_json() for s in inputs],
             "outputs": [s.to_json() for s in outputs],
             "flops_fwd_per_sample": flops,

@@ -784,7 +784,7 @@ def _static_record(r: dict) -> dict:
             "weight_bytes": r["param_bytes"], "buffer_bytes": r["buffer_bytes"],
             "grad_bytes": r["trainable_param_bytes"], "input_bytes_per_sample": inb,
             "output_bytes_per_sample": outb, "flops_fwd_per_sample": r.get("flops_fwd_per_sample"),
-            "is_loss": r.get("is_loss", False)}
+            "is_loss": r.get("is_loss", False), "param_tensors": r.get("param_tensors")}
 
 
 # ------------------------------------------------------------------------------------------------

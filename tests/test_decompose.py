@@ -26,6 +26,9 @@ def test_decompose_every_named_model(name):
     for a, b in zip(layers, layers[1:]):          # each vLayer consumes exactly the previous one's outputs
         assert a["outputs"] == b["inputs"]
     assert layers[0]["inputs"] == rec["input"]
+    built = get_model(name).build("meta")        # tensors per vLayer (docs/performance.md entry 97)
+    assert [r["param_tensors"] for r in layers] == [len(list(m.parameters())) for m in built]
+    assert [r["buffer_tensors"] for r in layers] == [len(list(m.buffers())) for m in built]
     facts = paper_facts(name)
     if facts:
         assert abs(rec["total_params"] - facts["params"]) / facts["params"] < 0.01

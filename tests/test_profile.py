@@ -52,14 +52,16 @@ def mlp_profile(tmp_path_factory):
 
 
 def test_fields_present_and_consistent(mlp_profile):
-    prof, _ = mlp_profile
+    prof, mj = mlp_profile
     assert prof["artifact"] == "profile" and prof["schema_version"] == 1
     assert prof["ubatch_sizes"] == [1, 2, 4, 8]
     assert prof["threads"] == 1 and prof["precision"] == "fp32"
     n = len(prof["ubatch_sizes"])
-    for v in prof["vlayers"]:
+    for v, m in zip(prof["vlayers"], json.loads(mj.read_text())["vlayers"]):
         for k in VLAYER_KEYS:
             assert k in v, k
+        # the parameter tensors the runtime installs one by one (docs/performance.md entry 97)
+        assert v["param_tensors"] == m["param_tensors"] and (m["params"] > 0) == (m["param_tensors"] > 0)
         for k in SERIES:
             assert len(v[k]) == n, k
         assert all(v["measured"])

@@ -260,6 +260,32 @@ def test_a_bwd_task_is_charged_one_of_its_vlayers_issue_more_once_on_cuda():
     assert grown == pytest.approx(simulate(g, costs, PARAMS).iter_time_s + 0.9)
 
 
+def test_a_task_is_charged_per_vlayer_and_parameter_tensor_it_holds_once_whatever_its_microbatches():
+    """docs/performance.md entry 97: SimParams.host_vlayer_task_s and host_param_tensor_s (0 by default) charge
+    each compute task's host lane per vLayer it holds and per parameter tensor of them, once a task, not per
+    microbatch. Parameter tensors come from the profile (param_tensors); a profile without them is refused
+    with the fix named when the tensor charge is asked for, and is fine without it."""
+    from harmony.schedule.simulate import task_issue_seconds
+    prof = make_profile(w=0, g=0, fwd_per_sample=0.0, bwd_per_sample=0.0, opt=0.0)
+    g = graph("vPP", 1, 4, 2, 2)                      # D = 4 in microbatches of 2: two per task
+    plain = task_issue_seconds(g, LayerCosts(prof), PARAMS)
+    asked = dataclasses.replace(PARAMS, host_vlayer_task_s=0.01, host_param_tensor_s=0.001)
+    with pytest.raises(ValueError, match="param_tensors.*merge_issue_factors.py --param-tensors"):
+        task_issue_seconds(g, LayerCosts(prof), asked)
+    per_vlayer = task_issue_seconds(g, LayerCosts(prof), dataclasses.replace(PARAMS, host_vlayer_task_s=0.01))
+    for i, vl in enumerate(prof["vlayers"]):          # vLayer i holds i + 1 parameter tensors
+        vl["param_tensors"] = i + 1
+    charged = task_issue_seconds(g, LayerCosts(prof), asked)
+    for t in g.tasks:
+        if t.kind == "UPD":
+            continue
+        s, e = t.pack
+        tensors = sum(range(s + 1, e + 1))
+        assert per_vlayer[t.id] == pytest.approx(plain[t.id] + 0.01 * (e - s)), t.pack
+        assert charged[t.id] == pytest.approx(plain[t.id] + 0.01 * (e - s) + 0.001 * tensors), t.pack
+    assert simulate(g, LayerCosts(prof), asked).iter_time_s > simulate(g, LayerCosts(prof), PARAMS).iter_time_s
+
+
 def test_the_eager_factor_is_what_an_eager_simulation_charges():
     """The simulation itself takes the mode's factor: an eager graph with the eager factor set apart
     simulates exactly as with that factor for both modes."""

@@ -1959,6 +1959,41 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
     assert f"Harmony {harmony:.3f}, Harmony over the best candidate {0.732 / harmony:.2f}x" in line, line
 
 
+def test_merged_profiles_carry_parameter_tensors_and_the_host_tensor_charge_slows_a_host_bound_run(tmp_path):
+    """docs/performance.md entry 97: `merge_issue_factors.py --param-tensors` writes each vLayer's parameter
+    tensors into a copy of the committed profiles (counted on the zoo model rebuilt on the meta device, since
+    those model records predate the field; gpt2-4096x6 has no newer profile and gets the counts alone), and
+    `resimulate_runs.py --host-tensors` charges them: the host-bound ResNet1026 vDP D = 64 run is predicted
+    slower, the GPU-bound D = 1024 run hardly moves, and the summary line names the charge."""
+    from harmony.jsonio import read_json
+    from harmony.models import get_model
+    root = "results/paper/2xH200"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'experiments'}"}
+    out = subprocess.run([sys.executable, str(ROOT / "experiments/merge_issue_factors.py"), root,
+                          "results/probes/holdout/2xH200/issue1", str(tmp_path), "resnet1026", "gpt2-4096x6",
+                          "--param-tensors"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "resnet1026: 509 of 515 vLayers with a factor" in out.stdout and "3086 parameter tensors" in out.stdout
+    small = read_json(tmp_path / "gpt2-4096x6.json")
+    src = read_json(ROOT / root / "models/gpt2-4096x6.json")["source"]      # gpt2-10b at 6 layers
+    built = get_model(src["name"], **src["overrides"]).build("meta")
+    assert [v["param_tensors"] for v in small["vlayers"]] == [len(list(m.parameters())) for m in built]
+    base = read_json(ROOT / root / "profiles/gpt2-4096x6.json")
+    assert [{k: x for k, x in v.items() if k != "param_tensors"} for v in small["vlayers"]] == base["vlayers"]
+
+    def resnet(extra):
+        p = subprocess.run([sys.executable, str(ROOT / "experiments/resimulate_runs.py"), root, "--profiles",
+                            str(tmp_path), *extra], cwd=ROOT, env=env, capture_output=True, text=True)
+        rows = {(c[1], int(c[3])): float(c[8]) for c in (line.split() for line in p.stdout.splitlines())
+                if len(c) > 8 and c[0] == "resnet1026" and c[1] == "vDP"}
+        return rows, p.stdout
+    plain, _ = resnet([])
+    charged, text = resnet(["--host-tensors", "80", "10.6"])
+    assert charged[("vDP", 64)] > plain[("vDP", 64)] * 1.05
+    assert charged[("vDP", 1024)] == pytest.approx(plain[("vDP", 1024)], rel=0.01)
+    assert "with 80 us per vLayer and 10.6 us per parameter tensor a task holds" in text
+
+
 def test_predict_swap_search_plans_a_point_off_the_grid_under_the_cap_given():
     """`--cap`: a point with no Harmony run (GPT2-XL D = 32 at N = 2, off figure 10's grid; docs/performance.md
     entry 95) is planned under the cap given and its candidates printed alone, the fastest one that fits named

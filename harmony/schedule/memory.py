@@ -124,6 +124,10 @@ class LayerCosts:
         self.opt_call_s = float(p.raw.get("opt_call_overhead_s") or 0.0)
         self.opt = [max(_opt_step(p.layers[i]) - self.opt_call_s, 0.0) for i in range(L)]
         self.params = [p.layers[i].get("params", p.layers[i]["weight_bytes"] // 4) for i in range(L)]
+        # parameter tensors per vLayer (profiles from entry 97 on; older ones have none): what the runtime's
+        # host work per task grows with (SimParams.host_param_tensor_s)
+        counts = [p.layers[i].get("param_tensors") for i in range(L)]
+        self._param_tensors_prefix = _prefix(counts) if all(c is not None for c in counts) else None
         self.w_prefix = _prefix(self.w)
         self.g_prefix = _prefix(self.g)
         self.opt_prefix = _prefix(self.opt)
@@ -146,6 +150,14 @@ class LayerCosts:
 
     def grads(self, s: int, e: int) -> int:
         return self.g_prefix[e] - self.g_prefix[s]
+
+    def param_tensors(self, s: int, e: int) -> int:
+        """Parameter tensors of vLayers s..e-1 (a ValueError naming the fix if the profile predates them)."""
+        if self._param_tensors_prefix is None:
+            raise ValueError(f"profile of {self.profile.raw.get('model')} has no per-vLayer param_tensors "
+                             "(profiles before docs/performance.md entry 97): profile the model again, or add "
+                             "them with experiments/merge_issue_factors.py --param-tensors")
+        return self._param_tensors_prefix[e] - self._param_tensors_prefix[s]
 
     def opt_time(self, s: int, e: int) -> float:
         has_params = self.g_prefix[e] > self.g_prefix[s]

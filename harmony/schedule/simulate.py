@@ -109,6 +109,12 @@ class SimParams:
     # experiments/resimulate_runs.py --host-overhead asks what other charges would do, entry 46)
     host_task_s: float = 0.0
     host_vlayer_s: float = 0.0
+    # ... and per vLayer a compute task holds, and per parameter tensor of those vLayers, once a task
+    # whatever its microbatches: installing, releasing and (BWD) handing gradients to the arena go one vLayer
+    # and one tensor at a time (0 here; benchmarks/runtime_overhead.py --json measures them, entry 97; the
+    # second needs the profile's `param_tensors`, experiments/merge_issue_factors.py adds them)
+    host_vlayer_task_s: float = 0.0
+    host_param_tensor_s: float = 0.0
     # a BWD task's host issue takes this many of its vLayers' mean profiled BWD issue (one microbatch's)
     # more, once a task (0 here; CUDA_HOST_BWD_EXTRA_VLAYERS from a CUDA calibration)
     host_bwd_extra_vlayers: float = 0.0
@@ -285,7 +291,8 @@ def _sim_order(g: TaskGraph) -> list[int]:
 def _device_issue(t, costs: LayerCosts, params: SimParams) -> tuple[float, float, float, float, float]:
     """A compute task's (device s, host issue s, first microbatch's device and issue s, last microbatch's
     device s): the profile's, with the per-task overhead on the device and the runtime's own host work on
-    the host lane (SimParams.host_task_s, host_vlayer_s, and host_bwd_extra_vlayers on a BWD task)."""
+    the host lane (SimParams.host_task_s, host_vlayer_s, host_vlayer_task_s, host_param_tensor_s, and
+    host_bwd_extra_vlayers on a BWD task)."""
     s, e = t.pack
     nmb = -(-t.num_samples // t.ubatch)
     dev, iss, dev_first, iss_first, dev_last = costs.task_device_issue(t.kind, s, e, t.ubatch, t.num_samples)
@@ -297,6 +304,12 @@ def _device_issue(t, costs: LayerCosts, params: SimParams) -> tuple[float, float
     if params.host_task_s or params.host_vlayer_s:
         iss += params.host_task_s + params.host_vlayer_s * (e - s) * nmb
         iss_first += params.host_task_s + params.host_vlayer_s * (e - s)
+    if params.host_vlayer_task_s or params.host_param_tensor_s:
+        per_task = params.host_vlayer_task_s * (e - s)
+        if params.host_param_tensor_s:
+            per_task += params.host_param_tensor_s * costs.param_tensors(s, e)
+        iss += per_task
+        iss_first += per_task
     return dev, iss, dev_first, iss_first, dev_last
 
 

@@ -4,11 +4,11 @@
 # 0.75-1.05 s three ways on one host). Each of PLANS runs REPEATS times, interleaved (A B C D A B C D ...), so a
 # drift of the host hits every plan alike; paper settings (11 GiB cap, TF32), 6 iterations, 1 warm-up. No run
 # starts past the deadline (HARMONY_DEADLINE, epoch seconds; default 420 s from the start).
-#   bash experiments/device/repeat-plans-2xH200.sh OUTDIR        (PLANS, REPEATS=3, RUN_LIMIT_S=90)
+#   bash experiments/device/repeat-plans-2xH200.sh OUTDIR        (PLANS, SCHEDULES, REPEATS=3, RUN_LIMIT_S=90)
 # Writes OUTDIR/<model>-<plan>.<k>.jsonl and .log, OUTDIR/env.json, and prints each plan's medians.
 set -uo pipefail
 O=${1:?usage: repeat-plans-2xH200.sh OUTDIR}
-S=results/paper/2xH200/schedules
+S=${SCHEDULES:-results/paper/2xH200/schedules}     # PLANS are paths under it, without .json
 PLANS=${PLANS:-"resnet1026/vDP-N2-D64-auto resnet1026/vPP-N2-D64-auto bert96/vDP-N2-D16-auto bert96/vPP-N2-D16-auto"}
 REPEATS=${REPEATS:-3}
 RUN_LIMIT_S=${RUN_LIMIT_S:-90}

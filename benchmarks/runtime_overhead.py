@@ -354,7 +354,8 @@ def main(argv=None) -> None:
             label = f"pack {pack}, {copies}" + (f", seeding {seeding}" if len(a.seeding) > 1 else "")
             print(f"{label}: host ms per iteration (median of {len(parts)}): " + ", ".join(
                 f"{name} {part_ms[name]:.1f}" for name in PARTS)
-                + f"; grads to the arena {part_ms['_finish_grads']:.1f} of run_bwd's; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
+                + f"; grads to the arena {part_ms['_finish_grads']:.1f} of run_bwd's"
+                + f"; garbage collections per iteration {statistics.median(x['gc'] for x in parts):g}")
         r, p = statistics.median(rt), statistics.median(pl)
         d = statistics.median(x - y for x, y in zip(rt, pl))     # per-pair difference: robust to drifts
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")

@@ -8,15 +8,17 @@ vLayers a task holds, their tensors, each again per microbatch). The fit is leas
     overhead_s = a * compute_tasks + v * vlayer_tasks + t * tensor_tasks + p * param_tasks
                  + m * vlayer_microbatches + k
 
-(param_tasks: parameter tensors only, whose gradients also go to the arena) over every row of every file, each term's coefficient printed in microseconds, with each row's residual and
-a leave-one-family-out check (fit without one model family, predict its rows): a per-tensor term that holds
-across families predicts the family it never saw. `--terms` picks the terms (default all of them).
+(param_tasks: parameter tensors only, whose gradients also go to the arena) over every row of every file.
+Each term's coefficient is printed in microseconds, then each row's residual and a leave-one-family-out
+check (fit without one model family, predict its rows): a per-tensor term that holds across families
+predicts the family it never saw. `--terms` picks the terms (default all of them).
 
     PYTHONPATH=. python experiments/fit_vlayer_host.py DIR [DIR ...] [--terms compute_tasks tensor_tasks ...]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import sys
@@ -28,7 +30,9 @@ TERMS = ("compute_tasks", "vlayer_tasks", "tensor_tasks", "param_tasks", "vlayer
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@functools.cache
 def _benchmark():
+    """benchmarks/runtime_overhead.py as a module (benchmarks/ is no package), loaded once."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("runtime_overhead", ROOT / "benchmarks" / "runtime_overhead.py")
     mod = importlib.util.module_from_spec(spec)

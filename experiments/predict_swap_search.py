@@ -43,6 +43,7 @@ from pathlib import Path
 
 from baselines.predicted_start import SYSTEMS, candidates, fastest_fitting
 from harmony.jsonio import read_jsonl
+from harmony.schedule.simulate import host_tensor_charge
 from harmony.units import parse_bytes
 from harmony.workflow import baseline_ubatches
 from runtime_gap import harmony_runs
@@ -61,13 +62,6 @@ def measured_candidate(root: Path, system: str, model: str, n: int, d: int, u: i
             if s.get("status") == "ok" and s.get("iter_time_s") and s.get("ubatch") == u:
                 return s["iter_time_s"]
     return None
-
-
-def host_tensor_overrides(host_tensors: list[float] | None) -> dict | None:
-    """--host-tensors VLAYER_US PARAM_US as SimParams fields (seconds)."""
-    if not host_tensors:
-        return None
-    return {"host_vlayer_task_s": host_tensors[0] / 1e6, "host_param_tensor_s": host_tensors[1] / 1e6}
 
 
 def main(argv: list[str]) -> int:
@@ -119,7 +113,7 @@ def main(argv: list[str]) -> int:
         # loss pack at 13.16 GiB at u = 16, where 9.96 GiB was allocated)
         cands = candidates(system, model, d, n, baseline_ubatches(d, n), cap=cap, profile=profile,
                            calibration=calibration, host_bytes=host, issue_in_pack=args.issue_in_pack,
-                           sim_overrides=host_tensor_overrides(args.host_tensors))
+                           sim_overrides=host_tensor_charge(*args.host_tensors) if args.host_tensors else None)
         cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
                  else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
         if measured:

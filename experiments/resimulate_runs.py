@@ -102,9 +102,9 @@ def overridden(params, args, receive: str | None, allreduce: str | None = None):
     if args.host_overhead:
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
-    if getattr(args, "host_tensors", None):
-        params = dataclasses.replace(params, host_vlayer_task_s=args.host_tensors[0] / 1e6,
-                                     host_param_tensor_s=args.host_tensors[1] / 1e6)
+    if args.host_tensors:
+        from harmony.schedule.simulate import host_tensor_charge
+        params = dataclasses.replace(params, **host_tensor_charge(*args.host_tensors))
     if args.beside_nccl is not None:
         params = dataclasses.replace(params, beside_nccl_slowdown=args.beside_nccl, beside_nccl_eager=None)
     if args.p2p_receive or receive:

@@ -1341,7 +1341,7 @@ def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
     spec = importlib.util.spec_from_file_location("resimulate_runs", ROOT / "experiments/resimulate_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    asked = dict(host_overhead=None, beside_nccl=None, p2p_receive=None, allreduce=None)
+    asked = dict(host_overhead=None, host_tensors=None, beside_nccl=None, p2p_receive=None, allreduce=None)
     plain = argparse.Namespace(**asked)
     base = SimParams(h2d_Bps=1e9, d2h_Bps=1e9)
     p = mod.overridden(base, plain, "lazy", "overlap")

@@ -211,6 +211,12 @@ class SimParams:
                          opt_params_per_s=rate, cpu_threads=int(raw.get("cpu_threads") or 0), **kw)
 
 
+def host_tensor_charge(vlayer_us: float, param_us: float) -> dict:
+    """SimParams fields for the runtime's host work per vLayer a task holds and per parameter tensor of them,
+    given in microseconds (`--host-tensors` in experiments/resimulate_runs.py and predict_swap_search.py)."""
+    return {"host_vlayer_task_s": vlayer_us / 1e6, "host_param_tensor_s": param_us / 1e6}
+
+
 def upd_duration(costs: LayerCosts, params: SimParams, pack: tuple[int, int], gpus: int) -> float:
     """Seconds of one pack's CPU optimizer step. The profile's opt_step_s is timed per vLayer, each layer's
     state hot in the cache, with every core; a run steps a whole pack from memory with one worker's share of

@@ -218,18 +218,18 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
-def tensors_per_vlayer(spec, params_only: bool = False) -> list[int]:
-    """Each vLayer's parameters and buffers (`params_only`: parameters): the tensors the runtime installs and
-    releases, one by one, each task the vLayer is in; a parameter's gradient also goes to the arena."""
-    layers = spec.build("meta")
-    return [sum(1 for _ in m.parameters()) + (0 if params_only else sum(1 for _ in m.buffers())) for m in layers]
+def tensors_per_vlayer(model_json: dict, params_only: bool = False) -> list[int]:
+    """Each vLayer's parameters and buffers (`params_only`: parameters), as `harmony decompose` counts them:
+    the tensors the runtime installs and releases, one by one, each task the vLayer is in; a parameter's
+    gradient also goes to the arena."""
+    return [v["param_tensors"] + (0 if params_only else v["buffer_tensors"]) for v in model_json["vlayers"]]
 
 
-def work_counts(spec, graph) -> dict:
+def work_counts(model_json: dict, graph) -> dict:
     """What the runtime's per-vLayer host work could scale with, summed over the compute tasks of an
     iteration: vLayers a task holds, their tensors, and both again per microbatch (a task runs each vLayer
     once a microbatch); BWD tasks apart (only they hand gradients to the arena)."""
-    tensors, params = tensors_per_vlayer(spec), tensors_per_vlayer(spec, params_only=True)
+    tensors, params = tensors_per_vlayer(model_json), tensors_per_vlayer(model_json, params_only=True)
     out = {"tensors": sum(tensors), "tensors_per_vlayer_mean": sum(tensors) / len(tensors),
            "param_tensors_per_vlayer_mean": sum(params) / len(params)}
     for key in ("vlayer_tasks", "tensor_tasks", "param_tasks", "vlayer_microbatches", "tensor_microbatches",
@@ -361,7 +361,7 @@ def main(argv=None) -> None:
         ntasks = sum(1 for t in graph.rank_tasks(0) if t.kind != "UPD")
         rows.append((pack, copies, L, ntasks, r, p, (r - p) / L * 1e6, d / L * 1e6, d / L / n_mb * 1e6, seeding))
         records.append({"pack": pack, "weight_copies": copies, "seeding": seeding, "vlayers": L,
-                        "compute_tasks": ntasks, "microbatches": n_mb, **work_counts(spec, graph),
+                        "compute_tasks": ntasks, "microbatches": n_mb, **work_counts(record["model"], graph),
                         "runtime_s": rt, "plain_s": pl, "paired_overhead_s": d, "parts_ms_median": part_ms})
         if prof is not None:
             for key in ("tottime", "cumulative"):

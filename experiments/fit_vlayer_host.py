@@ -46,8 +46,8 @@ def complete(rec: dict, row: dict, terms: tuple[str, ...] = TERMS) -> dict:
     if all(t in row for t in terms):
         return row
     bench = _benchmark()
-    spec, _, graph, _ = bench.build(rec["model"], rec["overrides"], rec["minibatch"], row["pack"], rec["ubatch"])
-    return {**row, **bench.work_counts(spec, graph)}
+    _, record, graph, _ = bench.build(rec["model"], rec["overrides"], rec["minibatch"], row["pack"], rec["ubatch"])
+    return {**row, **bench.work_counts(record["model"], graph)}
 
 
 def load_rows(dirs: list[str], terms: tuple[str, ...] = TERMS) -> list[dict]:

@@ -9,8 +9,8 @@ vLayer: both must profile the same model.json), for `resimulate_runs.py --profil
 `predict_swap_search.py --profiles OUT_DIR`.
 
 `--param-tensors` also writes each vLayer's parameter tensors (`param_tensors`, which profiles record from
-entry 97 on) from RESULTS/models/MODEL.json, or where that predates them from its model rebuilt on the meta
-device: what `SimParams.host_param_tensor_s` charges (entry 97). With it, a model with no newer profile
+entry 97 on) from RESULTS/models/MODEL.json, or where that predates them from its zoo model decomposed
+again: what `SimParams.host_param_tensor_s` charges (entry 97). With it, a model with no newer profile
 gets the counts alone.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ def merge(base: dict, new: dict) -> dict:
 
 
 def param_tensor_counts(model_json: dict) -> list[int]:
-    """Each vLayer's parameter tensors: the model record's own (decompose, entry 97 on), else counted on the
-    model rebuilt from the record's zoo source on the meta device."""
+    """Each vLayer's parameter tensors: the model record's own (decompose, entry 97 on), else those of the
+    record's zoo model decomposed again."""
     counts = [v.get("param_tensors") for v in model_json["vlayers"]]
     if all(c is not None for c in counts):
         return counts
@@ -45,11 +45,12 @@ def param_tensor_counts(model_json: dict) -> list[int]:
     if src.get("kind") != "zoo":
         raise ValueError(f"{model_json['model']}: the model record has no param_tensors and no zoo source to "
                          "count them from; decompose it again")
+    from harmony.decompose import decompose_model
     from harmony.models import get_model
-    layers = get_model(src["name"], **(src.get("overrides") or {})).build("meta")
-    if len(layers) != len(counts):
-        raise ValueError(f"{src['name']} builds {len(layers)} vLayers, the record has {len(counts)}")
-    return [sum(1 for _ in m.parameters()) for m in layers]
+    again = decompose_model(get_model(src["name"], **(src.get("overrides") or {})), with_flops=False)["vlayers"]
+    if len(again) != len(counts):
+        raise ValueError(f"{src['name']} decomposes into {len(again)} vLayers, the record has {len(counts)}")
+    return [v["param_tensors"] for v in again]
 
 
 def main(argv: list[str]) -> int:

@@ -21,8 +21,11 @@ profile.json (artifact "profile", schema_version 1):
              bwd_issue_in_pack: {k, u, alone_s, chain_s, factor} or null: the vLayer's backward issue timed
                chained k times beside alone at microbatch u, and its marginal issue inside a pack over its
                issue alone (factor, in [0, 1]); null where it does not chain onto itself, absent in older
-               profiles and CPU ones (harmony profile --issue-in-pack measures it there too) (harmony.profile.bwd_issue_in_pack; on CUDA, UCosts charges a pack's backward issue
-               as its first vLayer's alone plus the others' marginal)
+               profiles and CPU ones (harmony profile --issue-in-pack measures it there too)
+               (harmony.profile.bwd_issue_in_pack; on CUDA, asked to, UCosts charges a pack's backward
+               issue as its first vLayer's alone plus the others' marginal)
+             param_tensors: the vLayer's parameter tensors (model.json's; absent in older profiles), what
+               SimParams.host_param_tensor_s charges
              fwd_peak_bytes [per u]: peak bytes above (W + B + input) during the no-grad forward
                                   (output + temporaries)
              fwd_grad_peak_bytes [per u]: peak bytes above (W + B + input) during the forward with grad

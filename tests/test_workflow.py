@@ -1961,7 +1961,7 @@ def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
 
 def test_merged_profiles_carry_parameter_tensors_and_the_host_tensor_charge_slows_a_host_bound_run(tmp_path):
     """docs/performance.md entry 97: `merge_issue_factors.py --param-tensors` writes each vLayer's parameter
-    tensors into a copy of the committed profiles (counted on the zoo model rebuilt on the meta device, since
+    tensors into a copy of the committed profiles (counted on the zoo model decomposed again, since
     those model records predate the field; gpt2-4096x6 has no newer profile and gets the counts alone), and
     `resimulate_runs.py --host-tensors` charges them: the host-bound ResNet1026 vDP D = 64 run is predicted
     slower, the GPU-bound D = 1024 run hardly moves, and the summary line names the charge."""

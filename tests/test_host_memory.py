@@ -118,6 +118,54 @@ def test_w_block_holds_each_vlayers_weights_back_to_back(name):
         assert dtypes == {"float32", "int64"}
 
 
+def test_per_pack_copies_cut_a_load_only_where_a_pack_begins_or_ends():
+    """`--weight-copies per-pack` brings a task's load in one copy per run of vLayers between the boundaries
+    of both packings (a run the next task keeps is a device block of its own), `per-vlayer` in one per
+    vLayer. The arena keeps consecutive vLayers' W blocks adjacent, so a run is one host range, and each
+    vLayer's views into a copy of it read what its own entries hold. A backward pack's dW entries are one
+    range too: the range a vDP task's gradients reach the arena in, in one copy."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from harmony.runtime.host_store import HostArena
+    from harmony.runtime.worker import Worker
+    from harmony.schedule.host_memory import aligned
+    spec, mj = tiny("resnet-tiny")
+    L = mj["num_vlayers"]
+    layers = spec.build("meta")
+    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=4, ubatch_fwd=2, ubatch_bwd=2,
+                         bwd_packs=((0, 1), (1, L - 1), (L - 1, L)), fwd_packs=((0, 1), (1, 3), (3, L - 1)))
+    g = build_task_graph(cfg, L)
+    lay = plan_layout(layers, g, mj, spec.optimizer.state_tensors_per_param())
+    buf = torch.randint(0, 256, (lay.total_bytes,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    arena = HostArena(lay, "", buf)
+    tasks = [t for t in g.tasks if t.kind != "UPD"]
+    w_bytes = [sum(w.numel() * w.element_size() for w in arena.weights(l)) for l in range(L)]
+    got = {}
+    for copies in ("per-pack", "per-vlayer"):
+        w = SimpleNamespace(arena=arena, layers=layers, cfg=cfg, compute_tasks=tasks, w_bytes=w_bytes,
+                            weight_copies=copies)
+        got[copies] = segs = Worker._load_segments(w)
+        for t in tasks:
+            lo, hi = t.load_layers
+            runs = [(seg.start, seg.stop) for seg in segs[t.id]]
+            assert (runs[0][0], runs[-1][1]) == (lo, hi) and all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
+            assert sum(seg.nbytes for seg in segs[t.id]) == sum(w_bytes[lo:hi])
+            for seg in segs[t.id]:
+                views = [v.over(seg.block.clone(), at) for v, at in seg.views]
+                for layer, tensors in zip(range(seg.start, seg.stop), views):
+                    for mine, want in zip(tensors, arena.weights(layer), strict=True):
+                        assert torch.equal(mine.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
+    by_pack = {t.pack: [(seg.start, seg.stop) for seg in got["per-pack"][t.id]] for t in tasks}
+    assert by_pack[(1, 3)] == [(1, 3)] and by_pack[(3, L - 1)] == [(3, L - 1)]
+    assert by_pack[(1, L - 1)] == [(1, 3), (3, L - 1)]      # the backward pack: cut where a forward pack ends
+    assert all(seg.stop - seg.start == 1 for segs in got["per-vlayer"].values() for seg in segs)
+    for s0, e0 in cfg.bwd_packs:
+        dws = [dw for layer in range(s0, e0) for _, dw, _ in lay.weights[layer] if dw is not None]
+        assert all(b.offset == a.offset + aligned(a.nbytes) for a, b in zip(dws, dws[1:]))
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_optimizer_state_lies_after_everything_a_gpu_copies(name):
     """CUDA workers pin only the arena's first `device_bytes` (HostArena.pin): flags, W, dW and the stashes

@@ -142,7 +142,9 @@ def test_a_vdp_bwd_accumulates_dw_into_the_buffer_its_all_reduce_sums_in_place()
     views of one zeroed buffer, autograd accumulates into them over the task's microbatches, and the
     all-reduce sums that buffer itself. It used to concatenate the gradients into a copy, which held the
     pack's dW twice at that moment (the CPU task probe: vgg-tiny's [2, 10) BWD 75 KB over its charge at
-    N = 2). A gradient kept by the previous BWD (grad_keep) leaves the worker on the copy path."""
+    N = 2). A gradient kept by the previous BWD (grad_keep) leaves the worker on the copy path. The buffer
+    mirrors the arena's dW range, alignment padding included (entry 99): the second gradient starts 64 bytes
+    (16 float32) in, and the padding between is reduced as zeros."""
     from torch import nn
     for kept in (False, True):
         lower, upper = nn.Parameter(torch.randn(3)), nn.Parameter(torch.randn(3))
@@ -154,6 +156,7 @@ def test_a_vdp_bwd_accumulates_dw_into_the_buffer_its_all_reduce_sums_in_place()
         w.grad_consumer, w.N, w.ordered_reduce = {}, 2, False
         w.counters = SimpleNamespace(add=lambda *a: None)
         w.grad_slots = {1: [({"w": lower}, "w", None)], 2: [({"w": upper}, "w", None)]}
+        w.grad_spans = {(1, 3): (torch.empty(19 * 4, dtype=torch.uint8), torch.float32, [0, 16])}
         made, reduced = [], []
         w._grads_into_one_buffer = lambda t, _f=Worker._grads_into_one_buffer.__get__(w): made.append(_f(t)) or made[-1]
         w._finish_grads = Worker._finish_grads.__get__(w)
@@ -165,10 +168,12 @@ def test_a_vdp_bwd_accumulates_dw_into_the_buffer_its_all_reduce_sums_in_place()
         t.microbatches = lambda: [(0, U), (U, 2 * U)]
         Worker.run_bwd(w, t, 0, {})
         want = torch.cat([(gy * x * upper).sum(0), (gy * x * lower).sum(0)]).detach()
-        torch.testing.assert_close(reduced[0], want)
         if kept:                                 # a kept dW: the copy, as before
             assert made == [None]
+            torch.testing.assert_close(reduced[0], want)
         else:                                    # the buffer autograd accumulated into is the one reduced
-            assert made[0] is not None and made[0].shape == (6,)
-            torch.testing.assert_close(made[0], 2 * want)
+            padded = torch.cat([want[:3], torch.zeros(13), want[3:]])
+            torch.testing.assert_close(reduced[0], padded)
+            assert made[0] is not None and made[0].shape == (19,)
+            torch.testing.assert_close(made[0], 2 * padded)
         assert lower.grad is None and upper.grad is None

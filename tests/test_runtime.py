@@ -135,6 +135,12 @@ def _run_batch(N: int):
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
         runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-tensor"}))
         meta.append(((case[0] + "+per-tensor", *case[1:]), spec, rec, g, False))
+    # one copy per pack (--weight-copies per-pack): a task's load is one device block, cut where either
+    # packing has a boundary; its vLayers' tensors are views into it, BatchNorm's in-place stats included
+    for case in PER_PACK_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
+        runs.append((rec, g, {"iters": ITERS, "weight_copies": "per-pack"}))
+        meta.append(((case[0] + "+per-pack", *case[1:]), spec, rec, g, False))
     # one microbatch per task (u = D, as the swap baselines run): a BWD task hands its microbatch's input
     # gradients on as the group's, without a group buffer
     for case in ONE_MICROBATCH_CASES:
@@ -162,10 +168,11 @@ def _run_batch(N: int):
 # Every case above runs the default --weight-copies per-vlayer (BatchNorm updates its running stats in place
 # in views of the block: each view needs a version counter of its own); these run --weight-copies per-tensor
 PER_TENSOR_CASES = [("resnet-tiny", "vPP", 2, 2, "P1"), ("gpt2-tiny", "vDP", 4, 3, "P2")]
+PER_PACK_CASES = [("resnet-tiny", "vDP", 2, 2, "P2"), ("gpt2-tiny", "vPP", 4, 3, "P2")]
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
 ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
 LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
-N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
+N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(PER_PACK_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
            + len(LAZY_RECEIVE_CASES))     # the cases of _run_batch beyond cases(N)
 
 

@@ -75,6 +75,13 @@ def _cases():
         out += [(m, "vPP", 1, 3, 3, "P1", "per-tensor"), (m, "vDP", 1, *u, "P2", "per-tensor+compute-stream")]
         if n >= 2:
             out += [(m, "vDP", 2, *u, "P1", "per-tensor")]
+        # one copy per pack (--weight-copies per-pack): a task's load is one device block, cut where either
+        # packing has a boundary, also from the compute stream's pool; BatchNorm's in-place stats and a
+        # transformer's mixed shapes (two families: the block logic is the same for all)
+        if m in ("resnet-tiny", "gpt2-tiny"):
+            out += [(m, "vPP", 1, 3, 3, "P2", "per-pack"), (m, "vDP", 1, *u, "P1", "per-pack+compute-stream")]
+            if n >= 2:
+                out += [(m, "vDP", 2, *u, "P2", "per-pack"), (m, "vPP", 2, *u, "P2", "per-pack")]
         # --allreduce overlap: the next task computes while a pack's gradients are all-reduced; only their
         # copy to the host waits for the reduction
         if n >= 2:
@@ -87,6 +94,8 @@ def _cases():
 # the runtime options a case's 7th element names
 OPTIONS = {"compute-stream": {"load_buffers": "compute-stream"}, "per-tensor": {"weight_copies": "per-tensor"},
            "per-tensor+compute-stream": {"weight_copies": "per-tensor", "load_buffers": "compute-stream"},
+           "per-pack": {"weight_copies": "per-pack"},
+           "per-pack+compute-stream": {"weight_copies": "per-pack", "load_buffers": "compute-stream"},
            "compute-stream-plan": {"load_buffers": "auto"},
            "run-ahead-0": {"load_buffers": "compute-stream", "run_ahead": 0},
            "allreduce-overlap": {"allreduce": "overlap"}}

@@ -59,8 +59,9 @@ def add_arguments(p) -> None:
                         "compute-stream where the schedule records that plan (prefetch_waits), else "
                         "copy-stream (docs/runtime.md, GPU memory pools)")
     p.add_argument("--weight-copies", choices=WEIGHT_COPIES, default=DEFAULT_WEIGHT_COPIES,
-                   help="copy a loaded vLayer's weights and buffers as one block, one allocation and copy per "
-                        "vLayer (default), or one tensor at a time (docs/runtime.md, Weight copies)")
+                   help="per-vlayer (default): copy a loaded vLayer's weights and buffers as one block, one "
+                        "allocation and copy per vLayer; per-pack: one per pack (cut where the other packing "
+                        "has a boundary); per-tensor: one tensor at a time (docs/runtime.md, Weight copies)")
     p.add_argument("--coalesce-below", type=int, default=None, metavar="VALUES",
                    help="step the parameters with fewer values than this as one flat tensor per pack "
                         "(default 0: every parameter on its own; 4096 coalesces biases and norm weights; "

@@ -11,10 +11,11 @@ per-worker pinned copy of the model (the original Harmony kept one per GPU: (N+1
 Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
   flags   int64[num_bwd_packs]  upd_done[p]   = iterations whose UPD of backward pack p has finished
           int64[num_tasks]      stash_done[t] = iterations whose stash of FWD task t is in host memory
-  per vLayer:
-  W       its W block: every parameter and buffer (model order) back to back, so that one copy can bring
-          the whole vLayer to the device (`harmony run --weight-copies per-vlayer`)
-  dW      per trainable parameter
+  W       per vLayer, its W block: every parameter and buffer (model order) back to back, so that one
+          copy can bring the whole vLayer to the device (`harmony run --weight-copies per-vlayer`); the
+          blocks of consecutive vLayers are adjacent, so one copy can bring a pack (`per-pack`)
+  dW      per trainable parameter, vLayer after vLayer: a pack's gradients are one range, which a vDP
+          task's gradients fill in one copy (Worker._grads_into_one_buffer)
   X       stash regions; each FWD task with stash_out views one, per output tensor: [samples, *per-sample
           shape]. Stashes of one rank whose lifetimes do not overlap share a region (see `plan_stash`).
   K       per trainable parameter, `state_tensors_per_param` tensors (Adam: exp_avg, exp_avg_sq; SGD:
@@ -98,11 +99,16 @@ def plan_layout(layers: nn.ModuleList, graph, model_json: dict, state_per_param:
     lay.upd_flags = alloc(upd_shape, "int64", "flags")
     lay.stash_flags = alloc(stash_shape, "int64", "flags")
     state = []                      # (shape, dtype, the slot's K list): placed after X, see `device_bytes`
+    # every vLayer's W block, back to back, then every dW: consecutive vLayers' weights (a pack's) are one
+    # range, and so are their gradients (module docstring, Layout)
+    w_of_layer = []
     for layer in layers:
-        slots, sl = [], layer_slots(layer)
+        sl = layer_slots(layer)
         start = pos[0]
-        ws = [alloc(t.shape, _dtype_name(t.dtype), "W") for _, _, _, t in sl]
+        w_of_layer.append(([alloc(t.shape, _dtype_name(t.dtype), "W") for _, _, _, t in sl], sl))
         lay.w_blocks.append((start, pos[0] - start))
+    for ws, sl in w_of_layer:
+        slots = []
         for w, (_, _, is_param, t) in zip(ws, sl):
             trainable = is_param and t.requires_grad
             dw = alloc(t.shape, _dtype_name(t.dtype), "dW") if trainable else None
@@ -197,11 +203,6 @@ class HostArena:
         return self.buf[e.offset:e.offset + e.nbytes].view(getattr(torch, e.dtype)).view(e.shape)
 
     # -- typed accessors -------------------------------------------------------------------------
-    def w_block(self, layer: int) -> torch.Tensor:
-        """A vLayer's W block (`ArenaLayout.w_blocks`) as one uint8 tensor."""
-        off, n = self.layout.w_blocks[layer]
-        return self.buf[off:off + n]
-
     def weights(self, layer: int) -> list[torch.Tensor]:
         return [self.view(w) for w, _, _ in self.layout.weights[layer]]
 

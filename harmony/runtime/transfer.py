@@ -22,7 +22,11 @@ tensors, no streams), so the CI exercises the order.
 contiguous, `ArenaLayout.w_blocks`) into one device allocation, and the tensors are views into it: one
 allocation and one `cudaMemcpyAsync` per vLayer instead of one per tensor (847 instead of 10,160 per
 resnet1026 vPP iteration at D = 64; docs/performance.md entry 23: 1.32 -> 1.08-1.10 s on the H100). It
-is the default; `per-tensor` copies each tensor on its own.
+is the default; `per-tensor` copies each tensor on its own. `per-pack` copies the W blocks of a task's
+whole load at once (the arena keeps consecutive vLayers' blocks adjacent), cut only where a pack of
+either packing begins or ends, so that a run of vLayers the next task keeps is a device block of its own
+and the rest is freed when the task releases it (Worker.load_segments): one allocation, copy, event and
+stream wait per pack instead of per vLayer (docs/performance.md entry 99).
 
 Every Copier call comes from the worker's issue thread, whose current stream is the compute stream: a copy
 switches to its stream with `torch.cuda.set_stream` and back to `compute`, not with `torch.cuda.stream(...)`,
@@ -57,7 +61,7 @@ class Counters:
 
 
 LOAD_BUFFERS = ("auto", "copy-stream", "compute-stream")
-WEIGHT_COPIES = ("per-tensor", "per-vlayer")
+WEIGHT_COPIES = ("per-tensor", "per-vlayer", "per-pack")
 # one allocation and copy per vLayer block: the default since the H100 A/B in docs/runtime.md (Weight copies)
 DEFAULT_WEIGHT_COPIES = "per-vlayer"
 
@@ -107,17 +111,19 @@ class BlockViews:
             out.append((dt, tuple(e.shape), torch.empty(e.shape, dtype=dt, device="meta").stride(), rel // dt.itemsize))
         return BlockViews(tuple(out))
 
-    def over(self, block: torch.Tensor) -> list[torch.Tensor]:
-        """The tensors, as views into `block` (uint8, storage offset 0). Each is `.data` of its view, which
-        gives it a version counter of its own: views share their base's, so BatchNorm's in-place update of
-        its running stats would otherwise look like a change to every weight that autograd saved."""
-        typed: dict[torch.dtype, torch.Tensor] = {}
+    def over(self, block: torch.Tensor, at: int = 0, typed: dict | None = None) -> list[torch.Tensor]:
+        """The tensors, as views into `block` (uint8, storage offset 0), whose byte `at` (a multiple of 64)
+        is where this W block starts. `typed`: typed views of `block` already made, shared by the vLayers
+        of one block. Each tensor is `.data` of its view, which gives it a version counter of its own:
+        views share their base's, so BatchNorm's in-place update of its running stats would otherwise look
+        like a change to every weight that autograd saved."""
+        typed = {} if typed is None else typed
         out = []
         for dt, shape, stride, off in self.tensors:
             base = typed.get(dt)
             if base is None:
                 base = typed[dt] = block.view(dt)
-            out.append(base.as_strided(shape, stride, off).data)
+            out.append(base.as_strided(shape, stride, off + at // dt.itemsize).data)
         return out
 
 
@@ -179,13 +185,16 @@ class Copier:
             torch.cuda.set_stream(self.compute)
         return outs, ev
 
-    def h2d_block(self, block: torch.Tensor, views: BlockViews, kind: str, nbytes: int, into=None):
-        """Issue ONE copy of a uint8 host block (a vLayer's W block) into a new device block (or into `into`,
-        from `reserve([block])`); returns (tensors: views into the device block, event or None, [device
-        block]). nbytes: what the counters record, the tensors' own bytes (the block's alignment padding,
-        < 64 bytes per tensor, is copied but not counted: count_bytes does not know it)."""
+    def h2d_block(self, block: torch.Tensor, views: list[tuple[BlockViews, int]], kind: str, nbytes: int,
+                  into=None):
+        """Issue ONE copy of a uint8 host block (the W blocks of one or more consecutive vLayers) into a new
+        device block (or into `into`, from `reserve([block])`); returns (per vLayer its tensors: views into
+        the device block, event or None, [device block]). views: per vLayer its BlockViews and the byte where
+        its W block starts in `block`. nbytes: what the counters record, the tensors' own bytes (the block's
+        alignment padding, < 64 bytes per tensor, is copied but not counted: count_bytes does not know it)."""
         (dev,), ev = self.h2d([block], kind, nbytes, into)
-        return views.over(dev), ev, [dev]
+        typed: dict = {}
+        return [v.over(dev, at, typed) for v, at in views], ev, [dev]
 
     def ready(self, tensors: list[torch.Tensor], event) -> None:
         """Make the compute stream wait for `event` before using `tensors` (which came from a copy stream)."""
@@ -196,11 +205,11 @@ class Copier:
             t.record_stream(self.compute)
 
     # -- device -> host --------------------------------------------------------------------------
-    def d2h(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor], kind: str):
+    def d2h(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor], kind: str, nbytes: int | None = None):
         """Copy device tensors into host tensors (arena views or pinned staging); returns event or None.
-        The copy starts once the compute stream has produced `srcs`."""
-        n = sum(t.numel() * t.element_size() for t in srcs)
-        self.counters.add(kind, n)
+        The copy starts once the compute stream has produced `srcs`. nbytes: what the counters record when
+        it is not the sources' size (a pack's gradients copied as one padded block)."""
+        self.counters.add(kind, sum(t.numel() * t.element_size() for t in srcs) if nbytes is None else nbytes)
         if not self.cuda:
             for d, s in zip(dsts, srcs):
                 d.copy_(s)

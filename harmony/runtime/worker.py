@@ -27,6 +27,7 @@ import signal
 import time
 import traceback
 from collections import Counter, deque
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -98,6 +99,18 @@ def sum_in_rank_order(flat: torch.Tensor, world: int, chunk: int = ORDERED_REDUC
         part.copy_(total)
 
 
+@dataclass(frozen=True)
+class LoadSegment:
+    """vLayers [start, stop) whose W blocks one copy brings to the device (Worker._load_segments): `block`,
+    their host bytes; `views`, per vLayer its BlockViews and the byte of `block` where its W block starts;
+    `nbytes`, the tensors' own bytes (what the counters record)."""
+    start: int
+    stop: int
+    block: torch.Tensor
+    views: list
+    nbytes: int
+
+
 class TaskFailure(RuntimeError):
     def __init__(self, info: dict):
         super().__init__(info.get("message", "task failed"))
@@ -159,8 +172,8 @@ class Worker:
         # compute tasks whose loads the plan fetches only after the rank's previous task (they do not fit
         # beside it under the cap): with compute-stream buffers they are reserved after that task
         self.prefetch_waits = frozenset(job.get("prefetch_waits") or ())
-        copies = check_weight_copies(job.get("weight_copies", DEFAULT_WEIGHT_COPIES))
-        self.per_vlayer_copies = copies == "per-vlayer"
+        self.weight_copies = check_weight_copies(job.get("weight_copies", DEFAULT_WEIGHT_COPIES))
+        self.block_copies = self.weight_copies != "per-tensor"     # per-vlayer, per-pack: W blocks
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2),
                                    coalesce_below=job.get("coalesce_below", COALESCE_BELOW))
@@ -203,10 +216,9 @@ class Worker:
         self.upd_flags, self.stash_flags = arena.upd_done.numpy(), arena.stash_done.numpy()
         self.w_views = [arena.weights(l) for l in range(L)]
         self.w_bytes = [sum(w.numel() * w.element_size() for w in ws) for ws in self.w_views]
-        if self.per_vlayer_copies:     # --weight-copies per-vlayer: one copy of each vLayer's W block
-            self.w_blocks = [arena.w_block(l) for l in range(L)]
-            self.w_block_views = [BlockViews.of([w for w, _, _ in arena.layout.weights[l]], arena.layout.w_blocks[l][0])
-                                  for l in range(L)]
+        if self.block_copies:          # --weight-copies per-vlayer / per-pack: copies of W blocks
+            self.load_segments = self._load_segments()
+        self.grad_spans = {p: self._grad_span(p) for p in self.cfg.bwd_packs}
         # per layer: [(module._parameters, name, requires_grad, slot index)], [(module._buffers, name, slot index)]
         self.param_slots = [[(mod._parameters, name, meta.requires_grad, k)
                              for k, (mod, name, is_param, meta) in enumerate(sl) if is_param] for sl in self.slots]
@@ -238,6 +250,37 @@ class Worker:
         self.meta_slots = [[(mod._parameters if is_param else mod._buffers, name, meta)
                             for mod, name, is_param, meta in sl] for sl in self.slots]
 
+    def _load_segments(self) -> dict[int, list["LoadSegment"]]:
+        """Per compute task, its load cut into the W-block copies `--weight-copies` asks for: every vLayer
+        alone (per-vlayer), or runs of vLayers cut only where a forward or backward pack begins or ends
+        (per-pack). A task keeps for the next one the layers both packs share, a run between such cuts,
+        so every device block is kept or released whole and none holds memory the plan does not count."""
+        arena, L, cfg = self.arena, len(self.layers), self.cfg
+        blocks = arena.layout.w_blocks
+        views = [BlockViews.of([w for w, _, _ in arena.layout.weights[l]], blocks[l][0]) for l in range(L)]
+        if self.weight_copies == "per-vlayer":
+            cuts = set(range(L + 1))
+        else:
+            cuts = {b for p in (*cfg.fwd_packs, *cfg.bwd_packs) for b in p}
+        made: dict[tuple[int, int], LoadSegment] = {}
+
+        def segment(a: int, b: int) -> LoadSegment:
+            if (a, b) not in made:
+                start = blocks[a][0]
+                stop = blocks[b - 1][0] + blocks[b - 1][1]
+                if sum(blocks[l][1] for l in range(a, b)) != stop - start:
+                    raise RuntimeError(f"arena layout: the W blocks of vLayers {a}..{b - 1} are not adjacent")
+                made[a, b] = LoadSegment(a, b, arena.buf[start:stop], [(views[l], blocks[l][0] - start) for l in range(a, b)],
+                                         sum(self.w_bytes[a:b]))
+            return made[a, b]
+
+        out = {}
+        for t in self.compute_tasks:
+            lo, hi = t.load_layers
+            edges = [lo, *sorted(c for c in cuts if lo < c < hi), hi] if hi > lo else []
+            out[t.id] = [segment(a, b) for a, b in zip(edges, edges[1:])]
+        return out
+
     # ------------------------------------------------------------------------------------------
     # weights
     # ------------------------------------------------------------------------------------------
@@ -265,8 +308,10 @@ class Worker:
         plan's `prefetch_waits`, after it: the copies then wait for it). Else None."""
         if not self.copier.reserves:
             return None
-        out = {layer: self.copier.reserve([self.w_blocks[layer]] if self.per_vlayer_copies else self.w_views[layer])
-               for layer in range(*t.load_layers)}
+        if self.block_copies:     # keyed by each segment's first vLayer, as prefetch reads them
+            out = {seg.start: self.copier.reserve([seg.block]) for seg in self.load_segments[t.id]}
+        else:
+            out = {layer: self.copier.reserve(self.w_views[layer]) for layer in range(*t.load_layers)}
         if t.act_in[0] == "stash":      # its first microbatch (StashInput loads the others)
             out["stash"] = self.copier.reserve(self._stash_slices(t, *t.microbatches()[0]))
         return out
@@ -286,11 +331,14 @@ class Worker:
         flags = self.upd_flags
         for pi in self.load_packs[t.id]:
             self._wait_flag(flags, pi, it, lambda pi=pi: f"the update of pack {self.cfg.bwd_packs[pi]}")
-        for layer in range(lo, hi):
-            if self.per_vlayer_copies:
-                out[layer] = self.copier.h2d_block(self.w_blocks[layer], self.w_block_views[layer], "h2d_weights",
-                                                   self.w_bytes[layer], into.get(layer))
-            else:
+        if self.block_copies:
+            for seg in self.load_segments[t.id]:
+                per_layer, ev, bufs = self.copier.h2d_block(seg.block, seg.views, "h2d_weights", seg.nbytes,
+                                                            into.get(seg.start))
+                for layer, tensors in zip(range(seg.start, seg.stop), per_layer):
+                    out[layer] = (tensors, ev, bufs)      # one `bufs` list per segment: install readies it once
+        else:
+            for layer in range(lo, hi):
                 tensors, ev = self.copier.h2d(self.w_views[layer], "h2d_weights", self.w_bytes[layer],
                                               into.get(layer))
                 out[layer] = (tensors, ev, tensors)
@@ -309,10 +357,13 @@ class Worker:
     def install(self, t, fetched: dict) -> None:
         """Put the task's weights into the modules: prefetched layers, plus those kept by the previous task."""
         installed, kept_grads = self.installed, self.kept_grads
+        readied = None
         for layer in range(*t.pack):
             if layer in fetched:
                 tensors, ev, buffers = fetched[layer]
-                self.copier.ready(buffers, ev)     # per-vlayer: the one block the tensors are views of
+                if buffers is not readied:     # W blocks: the one device block of the layer's segment, once
+                    self.copier.ready(buffers, ev)
+                    readied = buffers
                 self.resident[layer] = tensors
                 installed.discard(layer)
             elif layer not in self.resident:
@@ -505,20 +556,33 @@ class Worker:
                     torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
         return [x.grad for x, f in zip(xs, in_float) if f] if need_in_grad else []
 
+    def _grad_span(self, pack) -> tuple[torch.Tensor, torch.dtype, list[int]] | None:
+        """The arena's dW range of a backward pack as (uint8 host view, dtype, each gradient's offset in
+        elements of that dtype, in grad_slots order), where the pack's gradients share one dtype; else None."""
+        entries = [dw for layer in range(*pack) for _, dw, _ in self.arena.layout.weights[layer] if dw is not None]
+        if not entries or len({e.dtype for e in entries}) > 1:
+            return None
+        itemsize = getattr(torch, entries[0].dtype).itemsize
+        start, stop = entries[0].offset, entries[-1].offset + entries[-1].nbytes
+        return (self.arena.buf[start:stop], getattr(torch, entries[0].dtype),
+                [(e.offset - start) // itemsize for e in entries])
+
     def _grads_into_one_buffer(self, t) -> torch.Tensor | None:
         """vDP across GPUs: before the backward, make the pack's weight gradients views of one zeroed buffer,
-        so that autograd accumulates into it and the all-reduce sums it in place. The gradients were made
-        by autograd and concatenated into a flat copy for the all-reduce, which held the pack's dW twice at
-        that moment, past what the task's memory charge counts (docs/performance.md entry 89). None (the
+        so that autograd accumulates into it, the all-reduce sums it in place and one copy takes it to the
+        arena. The buffer mirrors the arena's dW range of the pack, alignment padding included
+        (`_grad_span`): one copy instead of one per parameter tensor (docs/performance.md entry 99). The
+        gradients were made by autograd and concatenated into a flat copy for the all-reduce, which held the
+        pack's dW twice at that moment, past what the task's memory charge counts (entry 89). None (the
         copy, as before) when a gradient is already held (kept by the previous BWD) or the dtypes differ."""
         params = [mod_params[name] for layer in range(*t.pack) for mod_params, name, _ in self.grad_slots[layer]]
-        if not params or any(p.grad is not None for p in params) or len({p.dtype for p in params}) > 1:
+        span = self.grad_spans.get(t.pack)
+        if not params or span is None or any(p.grad is not None or p.dtype != span[1] for p in params):
             return None
-        flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=self.device)
-        offset = 0
-        for p in params:
-            p.grad = flat[offset:offset + p.numel()].view(p.shape)
-            offset += p.numel()
+        host, dtype, offsets = span
+        flat = torch.zeros(host.numel() // dtype.itemsize, dtype=dtype, device=self.device)
+        for p, off in zip(params, offsets, strict=True):
+            p.grad = flat[off:off + p.numel()].view(p.shape)
         return flat
 
     def _finish_grads(self, t, it: int, reduce_into: torch.Tensor | None = None) -> None:
@@ -544,20 +608,23 @@ class Worker:
         if not params:
             return
         grads = [p.grad for p in params]
+        one_block = False      # the gradients are the views `_grads_into_one_buffer` made, reduced in place
         if t.allreduce:
-            if reduce_into is not None and _views_of(grads, reduce_into):
+            one_block = reduce_into is not None and _views_of(grads, reduce_into, self.grad_spans[t.pack][2])
+            if one_block:
                 flat = reduce_into
             else:       # autograd replaced a view, or there was none: reduce a copy
                 flat = torch.cat([g.reshape(-1) for g in grads])
-            nbytes = flat.numel() * flat.element_size()
+            nbytes = sum(g.numel() * g.element_size() for g in grads)     # the padding is not counted
             if self.ordered_reduce:       # an all-gather: every other rank's whole share arrives
                 self.counters.add("allreduce", (self.N - 1) * nbytes)
                 sum_in_rank_order(flat, self.N)
             else:                         # the ring: 2 (N - 1) / N of the gradients per rank
                 self.counters.add("allreduce", 2 * (self.N - 1) * nbytes // self.N)
                 self._all_reduce(flat, to_host_only=t.grad_to_host)
-            grads = list(torch.split(flat, [g.numel() for g in grads]))
-            grads = [g.view(p.shape) for g, p in zip(grads, params)]
+            if not one_block:
+                grads = list(torch.split(flat, [g.numel() for g in grads]))
+                grads = [g.view(p.shape) for g, p in zip(grads, params)]
             missing = set()       # another rank may have had a gradient: the reduced sum is the gradient
         if t.grad_to_host:
             pi = self.pack_index[t.pack]
@@ -570,6 +637,10 @@ class Worker:
                 else:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")
                     self.updater.grads_arriving(pi, ev, add_into=dsts, staged=staged)
+            elif one_block:       # one copy of the buffer into the pack's dW range, padding and all
+                ev = self.copier.d2h([self.grad_spans[t.pack][0]], [flat.view(torch.uint8)], "d2h_grads",
+                                     nbytes=sum(g.numel() * g.element_size() for g in grads))
+                self.updater.grads_arriving(pi, ev, missing=missing)
             else:
                 ev = self.copier.d2h(dsts, grads, "d2h_grads")
                 self.updater.grads_arriving(pi, ev, missing=missing)
@@ -856,14 +927,12 @@ class Worker:
         return info
 
 
-def _views_of(grads: list, flat: torch.Tensor) -> bool:
-    """Whether `grads` are still, in order, the consecutive views of `flat` they were made as."""
-    base, size, offset = flat.data_ptr(), flat.element_size(), 0
-    for g in grads:
-        if g.data_ptr() != base + offset * size or not g.is_contiguous():
-            return False
-        offset += g.numel()
-    return offset == flat.numel()
+def _views_of(grads: list, flat: torch.Tensor, offsets: list[int]) -> bool:
+    """Whether `grads` are still the views of `flat` at element `offsets` they were made as (autograd may
+    replace a gradient instead of accumulating into it)."""
+    base, size = flat.data_ptr(), flat.element_size()
+    return len(grads) == len(offsets) and all(g.data_ptr() == base + off * size and g.is_contiguous()
+                                              for g, off in zip(grads, offsets))
 
 
 def _copy_rows(dsts: list, srcs: list, rows: slice) -> None:

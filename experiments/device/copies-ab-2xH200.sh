@@ -10,7 +10,7 @@
 #   PATCH=experiments/device/ab/copies-before.patch bash experiments/device/copies-ab-2xH200.sh OUTDIR
 # PLANS (paths under SCHEDULES, without .json; default figure 10's ResNet1026 D = 64 plans on 2x H200),
 # ARMS ("old vlayer pack"), ROUNDS (3), RUN_LIMIT_S (90); paper settings (DEVICE cuda, CAP 11GiB, PREC tf32;
-# DEVICE=cpu CAP= PREC=fp32 smoke-tests the script), 6 iterations, 1 warm-up. No run starts when the call's deadline (HARMONY_DEADLINE, epoch s; default 540 s from the
+# DEVICE=cpu CAP= PREC=fp32 smoke-tests the script), ITERS (6) iterations, 1 warm-up. No run starts when the call's deadline (HARMONY_DEADLINE, epoch s; default 540 s from the
 # start) is nearer than RUN_LIMIT_S. Writes OUTDIR/<plan>.<arm>.<round>.{jsonl,log}, OUTDIR/env.json and
 # prints per plan and arm the runs' medians and rank 0's host issue time per iteration.
 set -uo pipefail
@@ -21,6 +21,7 @@ PLANS=${PLANS:-"resnet1026/vDP-N2-D64-auto resnet1026/vPP-N2-D64-auto"}
 ARMS=${ARMS:-"old vlayer pack"}
 ROUNDS=${ROUNDS:-3}
 RUN_LIMIT_S=${RUN_LIMIT_S:-90}
+ITERS=${ITERS:-6}
 DEVICE=${DEVICE:-cuda}; CAP=${CAP-11GiB}; PREC=${PREC:-tf32}
 RUN_ARGS=(--device "$DEVICE" --precision "$PREC"); [ -n "$CAP" ] && RUN_ARGS+=(--gpu-memory "$CAP")
 mkdir -p "$O"
@@ -37,7 +38,7 @@ for r in $(seq 1 "$ROUNDS"); do
     name=$(echo "$plan" | tr '/' '-')
     for arm in $ARMS; do
       ab_step "$name" "$arm" "$r" "$RUN_LIMIT_S" -- python3 -m harmony.cli run "$S/$plan.json" --data synthetic \
-        --iters 6 --warmup 1 "${RUN_ARGS[@]}" --weight-copies "${COPIES[$arm]}" \
+        --iters "$ITERS" --warmup 1 "${RUN_ARGS[@]}" --weight-copies "${COPIES[$arm]}" \
         -o "$O/$name.$arm.$r.jsonl"
     done
   done
@@ -55,9 +56,13 @@ for f in sorted(glob.glob(f"{sys.argv[1]}/*.jsonl")):
     its = [r for r in recs if r.get("record") == "iteration" and r["iteration"] >= 1]      # after the warm-up
     issue = [(r.get("host_phases") or [{}])[0].get("issue_s") for r in its]     # rank 0's
     plan, arm, _ = Path(f).name.rsplit(".", 3)[:3]
-    by.setdefault((plan, arm), []).append((s["iter_time_s"], statistics.median(x for x in issue if x is not None)))
+    by.setdefault((plan, arm), []).append((s["iter_time_s"], statistics.median(x for x in issue if x is not None),
+                                           [r["time_s"] for r in its], s.get("alloc_retries")))
 for (plan, arm), runs in sorted(by.items()):
-    meds, iss = [m for m, _ in runs], [i for _, i in runs]
-    print(f"{plan} {arm}: s/iteration {', '.join(f'{m:.3f}' for m in meds)} (median {statistics.median(meds):.3f}); "
-          f"rank 0 issue s/iteration {', '.join(f'{i:.3f}' for i in iss)} (median {statistics.median(iss):.3f})")
+    meds, iss = [m for m, *_ in runs], [i for _, i, *_ in runs]
+    pooled = [t for *_, ts, _ in runs for t in ts]
+    print(f"{plan} {arm}: s/iteration {', '.join(f'{m:.3f}' for m in meds)} (median {statistics.median(meds):.3f}; "
+          f"all {len(pooled)} iterations {statistics.median(pooled):.3f}); rank 0 issue s/iteration "
+          f"{', '.join(f'{i:.3f}' for i in iss)} (median {statistics.median(iss):.3f}); allocator retries "
+          f"{[r[-1] for r in runs]}")
 PY

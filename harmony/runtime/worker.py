@@ -270,8 +270,8 @@ class Worker:
                 stop = blocks[b - 1][0] + blocks[b - 1][1]
                 if sum(blocks[l][1] for l in range(a, b)) != stop - start:
                     raise RuntimeError(f"arena layout: the W blocks of vLayers {a}..{b - 1} are not adjacent")
-                made[a, b] = LoadSegment(a, b, arena.buf[start:stop], [(views[l], blocks[l][0] - start) for l in range(a, b)],
-                                         sum(self.w_bytes[a:b]))
+                at = [(views[l], blocks[l][0] - start) for l in range(a, b)]
+                made[a, b] = LoadSegment(a, b, arena.buf[start:stop], at, sum(self.w_bytes[a:b]))
             return made[a, b]
 
         out = {}
@@ -638,8 +638,7 @@ class Worker:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")
                     self.updater.grads_arriving(pi, ev, add_into=dsts, staged=staged)
             elif one_block:       # one copy of the buffer into the pack's dW range, padding and all
-                ev = self.copier.d2h([self.grad_spans[t.pack][0]], [flat.view(torch.uint8)], "d2h_grads",
-                                     nbytes=sum(g.numel() * g.element_size() for g in grads))
+                ev = self.copier.d2h([self.grad_spans[t.pack][0]], [flat.view(torch.uint8)], "d2h_grads", nbytes)
                 self.updater.grads_arriving(pi, ev, missing=missing)
             else:
                 ev = self.copier.d2h(dsts, grads, "d2h_grads")

@@ -43,19 +43,13 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-python3 - "$O" <<'PY'
-import glob, json, statistics, sys
-from pathlib import Path
+PYTHONPATH=$A/experiments/device python3 - "$O" <<'PY'
+import statistics, sys
+from run_files import timed_runs
 by = {}
-for f in sorted(glob.glob(f"{sys.argv[1]}/*.jsonl")):
-    lines = Path(f).read_text().splitlines()
-    s = json.loads(lines[-1]) if lines else {}
-    if s.get("status") != "ok":
-        continue
-    recs = [json.loads(x) for x in lines[:-1]]
-    its = [r for r in recs if r.get("record") == "iteration" and r["iteration"] >= 1]      # after the warm-up
+for fname, s, its in timed_runs(sys.argv[1]):
     issue = [(r.get("host_phases") or [{}])[0].get("issue_s") for r in its]     # rank 0's
-    plan, arm, _ = Path(f).name.rsplit(".", 3)[:3]
+    plan, arm, _ = fname.rsplit(".", 3)[:3]
     by.setdefault((plan, arm), []).append((s["iter_time_s"], statistics.median(x for x in issue if x is not None),
                                            [r["time_s"] for r in its], s.get("alloc_retries")))
 for (plan, arm), runs in sorted(by.items()):

@@ -26,17 +26,13 @@ for k in $(seq 1 "$REPEATS"); do
     echo "[$SECONDS s] $name"
   done
 done
-python3 - "$O" <<'PY'
-import glob, json, statistics, sys
-from pathlib import Path
+PYTHONPATH=experiments/device python3 - "$O" <<'PY'
+import sys
+from run_files import timed_runs
 by = {}
-for f in sorted(glob.glob(f"{sys.argv[1]}/*.jsonl")):
-    lines = Path(f).read_text().splitlines()
-    s = json.loads(lines[-1]) if lines else {}
-    if s.get("iter_time_s"):
-        recs = [json.loads(x) for x in lines[:-1]]
-        its = [r["time_s"] for r in recs if r.get("record") == "iteration" and r["iteration"] >= 1]   # after the warm-up
-        by.setdefault(Path(f).name.rsplit(".", 2)[0], []).append((s["iter_time_s"], s.get("predicted_iter_time_s"), its))
+for fname, s, its in timed_runs(sys.argv[1]):
+    by.setdefault(fname.rsplit(".", 2)[0], []).append((s["iter_time_s"], s.get("predicted_iter_time_s"),
+                                                       [r["time_s"] for r in its]))
 for plan, runs in by.items():
     meds = [m for m, _, _ in runs]
     print(f"{plan}: medians {', '.join(f'{m:.3f}' for m in meds)} s (max/min {max(meds) / min(meds):.2f}), "

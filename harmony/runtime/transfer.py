@@ -25,7 +25,7 @@ resnet1026 vPP iteration at D = 64; docs/performance.md entry 23: 1.32 -> 1.08-1
 is the default; `per-tensor` copies each tensor on its own. `per-pack` copies the W blocks of a task's
 whole load at once (the arena keeps consecutive vLayers' blocks adjacent), cut only where a pack of
 either packing begins or ends, so that a run of vLayers the next task keeps is a device block of its own
-and the rest is freed when the task releases it (Worker.load_segments): one allocation, copy, event and
+and the rest is freed when the task releases it (`Worker._load_segments`): one allocation, copy, event and
 stream wait per pack instead of per vLayer (docs/performance.md entry 99).
 
 Every Copier call comes from the worker's issue thread, whose current stream is the compute stream: a copy

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from harmony.runtime.worker import Worker
+from harmony.runtime.worker import GradSpan, Worker
 
 N, U = 6, 2
 
@@ -156,7 +156,7 @@ def test_a_vdp_bwd_accumulates_dw_into_the_buffer_its_all_reduce_sums_in_place()
         w.grad_consumer, w.N, w.ordered_reduce = {}, 2, False
         w.counters = SimpleNamespace(add=lambda *a: None)
         w.grad_slots = {1: [({"w": lower}, "w", None)], 2: [({"w": upper}, "w", None)]}
-        w.grad_spans = {(1, 3): (torch.empty(19 * 4, dtype=torch.uint8), torch.float32, [0, 16])}
+        w.grad_spans = {(1, 3): GradSpan(torch.empty(19 * 4, dtype=torch.uint8), torch.float32, [0, 16])}
         made, reduced = [], []
         w._grads_into_one_buffer = lambda t, _f=Worker._grads_into_one_buffer.__get__(w): made.append(_f(t)) or made[-1]
         w._finish_grads = Worker._finish_grads.__get__(w)

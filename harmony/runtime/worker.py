@@ -111,6 +111,15 @@ class LoadSegment:
     nbytes: int
 
 
+@dataclass(frozen=True)
+class GradSpan:
+    """A backward pack's dW range in the arena (Worker._grad_span): `host`, its bytes; `dtype`, its
+    gradients' one dtype; `offsets`, each gradient's offset in elements of it, in grad_slots order."""
+    host: torch.Tensor
+    dtype: torch.dtype
+    offsets: list[int]
+
+
 class TaskFailure(RuntimeError):
     def __init__(self, info: dict):
         super().__init__(info.get("message", "task failed"))
@@ -218,7 +227,9 @@ class Worker:
         self.w_bytes = [sum(w.numel() * w.element_size() for w in ws) for ws in self.w_views]
         if self.block_copies:          # --weight-copies per-vlayer / per-pack: copies of W blocks
             self.load_segments = self._load_segments()
-        self.grad_spans = {p: self._grad_span(p) for p in self.cfg.bwd_packs}
+        # vDP across GPUs only: the reduced gradients of a pack go to the arena in one copy
+        self.grad_spans = ({p: self._grad_span(p) for p in self.cfg.bwd_packs}
+                           if any(t.allreduce for t in self.compute_tasks) else {})
         # per layer: [(module._parameters, name, requires_grad, slot index)], [(module._buffers, name, slot index)]
         self.param_slots = [[(mod._parameters, name, meta.requires_grad, k)
                              for k, (mod, name, is_param, meta) in enumerate(sl) if is_param] for sl in self.slots]
@@ -556,16 +567,14 @@ class Worker:
                     torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
         return [x.grad for x, f in zip(xs, in_float) if f] if need_in_grad else []
 
-    def _grad_span(self, pack) -> tuple[torch.Tensor, torch.dtype, list[int]] | None:
-        """The arena's dW range of a backward pack as (uint8 host view, dtype, each gradient's offset in
-        elements of that dtype, in grad_slots order), where the pack's gradients share one dtype; else None."""
+    def _grad_span(self, pack) -> GradSpan | None:
+        """The arena's dW range of a backward pack, where the pack's gradients share one dtype; else None."""
         entries = [dw for layer in range(*pack) for _, dw, _ in self.arena.layout.weights[layer] if dw is not None]
         if not entries or len({e.dtype for e in entries}) > 1:
             return None
-        itemsize = getattr(torch, entries[0].dtype).itemsize
+        dtype = getattr(torch, entries[0].dtype)
         start, stop = entries[0].offset, entries[-1].offset + entries[-1].nbytes
-        return (self.arena.buf[start:stop], getattr(torch, entries[0].dtype),
-                [(e.offset - start) // itemsize for e in entries])
+        return GradSpan(self.arena.buf[start:stop], dtype, [(e.offset - start) // dtype.itemsize for e in entries])
 
     def _grads_into_one_buffer(self, t) -> torch.Tensor | None:
         """vDP across GPUs: before the backward, make the pack's weight gradients views of one zeroed buffer,
@@ -577,11 +586,10 @@ class Worker:
         copy, as before) when a gradient is already held (kept by the previous BWD) or the dtypes differ."""
         params = [mod_params[name] for layer in range(*t.pack) for mod_params, name, _ in self.grad_slots[layer]]
         span = self.grad_spans.get(t.pack)
-        if not params or span is None or any(p.grad is not None or p.dtype != span[1] for p in params):
+        if not params or span is None or any(p.grad is not None or p.dtype != span.dtype for p in params):
             return None
-        host, dtype, offsets = span
-        flat = torch.zeros(host.numel() // dtype.itemsize, dtype=dtype, device=self.device)
-        for p, off in zip(params, offsets, strict=True):
+        flat = torch.zeros(span.host.numel() // span.dtype.itemsize, dtype=span.dtype, device=self.device)
+        for p, off in zip(params, span.offsets, strict=True):
             p.grad = flat[off:off + p.numel()].view(p.shape)
         return flat
 
@@ -610,7 +618,7 @@ class Worker:
         grads = [p.grad for p in params]
         one_block = False      # the gradients are the views `_grads_into_one_buffer` made, reduced in place
         if t.allreduce:
-            one_block = reduce_into is not None and _views_of(grads, reduce_into, self.grad_spans[t.pack][2])
+            one_block = reduce_into is not None and _views_of(grads, reduce_into, self.grad_spans[t.pack].offsets)
             if one_block:
                 flat = reduce_into
             else:       # autograd replaced a view, or there was none: reduce a copy
@@ -638,7 +646,7 @@ class Worker:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")
                     self.updater.grads_arriving(pi, ev, add_into=dsts, staged=staged)
             elif one_block:       # one copy of the buffer into the pack's dW range, padding and all
-                ev = self.copier.d2h([self.grad_spans[t.pack][0]], [flat.view(torch.uint8)], "d2h_grads", nbytes)
+                ev = self.copier.d2h([self.grad_spans[t.pack].host], [flat.view(torch.uint8)], "d2h_grads", nbytes)
                 self.updater.grads_arriving(pi, ev, missing=missing)
             else:
                 ev = self.copier.d2h(dsts, grads, "d2h_grads")

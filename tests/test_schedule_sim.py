@@ -379,7 +379,7 @@ def test_vpp_search_leaves_room_for_the_send_a_rank_still_holds(monkeypatch):
 
 # the tags the search's later passes add to their candidates' packer names (a packer name alone may hold '+':
 # packers that agree are joined, `greedy+greedy-reverse`)
-PASS_TAGS = ("+budget", "+send-room", "+split-bottom")
+PASS_TAGS = ("+budget", "+send-room", "+split-bottom", "+cut-bottom")
 
 
 def search_or_none(costs, **kw):
@@ -506,9 +506,19 @@ def test_search_finds_the_36_layer_gpt2_plan_on_each_of_its_three_profiles(tmp_p
                     str(cal), "--minibatch", "32", "--gpus", "1", "--mode", "vPP", "--headroom", "0.05",
                     "-o", str(out)]) == 0
         rec = json.loads(out.read_text())
-        cfg = rec["graph"]["config"]
-        assert (cfg["ubatch_bwd"], cfg["bwd_packs"]) == (4, [[0, 4], [4, 13], [13, 40]]), (f, cfg)
+        assert_plan_or_its_bottom_cut(rec["graph"]["config"], 4, [[0, 4], [4, 13], [13, 40]])
         assert rec["prediction"]["iter_time_s"] < 7.50, (f, rec["prediction"])
+
+
+def assert_plan_or_its_bottom_cut(cfg: dict, ubatch: int, bwd_packs: list) -> None:
+    """The chosen plan is `bwd_packs` at u = `ubatch`, or that plan with more cuts near its bottom (the search's
+    last refinement, `bottom_cut_points`, entry 101): every boundary of `bwd_packs` is one of its, and the
+    others are below CUT_BOTTOM_VLAYERS."""
+    from harmony.schedule.search import CUT_BOTTOM_VLAYERS
+    assert cfg["ubatch_bwd"] == ubatch, cfg
+    want = {k for pack in bwd_packs for k in pack}
+    got = {k for pack in cfg["bwd_packs"] for k in pack}
+    assert want <= got and all(k < CUT_BOTTOM_VLAYERS for k in got - want), cfg
 
 
 def test_search_finds_the_36_layer_plan_under_the_per_u_power_cap_factors(tmp_path):
@@ -531,9 +541,8 @@ def test_search_finds_the_36_layer_plan_under_the_per_u_power_cap_factors(tmp_pa
     assert cli(["schedule", str(prof), "--model", str(model), "--calibration", str(cal), "--minibatch", "32",
                 "--gpus", "1", "--mode", "vPP", "--headroom", "0.05", "--compute-scale", "profile", "-o", str(out)]) == 0
     rec = json.loads(out.read_text())
-    cfg = rec["graph"]["config"]
-    assert (cfg["ubatch_bwd"], cfg["bwd_packs"]) == (4, [[0, 4], [4, 13], [13, 40]]), cfg
-    assert rec["prediction"]["iter_time_s"] == pytest.approx(7.936, abs=0.01)
+    assert_plan_or_its_bottom_cut(rec["graph"]["config"], 4, [[0, 4], [4, 13], [13, 40]])
+    assert rec["prediction"]["iter_time_s"] <= 7.936 + 0.01     # that plan's prediction, or a cut of it faster
     assert set(rec["search"]["compute_scale"]) == {"1", "2", "4", "8", "16", "32"}
 
 
@@ -816,11 +825,52 @@ def test_search_splits_the_bottom_pack_when_that_shortens_the_iteration_tail():
     params = SimParams(h2d_Bps=1e10, d2h_Bps=1e10, p2p_fallback_Bps=1e10)
     r = search(costs, params, minibatch=16, gpus=1, mode="vPP", cap=1.2e9)
     unsplit = [c for c in r.candidates if "split-bottom" not in c.bwd_packer and c.feasible]
-    assert r.best.bwd_packer.endswith("+split-bottom")
+    assert "+split-bottom" in r.best.bwd_packer            # then maybe cut further (`bottom_cut_points`)
     assert r.best.iter_time_s < min(c.iter_time_s for c in unsplit)
     # every split candidate is named after the one plan it splits (not after the best found meanwhile)
     assert all(c.bwd_packer.count("split-bottom") == 1 for c in r.candidates if "split-bottom" in c.bwd_packer)
 
+
+def test_split_pack_at_cuts_any_pack_and_the_forward_pack_around_it():
+    """`bottom_splits` is `split_pack_at` at each point of the bottom pack; the search's last refinement cuts
+    any pack below CUT_BOTTOM_VLAYERS but the loss pack (`bottom_cut_points`), and every cut is a valid
+    schedule (each backward input is stashed by a forward pack boundary)."""
+    from harmony.schedule.search import bottom_cut_points, bottom_splits, split_pack_at
+    cfg = ScheduleConfig("vDP", 2, 16, 4, 4, ((0, 1), (1, 5), (5, 8), (8, 10)), ((0, 1), (1, 5), (5, 8)))
+    assert bottom_cut_points(cfg) == [2, 3, 4, 6, 7]              # not inside the loss pack [8, 10)
+    assert bottom_cut_points(cfg, span=4) == [2, 3]
+    cut = split_pack_at(cfg, 6)
+    assert cut.bwd_packs == ((0, 1), (1, 5), (5, 6), (6, 8), (8, 10))
+    assert cut.fwd_packs == ((0, 1), (1, 5), (5, 6), (6, 8))
+    assert bottom_splits(cut) == []                                # its bottom pack is one vLayer
+    for k in bottom_cut_points(cfg):
+        build_task_graph(split_pack_at(cfg, k), 10)
+    with pytest.raises(ValueError, match="not inside a backward pack"):
+        split_pack_at(cfg, 5)
+
+
+def test_the_search_returns_a_plan_no_single_bottom_cut_makes_faster():
+    """The bottom packs' gradient copies and CPU updates end the iteration, and which of them do depends on
+    which rank's CPU share steps which pack, so the fastest bottom can be several cuts away from the packers'
+    plans and their best bottom split (2x H200 gpt2-xl vDP D = 16: 3% faster with six more cuts; entry 101).
+    The search cuts its fastest plan's bottom once more while a cut is faster: no single cut below
+    CUT_BOTTOM_VLAYERS of the plan it returns simulates faster, and on these random models at N = 2 the
+    refinement is what chose some of them."""
+    from harmony.schedule.search import bottom_cut_points, split_pack_at
+    params = dataclasses.replace(PARAMS, cpu_threads=2)     # each of two workers steps at half the rate
+    refined = 0
+    for seed in range(12):
+        costs = LayerCosts(make_profile(L=10, x=2, opt=2.0, seed=seed))
+        for mode in ("vPP", "vDP"):
+            try:
+                r = search(costs, params, minibatch=8, gpus=2, mode=mode, cap=400)
+            except ScheduleError:
+                continue
+            refined += "+cut-bottom" in r.best.bwd_packer
+            for k in bottom_cut_points(r.best.config):
+                sim = simulate(build_task_graph(split_pack_at(r.best.config, k), 10), costs, params, 400)
+                assert not (sim.feasible and sim.iter_time_s < r.best.iter_time_s - 1e-9), (seed, mode, k)
+    assert refined > 0
 
 def test_bad_inputs_are_clear():
     costs = LayerCosts(make_profile(L=4, w=1e9, g=1e9, x=1e6, saved=1e7, peak=1e7))

@@ -1,7 +1,8 @@
 """Search: enumerate (mode, N', u_bwd, backward packing, u_fwd >= u_bwd, forward packing), compose each
 candidate's task graph, simulate it, rank by simulated iteration time. Deterministic: candidates are
-enumerated in a fixed order, and ties go to the earlier one. The fastest is then refined at its bottom: its
-bottom backward pack split in two at every point (`bottom_splits`), each split simulated as a candidate.
+enumerated in a fixed order, and ties go to the earlier one. The fastest are then refined at their bottom:
+the bottom backward pack split in two at every point (`bottom_splits`), each split simulated as a candidate;
+then the fastest of all cut once more at a time near the bottom while a cut is faster (`bottom_cut_points`).
 
 A candidate is feasible when every task fits the GPU memory cap (the simulator) and, given a host memory
 budget, its host arena fits the budget (harmony.schedule.host_memory: W + dW + K + every stash, the bytes
@@ -124,6 +125,11 @@ SPLIT_LEADERS = 3
 SPLIT_WITHIN = 1.06
 SPLIT_ALL_WITHIN = 1.10
 SPLIT_ALL_MAX = 12
+# then the fastest plan is cut once more, round by round, at every vLayer boundary below CUT_BOTTOM_VLAYERS
+# (`bottom_cut_points`), while a cut simulates faster: which packs' updates end the iteration depends on the
+# two GPUs' CPU shares, so the fastest bottom is not one split away (2x H200 gpt2-xl vDP D = 16: one split
+# 0.7575 s, cuts at 3, 4, 8 and 14 0.7294 s; 24 vLayers reach GPT-2's bottom four to five packs; entry 101)
+CUT_BOTTOM_VLAYERS = 24
 
 
 def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, mode: str = "vPP",
@@ -322,6 +328,14 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         for base in wider:     # the wider window's, coarse to fine: a few split points, then a bisection
             splits = bottom_splits(base.config)
             coarse_to_fine(len(splits), lambda i, b=base, sp=splits: split_at(b, sp[i]))
+        while True:     # one more cut of the fastest plan's bottom per round, while one is faster
+            base = best
+            for k in bottom_cut_points(base.config):
+                cfg = split_pack_at(base.config, k)
+                if first_time(cfg):
+                    evaluate(cfg, base.bwd_packer + "+cut-bottom", base.fwd_packer + "+cut-bottom", base.objective_s)
+            if best is base:
+                break
     if best is None:
         over_host = [c for c in cands if c.gpu_feasible]
         if over_host:
@@ -390,14 +404,30 @@ def bottom_splits(cfg: ScheduleConfig) -> list[ScheduleConfig]:
     bottom pack shortens it, at the cost of one more pack. On the H100 gpt2-xl D = 16 plan, splitting the
     bottom pack [0, 7) at 3 is predicted 1.439 s instead of 1.487 s (docs/performance.md entry 36)."""
     s0, e0 = cfg.bwd_packs[0]
-    out = []
-    for k in range(s0 + 1, e0):
-        if len(cfg.bwd_packs) == 1:        # the bottom pack is also the loss pack: no forward pack yet
-            fwd = ((s0, k),)
-        else:
-            fwd = tuple(p for f in cfg.fwd_packs for p in (((f[0], k), (k, f[1])) if f[0] < k < f[1] else (f,)))
-        out.append(replace(cfg, bwd_packs=((s0, k), (k, e0), *cfg.bwd_packs[1:]), fwd_packs=fwd))
-    return out
+    return [split_pack_at(cfg, k) for k in range(s0 + 1, e0)]
+
+
+def split_pack_at(cfg: ScheduleConfig, k: int) -> ScheduleConfig:
+    """The configuration with the backward pack that holds vLayer boundary k inside it split at k, and the
+    forward pack around k split there too (a backward pack's input is stashed by the forward). A one-pack
+    plan (the bottom pack is the loss pack) gets its first forward pack, [s0, k)."""
+    i = next((i for i, (s, e) in enumerate(cfg.bwd_packs) if s < k < e), None)
+    if i is None:
+        raise ValueError(f"vLayer boundary {k} is not inside a backward pack of {cfg.bwd_packs}")
+    s0, e0 = cfg.bwd_packs[i]
+    if len(cfg.bwd_packs) == 1:
+        fwd = ((s0, k),)
+    else:
+        fwd = tuple(p for f in cfg.fwd_packs for p in (((f[0], k), (k, f[1])) if f[0] < k < f[1] else (f,)))
+    return replace(cfg, bwd_packs=(*cfg.bwd_packs[:i], (s0, k), (k, e0), *cfg.bwd_packs[i + 1:]), fwd_packs=fwd)
+
+
+def bottom_cut_points(cfg: ScheduleConfig, span: int | None = None) -> list[int]:
+    """The vLayer boundaries below `span` (default CUT_BOTTOM_VLAYERS) where a backward pack can still be cut (`split_pack_at`): inside a
+    pack, and not inside the loss pack (the last), unless it is the only one."""
+    span = CUT_BOTTOM_VLAYERS if span is None else span
+    packs = cfg.bwd_packs if len(cfg.bwd_packs) == 1 else cfg.bwd_packs[:-1]
+    return [k for s, e in packs for k in range(s + 1, e) if k < span]
 
 
 def host_memory_message(over_host: list[Candidate], budget: int, minibatch: int) -> str:

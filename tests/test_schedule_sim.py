@@ -801,7 +801,11 @@ def test_search_respects_cap_and_is_deterministic():
     assert max(a.best_sim.peak_memory_bytes) <= 1.5e9
     assert all(c.peak_bytes <= 1.5e9 for c in a.candidates if c.feasible)
     best = min(c.iter_time_s for c in a.candidates if c.feasible)
-    assert a.best.iter_time_s == best
+    uncut = min(c.iter_time_s for c in a.candidates if c.feasible and "+cut-bottom" not in c.bwd_packer)
+    # the fastest, but that cuts of the bottom count only CUT_MIN_GAIN faster than the plan they cut
+    from harmony.schedule.search import CUT_MIN_GAIN
+    assert a.best.iter_time_s == (best if "+cut-bottom" in a.best.bwd_packer else uncut)
+    assert best <= a.best.iter_time_s <= best / (1 - CUT_MIN_GAIN)
     # fixed configuration (Fig 8 style)
     f = search(costs, params, minibatch=16, gpus=2, mode="vPP", cap=None, ubatch_fwd=4, ubatch_bwd=2, pack_size=3)
     assert len(f.candidates) == 1 and f.best.config.bwd_packs == ((0, 3), (3, 6), (6, 9), (9, 10))
@@ -849,14 +853,14 @@ def test_split_pack_at_cuts_any_pack_and_the_forward_pack_around_it():
         split_pack_at(cfg, 5)
 
 
-def test_the_search_returns_a_plan_no_single_bottom_cut_makes_faster():
+def test_the_search_cuts_its_fastest_plans_bottom_when_that_gains():
     """The bottom packs' gradient copies and CPU updates end the iteration, and which of them do depends on
     which rank's CPU share steps which pack, so the fastest bottom can be several cuts away from the packers'
-    plans and their best bottom split (2x H200 gpt2-xl vDP D = 16: 3% faster with six more cuts; entry 101).
-    The search cuts its fastest plan's bottom once more while a cut is faster: no single cut below
-    CUT_BOTTOM_VLAYERS of the plan it returns simulates faster, and on these random models at N = 2 the
-    refinement is what chose some of them."""
-    from harmony.schedule.search import bottom_cut_points, split_pack_at
+    plans and their best bottom split (2x H200 gpt2-xl vDP D = 16: 3% faster with six more packs; entry 101).
+    The search cuts its fastest plan's bottom for CUT_ROUNDS rounds and keeps the fastest cut plan if it gains
+    CUT_MIN_GAIN: no single cut of the plan it started from is that much faster than the plan it returns,
+    and on these random models at N = 2 the cuts are what it chose for some of them."""
+    from harmony.schedule.search import CUT_MIN_GAIN, bottom_cut_points, split_pack_at
     params = dataclasses.replace(PARAMS, cpu_threads=2)     # each of two workers steps at half the rate
     refined = 0
     for seed in range(12):
@@ -867,10 +871,34 @@ def test_the_search_returns_a_plan_no_single_bottom_cut_makes_faster():
             except ScheduleError:
                 continue
             refined += "+cut-bottom" in r.best.bwd_packer
-            for k in bottom_cut_points(r.best.config):
-                sim = simulate(build_task_graph(split_pack_at(r.best.config, k), 10), costs, params, 400)
-                assert not (sim.feasible and sim.iter_time_s < r.best.iter_time_s - 1e-9), (seed, mode, k)
+            start = min((c for c in r.candidates if c.feasible and "+cut-bottom" not in c.bwd_packer),
+                        key=lambda c: c.iter_time_s)
+            assert r.best.iter_time_s <= start.iter_time_s
+            for k in bottom_cut_points(start.config):
+                sim = simulate(build_task_graph(split_pack_at(start.config, k), 10), costs, params, 400)
+                assert not (sim.feasible and sim.iter_time_s < r.best.iter_time_s * (1 - CUT_MIN_GAIN) - 1e-9), \
+                    (seed, mode, k)
     assert refined > 0
+
+
+def test_the_search_finds_gpt2_xls_cut_bottom_on_2x_h200(tmp_path):
+    """Figure 10's GPT2-XL vDP D = 16 at N = 2 on 2x H200 (the folder's profile, model and calibration): the
+    packers' plans and their bottom splits reach 0.7467 s, and the time stays flat over a cut before further
+    cuts reach 0.73 s. Measured on one host (call cut1), a 17-pack plan of this search ran 0.755 s against
+    figure 10's plan's 0.778 (entry 101)."""
+    import json
+    from pathlib import Path
+    from harmony.cli import main as cli
+    root = Path(__file__).resolve().parent.parent / "results" / "paper" / "2xH200"
+    prof, model, cal = root / "profiles" / "gpt2-xl.json", root / "models" / "gpt2-xl.json", root / "calibration.json"
+    if not (prof.exists() and model.exists() and cal.exists()):
+        pytest.skip("the 2x H200 records are not in this checkout (a slim tree)")
+    out = tmp_path / "s.json"
+    assert cli(["schedule", str(prof), "--model", str(model), "--calibration", str(cal), "--minibatch", "16",
+                "--gpus", "2", "--mode", "vDP", "--gpu-memory", "11GiB", "-o", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    assert "+cut-bottom" in rec["search"]["chosen"]["bwd_packer"]
+    assert rec["prediction"]["iter_time_s"] < 0.740, rec["prediction"]["iter_time_s"]
 
 def test_bad_inputs_are_clear():
     costs = LayerCosts(make_profile(L=4, w=1e9, g=1e9, x=1e6, saved=1e7, peak=1e7))

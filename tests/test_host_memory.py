@@ -238,11 +238,12 @@ def test_search_records_host_bytes_and_honours_a_budget():
     # the first packing pass is the same with and without a budget; the passes under tighter packing budgets
     # (at the fastest feasible plan's microbatch sizes) and the bottom-pack splits and cuts tried last
     # (search.bottom_splits, bottom_cut_points) follow the fastest feasible candidates, which the budget changes
+    LATER_TAGS = ("split-bottom", "cut-bottom", "+budget")
     def enumerated(r):
-        return [c for c in r.candidates if not any(t in c.bwd_packer for t in ("split-bottom", "cut-bottom", "+budget"))]
+        return [c for c in r.candidates if not any(t in c.bwd_packer for t in LATER_TAGS)]
     want = min((c for c in enumerated(free) if c.feasible and c.host_bytes <= budget), key=lambda c: c.iter_time_s)
     assert res.best.iter_time_s <= want.iter_time_s
-    assert res.best.config == want.config or any(t in res.best.bwd_packer for t in ("+split-bottom", "+cut-bottom", "+budget"))
+    assert res.best.config == want.config or any(t in res.best.bwd_packer for t in LATER_TAGS)
     assert min(enumerated(res), key=lambda c: (not c.feasible, c.iter_time_s)).config == want.config
     assert len(enumerated(res)) == len(enumerated(free))
     over = [c for c in res.candidates if c.host_bytes > budget]

@@ -802,7 +802,7 @@ def test_search_respects_cap_and_is_deterministic():
     assert all(c.peak_bytes <= 1.5e9 for c in a.candidates if c.feasible)
     best = min(c.iter_time_s for c in a.candidates if c.feasible)
     uncut = min(c.iter_time_s for c in a.candidates if c.feasible and "+cut-bottom" not in c.bwd_packer)
-    # the fastest, but that cuts of the bottom count only CUT_MIN_GAIN faster than the plan they cut
+    # the fastest, except that a cut plan wins only if CUT_MIN_GAIN faster than the plan its cuts started from
     from harmony.schedule.search import CUT_MIN_GAIN
     assert a.best.iter_time_s == (best if "+cut-bottom" in a.best.bwd_packer else uncut)
     assert best <= a.best.iter_time_s <= best / (1 - CUT_MIN_GAIN)

@@ -2,7 +2,7 @@
 candidate's task graph, simulate it, rank by simulated iteration time. Deterministic: candidates are
 enumerated in a fixed order, and ties go to the earlier one. The fastest are then refined at their bottom:
 the bottom backward pack split in two at every point (`bottom_splits`), each split simulated as a candidate;
-then the fastest of all cut once more at a time near the bottom while a cut is faster (`bottom_cut_points`).
+then the fastest of all cut further near its bottom, one cut more per round (`bottom_cut_points`).
 
 A candidate is feasible when every task fits the GPU memory cap (the simulator) and, given a host memory
 budget, its host arena fits the budget (harmony.schedule.host_memory: W + dW + K + every stash, the bytes
@@ -435,8 +435,8 @@ def split_pack_at(cfg: ScheduleConfig, k: int) -> ScheduleConfig:
 
 
 def bottom_cut_points(cfg: ScheduleConfig, span: int | None = None) -> list[int]:
-    """The vLayer boundaries below `span` (default CUT_BOTTOM_VLAYERS) where a backward pack can still be cut (`split_pack_at`): inside a
-    pack, and not inside the loss pack (the last), unless it is the only one."""
+    """The vLayer boundaries below `span` (default CUT_BOTTOM_VLAYERS) where a backward pack can still be
+    cut (`split_pack_at`): inside a pack, and not inside the loss pack (the last), unless it is the only one."""
     span = CUT_BOTTOM_VLAYERS if span is None else span
     packs = cfg.bwd_packs if len(cfg.bwd_packs) == 1 else cfg.bwd_packs[:-1]
     return [k for s, e in packs for k in range(s + 1, e) if k < span]

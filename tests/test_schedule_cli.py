@@ -39,7 +39,10 @@ def test_schedule_and_simulate(gpt2xl):
     assert rec["search"]["candidates"] > 10 and rec["search"]["search_time_s"] > 0
     rows = list(csv.DictReader(open(d / "c.csv")))
     assert len(rows) == rec["search"]["candidates"]
-    assert min(float(r["iter_time_s"]) for r in rows if r["feasible"] == "True") == pytest.approx(pred["iter_time_s"])
+    # the chosen plan is the fastest, except that a cut of its bottom wins only if CUT_MIN_GAIN faster
+    from harmony.schedule.search import CUT_MIN_GAIN
+    fastest = min(float(r["iter_time_s"]) for r in rows if r["feasible"] == "True")
+    assert fastest * (1 - 1e-9) <= pred["iter_time_s"] <= fastest / (1 - CUT_MIN_GAIN)
     assert (d / "t.trace.json.gz").read_bytes()[:2] == b"\x1f\x8b"      # the trace is gzip
     with gzip.open(d / "t.trace.json.gz", "rt") as f:
         tr = json.load(f)

@@ -9,6 +9,8 @@
 #   call cut2: RERUN_TAG=x2-cut2 PLANS='gpt2-xl/old gpt2-xl/final gpt2-xl/swapdp-u8' bash ... OUTDIR
 #       first figure 10's two records at this point on the same host (experiments/device/rerun-cut-bottom-2xH200.sh:
 #       Harmony vDP on the rewritten schedule, swap-dp at its u = 8), tarball $OUT/TAG.tgz
+#   call cut3: PLANS="holdout/gpt2-xl-D32-old holdout/gpt2-xl-D32-new holdout/bert96-D32-old holdout/bert96-D32-new"
+#       entry 95's held-out D = 32 vDP points, the holdout's plans against today's search's
 #   env: REPEATS=3, BUDGET_S=560 (the whole call), GPU_TESTS_S=200
 set -uo pipefail
 O=${1:?usage: cut-bottom-2xH200.sh OUTDIR}

@@ -33,7 +33,7 @@ class _Input:
 
 
 def _worker(run_layers):
-    w = SimpleNamespace(device=torch.device("cpu"), precision="fp32", rank=0, shards=1, current=None, acts={}, grads_out={},
+    w = SimpleNamespace(device=torch.device("cpu"), precision="fp32", rank=0, current=None, acts={}, grads_out={},
                         cfg=SimpleNamespace(num_layers=3, minibatch=N), loss_acc=torch.zeros(()))
     w._fault_point = lambda t, it: None
     w._specs = lambda layer: [(None, torch.float32)]

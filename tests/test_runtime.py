@@ -8,7 +8,6 @@ Runs with the same N share one set of worker processes (harmony.runtime.train_ma
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 import torch
@@ -53,14 +52,12 @@ def packings(L: int) -> dict[str, tuple]:
     }
 
 
-def schedule(name: str, mode: str, N: int, uf: int, ub: int, packing: str, shard_updates: bool = False,
-             **overrides):
+def schedule(name: str, mode: str, N: int, uf: int, ub: int, packing: str, **overrides):
     spec = get_model(name, **overrides)
     mj = decompose_model(spec, source={"kind": "zoo", "name": name, "overrides": overrides}, with_flops=False)
     L = mj["num_vlayers"]
     bwd, fwd = packings(L)[packing]
-    cfg = ScheduleConfig(mode=mode, gpus=N, minibatch=D, ubatch_fwd=uf, ubatch_bwd=ub, bwd_packs=bwd, fwd_packs=fwd,
-                         shard_updates=shard_updates)
+    cfg = ScheduleConfig(mode=mode, gpus=N, minibatch=D, ubatch_fwd=uf, ubatch_bwd=ub, bwd_packs=bwd, fwd_packs=fwd)
     g = build_task_graph(cfg, L)
     return spec, make_schedule_record(mj, g), g
 
@@ -554,39 +551,6 @@ def test_runtime_is_bitwise_plain_pytorch_in_its_own_order_of_arithmetic():
             assert losses == ref_losses, (spec.name, losses, ref_losses)    # reported alike: fp32 per share
     finally:
         torch.set_num_threads(threads)
-
-
-# (model, N, u, packing, run options) of vDP plans with shard_updates: two and four ranks, a model whose packs
-# hold many tensors of unequal sizes (GPT-2, BERT) and one of few large ones (the MLP)
-SHARDED_CASES = [("gpt2-tiny", 2, 2, "P2", {}), ("bert-tiny", 4, 2, "P1", {"ordered_reduce": True}),
-                 ("mlp-tiny", 2, 2, "P1", {})]
-
-
-def test_sharded_updates_are_bitwise_plain_pytorch_and_each_rank_copies_its_shard():
-    """shard_updates: every rank copies its 1/N of each pack's reduced gradients (shard_bounds) and steps it.
-    The parameters after training equal plain PyTorch's in its own order bit for bit, as unsharded updates'
-    do (the step is element-wise), the reported losses are equal, and the gradient bytes the ranks copied
-    equal the task graph's count, which gives each rank its shard (docs/performance.md entry 102)."""
-    for name, N, u, pk, options in SHARDED_CASES:
-        spec, rec, g = schedule(name, "vDP", N, u, u, pk, shard_updates=True)
-        assert all(t.grad_to_host for t in g.tasks if t.kind == "BWD")       # every rank sends its shard
-        (losses, params, kinds), = train_many([(rec, g, {"iters": ITERS, **options})])
-        threads = torch.get_num_threads()
-        try:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // N))
-            ref_losses, layers = train_in_order(spec, minibatches(spec, D, ITERS, 1234), loss_microbatches(g),
-                                                host_optimizer=True)
-        finally:
-            torch.set_num_threads(threads)
-        assert all(torch.equal(a, b) for a, b in zip(params, layers.parameters(), strict=True)), name
-        assert losses == ref_losses, (name, losses, ref_losses)
-        want = count_bytes(g, layer_sizes_from_model(rec["model"]))
-        unsharded = count_bytes(build_task_graph(replace(g.config, shard_updates=False)), layer_sizes_from_model(rec["model"]))
-        assert want["d2h_grads"] == unsharded["d2h_grads"]          # the shards add up to the packs
-        # (--ordered-reduce all-gathers, which the graph's ring count does not describe)
-        for k in kinds:
-            got = {kind: n for kind, n in k.items() if not (kind == "allreduce" and options)}
-            assert got == {kind: want[kind] for kind in got}, (name, k, want)
 
 
 def from_reference_shares(mode: str, N: int, ubatch: int):

@@ -312,25 +312,6 @@ def test_an_overlapped_all_reduce_changes_no_number():
         assert overlap["bytes_allreduce"] == inline["bytes_allreduce"] > 0
 
 
-def test_sharded_updates_change_no_number_on_the_gpu():
-    """shard_updates (docs/performance.md entry 102): each GPU's rank copies its shard of every pack's reduced
-    gradients from the device (one copy out of the padded buffer, on the device-to-host stream) and steps it
-    on the host. The step is element-wise, so vDP over two GPUs trains to the same losses and weights, bit for
-    bit, as one rank stepping whole packs, with u_fwd != u_bwd, BatchNorm and remainder microbatches, and the
-    gradient bytes are the same in all."""
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
-    for name, uf, ub, packing in (("gpt2-tiny", 4, 3, "P2"), ("resnet-tiny", 2, 2, "P1"), ("bert-tiny", 3, 3, "P1")):
-        runs = []
-        for shard in (False, True):
-            _, rec, g = schedule(name, "vDP", 2, uf, ub, packing, shard_updates=shard)
-            runs.append(train_many([(rec, g, {"iters": 3, "device": "cuda"})])[0])
-        (l1, p1, k1), (l2, p2, k2) = runs
-        assert l2 == l1, name
-        assert all(torch.equal(a, b) for a, b in zip(p1, p2, strict=True)), name
-        assert [k["d2h_grads"] for k in k2] == [k["d2h_grads"] for k in k1], name
-
-
 def test_nccl_copy_engine_sends_change_no_number(monkeypatch):
     """NCCL_P2P_USE_CUDA_MEMCPY=1 (docs/performance.md entry 49's A/B): NCCL moves the channels' data with
     the copy engines instead of its kernels' loads and stores; the same plan trains to the same losses, bit

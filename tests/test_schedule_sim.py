@@ -13,7 +13,7 @@ from harmony.schedule.packing import (PackContext, bwd_packings, fwd_packings,
                                       objective)
 from harmony.schedule.search import search
 from harmony.schedule.simulate import SimParams, _prepare, simulate
-from harmony.schedule.tasks import ScheduleConfig, ScheduleError, build_task_graph, count_bytes, task_transfers
+from harmony.schedule.tasks import ScheduleConfig, ScheduleError, build_task_graph, count_bytes
 
 
 def make_profile(L=3, w=10, g=10, x=0, fwd_per_sample=0.25, bwd_per_sample=0.5, opt=0.5, us=(1, 2, 4),
@@ -1072,38 +1072,3 @@ def test_a_one_microbatch_backward_from_no_gradients_holds_only_the_dw_made_so_f
     for t in g2.tasks:
         if t.kind == "BWD":
             assert t.allreduce and own2[t.id].peak == int(costs.task_bytes("BWD", *t.pack, 2, 2))
-
-
-def test_shard_bounds_split_a_packs_gradient_bytes_on_element_boundaries_and_shard_slices_map_them():
-    from harmony.runtime.optim import shard_slices
-    from harmony.schedule.tasks import shard_bounds
-    assert shard_bounds(100, 1) == [0, 100]
-    assert shard_bounds(100, 2) == [0, 48, 100]                   # inner bounds on 8 bytes: any dtype's element
-    assert shard_bounds(4 * 1001, 4) == [0, 1000, 2000, 3000, 4004]
-    assert shard_bounds(8, 4) == [0, 0, 0, 0, 8]                  # too small to split: one rank steps it
-    # three fp32 tensors of 10, 3 and 11 elements, 96 bytes end to end: halves at byte 48
-    assert shard_slices([10, 3, 11], 4, 0, 48) == [(0, 0, 10), (1, 0, 2)]
-    assert shard_slices([10, 3, 11], 4, 48, 96) == [(1, 2, 3), (2, 0, 11)]
-    assert shard_slices([10, 3, 11], 4, 40, 40) == []
-
-
-def test_sharded_updates_split_each_packs_copy_and_step_over_the_ranks():
-    """shard_updates (vDP across GPUs): every rank copies its shard of each pack's reduced dW on its own link
-    and steps it on its own CPU share, so an update-bound plan's iteration is shorter; the bytes add up to the
-    unsharded plan's, and the schedule's JSON names the field only when it is set."""
-    costs = LayerCosts(make_profile(L=3, opt=4.0))
-    params = dataclasses.replace(PARAMS, cpu_threads=2)
-    one = graph("vDP", 2, 4, 2, 2)
-    both = graph("vDP", 2, 4, 2, 2, shard_updates=True)
-    sizes = costs.layer_sizes()
-    assert count_bytes(one, sizes) == count_bytes(both, sizes)
-    sends = {t.rank: tr.nbytes for t in both.tasks if t.kind == "BWD" and t.pack == (0, 2)
-             for tr in task_transfers(both, t, sizes) if tr.kind == "d2h_grads"}
-    assert sends == {0: 8, 1: sizes.grads((0, 2)) - 8}
-    s1, s2 = simulate(one, costs, params), simulate(both, costs, params, record=True)
-    assert s2.iter_time_s < s1.iter_time_s
-    steps = [e for e in s2.events if str(e[2]).startswith("UPD (0, 2)")]
-    assert len(steps) == 2 * params.iterations and {e[1] for e in steps} == {"cpu0", "cpu1"}   # per iteration
-    assert "shard_updates" not in one.config.to_json() and both.config.to_json()["shard_updates"] is True
-    with pytest.raises(ScheduleError, match="shard_updates needs"):
-        graph("vPP", 2, 4, 2, 2, shard_updates=True)

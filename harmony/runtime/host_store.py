@@ -9,8 +9,7 @@ swap is a DMA copy at full PCIe speed; there is no
 per-worker pinned copy of the model (the original Harmony kept one per GPU: (N+1)x|W| host memory).
 
 Layout (every entry 64-byte aligned, typed views into one uint8 mapping):
-  flags   int64[num_bwd_packs x shards]  upd_done[s x num_bwd_packs + p] = iterations whose UPD of
-                                backward pack p (of its shard s, with shard_updates; else s = 0) has finished
+  flags   int64[num_bwd_packs]  upd_done[p]   = iterations whose UPD of backward pack p has finished
           int64[num_tasks]      stash_done[t] = iterations whose stash of FWD task t is in host memory
   W       per vLayer, its W block: every parameter and buffer (model order) back to back, so that one
           copy can bring the whole vLayer to the device (`harmony run --weight-copies per-vlayer`); the

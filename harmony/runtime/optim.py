@@ -22,11 +22,6 @@ every parameter had the same history, so the copy is exact.
 Gradient arrivals (device->host copies, possibly accumulated over microbatch groups) are finished by a
 single ordered "signal" thread; the UPD job waits for its pack's arrivals, steps, and publishes
 `upd_done[pack] = iteration + 1` in the arena, which a worker's next-iteration weight load waits for.
-
-With shard_updates (vDP across GPUs) each rank's updater steps only its shard of every pack: the bytes
-[b_r, b_r+1) of the pack's gradients taken end to end (harmony.schedule.tasks.shard_bounds), as flat slices of
-the W, dW and K views those bytes cover, and publishes its own flag of the pack. The step is element-wise, so
-the shards together are the whole pack's update, bit for bit.
 """
 from __future__ import annotations
 
@@ -40,18 +35,6 @@ from torch import nn
 from harmony.optim import OptimizerConfig, make_optimizer, set_lr
 from harmony.runtime.host_store import HostArena
 from harmony.runtime.transfer import wait_event
-
-
-def shard_slices(numels: list[int], itemsize: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
-    """(tensor index, first element, end element) of the tensors with `numels` elements of `itemsize` bytes,
-    taken end to end, that bytes [lo, hi) cover (lo and hi on element boundaries): one shard of a pack."""
-    out, start = [], 0
-    for j, n in enumerate(numels):
-        a, b = max(lo, start), min(hi, start + n * itemsize)
-        if a < b:
-            out.append((j, (a - start) // itemsize, (b - start) // itemsize))
-        start += n * itemsize
-    return out
 
 
 def _prefill_state(opt: torch.optim.Optimizer, params: list[nn.Parameter], states: list[list[torch.Tensor]],
@@ -163,14 +146,10 @@ class _PackOptimizer:
 
 class PackUpdater:
     def __init__(self, arena: HostArena, bwd_packs, cfg: OptimizerConfig, threads: int = 2,
-                 coalesce_below: int = COALESCE_BELOW, shard: int = 0, shards: int = 1):
-        """shard, shards: this updater steps shard `shard` of `shards` of every pack (1: whole packs)."""
+                 coalesce_below: int = COALESCE_BELOW):
         if coalesce_below < 0:
             raise ValueError(f"coalesce_below must be >= 0 (0 turns coalescing off), got {coalesce_below}")
-        if not 0 <= shard < shards:
-            raise ValueError(f"shard {shard} is not one of the {shards} shards")
         self.arena, self.packs, self.cfg, self.coalesce_below = arena, list(bwd_packs), cfg, coalesce_below
-        self.shard, self.shards = shard, shards
         self.upd_flags = arena.upd_done.numpy()   # one view of the flags (numpy: an element write costs no tensor)
         self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="harmony-upd")
         self.signal = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harmony-signal")
@@ -203,26 +182,8 @@ class PackUpdater:
                         params.append(w)
                         grads.append(g)
                         states.append(ks)
-            if self.shards > 1:
-                params, grads, states = self._shard_of(params, grads, states)
             self._opts[pi] = _PackOptimizer(params, grads, states, self.cfg, self.coalesce_below)
         return self._opts[pi]
-
-    def _shard_of(self, params, grads, states):
-        """This updater's shard of a pack's W, dW and K views: flat slices (shard_bounds over its gradients)."""
-        from harmony.schedule.tasks import shard_bounds
-        if len({g.dtype for g in grads}) > 1:
-            raise ValueError("shard_updates needs one gradient dtype per pack; schedule with --no-shard-updates")
-        if not grads:
-            return [], [], []
-        isz = grads[0].element_size()
-        bounds = shard_bounds(sum(g.numel() for g in grads) * isz, self.shards)
-        out = ([], [], [])
-        for j, a, b in shard_slices([g.numel() for g in grads], isz, bounds[self.shard], bounds[self.shard + 1]):
-            out[0].append(params[j].view(-1)[a:b])
-            out[1].append(grads[j].view(-1)[a:b])
-            out[2].append([k.view(-1)[a:b] for k in states[j]])
-        return out
 
     def grads_arriving(self, pi: int, event, add_into: list[torch.Tensor] | None = None,
                        staged: list[torch.Tensor] | None = None, missing: set[int] | None = None) -> None:
@@ -263,7 +224,7 @@ class PackUpdater:
             po = self._optimizer(pi)
             t1 = time.perf_counter()
             n = po.step(iteration, missing)
-            self.upd_flags[self.shard * len(self.packs) + pi] = iteration + 1
+            self.upd_flags[pi] = iteration + 1
             t2 = time.perf_counter()
             with self._stats_lock:
                 st = self._stats

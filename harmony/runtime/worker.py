@@ -41,12 +41,12 @@ from harmony.metrics import PhaseClock
 from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
-from harmony.runtime.optim import COALESCE_BELOW, PackUpdater, shard_slices
+from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
 from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
 from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
                                       check_allreduce, check_weight_copies, wait_marks)
-from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, shard_bounds, update_shards
+from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE
 
 
 def dropout_seed(seed: int, iteration: int, layer: int, first_sample: int) -> int:
@@ -183,12 +183,9 @@ class Worker:
         self.prefetch_waits = frozenset(job.get("prefetch_waits") or ())
         self.weight_copies = check_weight_copies(job.get("weight_copies", DEFAULT_WEIGHT_COPIES))
         self.block_copies = self.weight_copies != "per-tensor"     # per-vlayer, per-pack: W blocks
-        # shard_updates: this rank copies and steps its shard of every pack (harmony.runtime.optim)
-        self.shards = update_shards(self.cfg)
         self.updater = PackUpdater(self.arena, self.cfg.bwd_packs, self.spec.optimizer,
                                    threads=job.get("update_threads", 2),
-                                   coalesce_below=job.get("coalesce_below", COALESCE_BELOW),
-                                   shard=self.rank if self.shards > 1 else 0, shards=self.shards)
+                                   coalesce_below=job.get("coalesce_below", COALESCE_BELOW))
         self.pack_index = {p: i for i, p in enumerate(self.cfg.bwd_packs)}
         self.batches = load_batches(self.spec, job["data"], self.cfg.minibatch, job["iters"], job["data_seed"])
         if self.device.type == "cuda":
@@ -343,11 +340,8 @@ class Worker:
         out = {}
         into = reserved or {}
         flags = self.upd_flags
-        P = len(self.cfg.bwd_packs)
         for pi in self.load_packs[t.id]:
-            for s in range(self.shards):
-                self._wait_flag(flags, s * P + pi, it, lambda pi=pi, s=s: f"the update of pack "
-                                f"{self.cfg.bwd_packs[pi]}" + (f" (shard {s})" if self.shards > 1 else ""))
+            self._wait_flag(flags, pi, it, lambda pi=pi: f"the update of pack {self.cfg.bwd_packs[pi]}")
         if self.block_copies:
             for seg in self.load_segments[t.id]:
                 per_layer, ev, bufs = self.copier.h2d_block(seg.block, seg.views, "h2d_weights", seg.nbytes,
@@ -543,8 +537,6 @@ class Worker:
             del xs, gys, dxs
         del inp, gin_src
         self._finish_grads(t, it, reduce_into)
-        if self.shards > 1 and t.grad_to_host:   # every rank steps its shard (no UPD task of its own: run_upd)
-            self.updater.submit(self.pack_index[t.pack], it)
         if need_in_grad and not remote:
             self.grads_out[t.id] = gin
 
@@ -653,9 +645,6 @@ class Worker:
                 else:
                     ev = self.copier.d2h(staged, grads, "d2h_grads")
                     self.updater.grads_arriving(pi, ev, add_into=dsts, staged=staged)
-            elif self.shards > 1:       # this rank's shard: one copy of its part of the buffer, or per tensor
-                ev = self._shard_to_host(t, grads, dsts, flat if one_block else None)
-                self.updater.grads_arriving(pi, ev, missing=missing)
             elif one_block:       # one copy of the buffer into the pack's dW range, padding and all
                 ev = self.copier.d2h([self.grad_spans[t.pack].host], [flat.view(torch.uint8)], "d2h_grads", nbytes)
                 self.updater.grads_arriving(pi, ev, missing=missing)
@@ -664,25 +653,6 @@ class Worker:
                 self.updater.grads_arriving(pi, ev, missing=missing)
         for p in params:
             p.grad = None
-
-    def _shard_to_host(self, t, grads: list[torch.Tensor], dsts: list[torch.Tensor], flat: torch.Tensor | None):
-        """Copy this rank's shard of the pack's reduced gradients (shard_bounds) into the arena's dW: from
-        `flat`, the buffer mirroring the pack's dW range, in one copy (padding between tensors included, not
-        counted); else tensor by tensor. Returns the copy's event (None on the CPU)."""
-        isz = grads[0].element_size()
-        bounds = shard_bounds(sum(g.numel() for g in grads) * isz, self.shards)
-        lo, hi = bounds[self.rank], bounds[self.rank + 1]
-        parts = shard_slices([g.numel() for g in grads], isz, lo, hi)
-        if not parts:
-            return None
-        if flat is not None:
-            offs = self.grad_spans[t.pack].offsets
-            (j0, a0, _), (j1, _, b1) = parts[0], parts[-1]
-            start, stop = offs[j0] + a0, offs[j1] + b1
-            host = self.grad_spans[t.pack].host.view(flat.dtype)[start:stop]
-            return self.copier.d2h([host], [flat[start:stop]], "d2h_grads", hi - lo)
-        return self.copier.d2h([dsts[j].view(-1)[a:b] for j, a, b in parts],
-                               [grads[j].reshape(-1)[a:b] for j, a, b in parts], "d2h_grads")
 
     def _all_reduce(self, flat: torch.Tensor, to_host_only: bool) -> None:
         """Sum `flat` over the ranks. `--allreduce overlap` (cuda, gradients bound for the host only): the
@@ -698,8 +668,7 @@ class Worker:
             dist.all_reduce(flat)
 
     def run_upd(self, t, it: int) -> None:
-        if self.shards == 1:          # sharded: each rank submitted its shard after its backward task
-            self.updater.submit(self.pack_index[t.pack], it)
+        self.updater.submit(self.pack_index[t.pack], it)
 
     # ------------------------------------------------------------------------------------------
     # fault injection (tests of the failure paths): job["fault"] = {"kind": "oom"|"crash"|"hang"|"slow", ...}

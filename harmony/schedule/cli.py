@@ -61,9 +61,6 @@ def add_arguments(p):
     p.add_argument("--ubatch-bwd", type=int, default=None, help="fix u_bwd")
     p.add_argument("--pack-size", type=int, default=None, help="fix the backward pack size P (layers); "
                    "forward packs then reuse the backward ones")
-    p.add_argument("--no-shard-updates", action="store_true",
-                   help="vDP across GPUs: one rank copies and steps each pack's gradients, as plans did before "
-                        "docs/performance.md entry 102 (default: every rank its 1/N of every pack)")
     p.add_argument("--task-overhead", type=float, default=0.0, help="fixed seconds per task in the simulator")
     p.add_argument("--compute-scale", default="1", metavar="F|profile",
                    help="multiply every profiled GPU compute time by this (default 1): the run's GPU holds a "
@@ -260,8 +257,7 @@ def main(args) -> int:
     res = search(costs, params, minibatch=args.minibatch, gpus=args.gpus, mode=args.mode, cap=plan_cap,
                  ubatch_fwd=args.ubatch_fwd, ubatch_bwd=args.ubatch_bwd, pack_size=args.pack_size,
                  equal_ubatch=microbatch_sensitive(model_json), model_json=model_json, host_memory=host_budget,
-                 receive=None if args.p2p_receive == "auto" else args.p2p_receive,
-                 shard_updates=not args.no_shard_updates)
+                 receive=None if args.p2p_receive == "auto" else args.p2p_receive)
     from harmony.schedule.tasks import build_task_graph
     graph = build_task_graph(res.best.config, costs.L)
     params = replace(params, p2p_receive=res.best.p2p_receive)     # the plan's receive mode

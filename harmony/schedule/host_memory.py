@@ -76,10 +76,8 @@ def arena_budget(host_bytes: int, gpus: int) -> int:
 
 
 def flag_shapes(graph) -> tuple[tuple[int], tuple[int]]:
-    """Shapes of the arena's two int64 flag arrays: upd_done (one per backward pack and update shard: shard s
-    of pack p at s x packs + p), stash_done (per task)."""
-    from harmony.schedule.tasks import update_shards
-    return (len(graph.config.bwd_packs) * update_shards(graph.config),), (len(graph.tasks),)
+    """Shapes of the arena's two int64 flag arrays: upd_done (one per backward pack), stash_done (per task)."""
+    return (len(graph.config.bwd_packs),), (len(graph.tasks),)
 
 
 def plan_stash(graph, model_json: dict) -> tuple[dict[int, int], list[int], dict[int, list[Entry]]]:

@@ -141,15 +141,13 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
            cap: float | None = None, ubatch_fwd: int | None = None, ubatch_bwd: int | None = None,
            pack_size: int | None = None, bwd_packers=PACKERS_BWD, fwd_packers=PACKERS_FWD,
            progress=None, equal_ubatch: bool = False, model_json: dict | None = None,
-           host_memory: int | None = None, receive: str | None = None, shard_updates: bool = True) -> SearchResult:
+           host_memory: int | None = None, receive: str | None = None) -> SearchResult:
     """mode: vPP | vDP | auto (then modes and N' = 1..gpus are searched too). equal_ubatch: only
     u_fwd == u_bwd (models with dropout or BatchNorm, whose recompute must see the forward's microbatches).
     model_json: the model record; with it every candidate's host arena is computed (Candidate.host).
     host_memory: host bytes the arena may take (None: unchecked); needs model_json.
     receive: the receive mode every candidate is simulated with (None: each candidate's faster one,
-    `receive_modes`; it becomes part of the plan, Candidate.p2p_receive).
-    shard_updates: vDP plans across GPUs split every pack's update over the ranks (ScheduleConfig.shard_updates;
-    False: one rank updates each pack, as plans did before docs/performance.md entry 102)."""
+    `receive_modes`; it becomes part of the plan, Candidate.p2p_receive)."""
     t0, c0 = time.perf_counter(), time.process_time()
     if minibatch < gpus:
         raise ScheduleError(f"minibatch D={minibatch} is smaller than the number of GPUs N={gpus}: "
@@ -249,8 +247,7 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
                         fwds = _dedupe(fwd_packings(costs, fctx, bpacks, fwd_packers))
                     for fname, fpacks in fwds.items():
                         cfg = ScheduleConfig(mode=m, gpus=n_gpu, minibatch=minibatch, ubatch_fwd=uf,
-                                             ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks,
-                                             shard_updates=shard_updates and m == "vDP" and n_gpu > 1)
+                                             ubatch_bwd=ub, bwd_packs=bpacks, fwd_packs=fpacks)
                         if not first_time(cfg):
                             continue
                         evaluate(cfg, bname + tag, fname + tag, jb + objective(costs, fctx, fpacks), tag)

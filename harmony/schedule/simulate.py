@@ -265,7 +265,7 @@ class SimResult:
 
 class _Info:
     __slots__ = ("t", "kind", "rank", "nmb", "w_bytes", "act_h2d", "p2p_act",
-                 "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur", "upd_bytes",
+                 "p2p_grad", "d2h_act", "d2h_grads", "allreduce", "peak", "gate_packs", "upd_dur",
                  "prefetch_bytes", "stash_src", "sent_bytes", "waiting_bytes", "dev", "iss", "dev_first",
                  "iss_first", "dev_last")
 
@@ -330,13 +330,11 @@ def _prepare(g: TaskGraph, costs: LayerCosts, sizes, params: SimParams) -> list[
         x.p2p_act = x.p2p_grad = None
         x.peak = 0
         x.upd_dur = 0.0
-        x.upd_bytes = 0
         x.stash_src = None
         x.sent_bytes = 0
         x.waiting_bytes = 0
         if t.kind == "UPD":
             x.upd_dur = upd_duration(costs, params, t.pack, g.config.gpus)
-            x.upd_bytes = sizes.grads(t.pack)          # what the shards of a sharded update divide
             infos.append(x)
             continue
         s, e = t.pack
@@ -635,20 +633,15 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                                 ev.append((dx.rank, "swap-out", f"dW {t.pack}", s0, s1, {"bytes": dx.d2h_grads}))
                         else:
                             grad_done[d] = a1
-                # one step of the whole pack on the UPD rank's worker; with shard_updates one per rank, of
-                # its shard (the dW bytes it copied), once that shard is in host memory
-                shares = ([(infos[d].rank, grad_done[d], infos[d].d2h_grads / x.upd_bytes) for d in deps]
-                          if cfg.shard_updates and x.upd_bytes else
-                          [(t.rank, max(grad_done[d] for d in deps), 1.0)])
-                for rank, ready, share in shares:
-                    proc = 0 if params.cpu_shared and not params.cpu_threads else rank
-                    u0 = max(cpu_free[proc], ready)
-                    u1 = u0 + x.upd_dur * share
-                    cpu_free[proc] = u1
-                    upd_cur[pack_index[t.pack]] = max(upd_cur[pack_index[t.pack]], u1)
-                    it_end = max(it_end, u1)
-                    if record:
-                        ev.append(("host", f"cpu{proc}", f"UPD {t.pack}", u0, u1, {}))
+                ready = max(grad_done[d] for d in deps)
+                proc = 0 if params.cpu_shared and not params.cpu_threads else t.rank
+                u0 = max(cpu_free[proc], ready)
+                u1 = u0 + x.upd_dur
+                cpu_free[proc] = u1
+                upd_cur[pack_index[t.pack]] = u1
+                it_end = max(it_end, u1)
+                if record:
+                    ev.append(("host", f"cpu{proc}", f"UPD {t.pack}", u0, u1, {}))
                 continue
 
             r = x.rank

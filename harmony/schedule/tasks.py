@@ -68,11 +68,6 @@ class ScheduleConfig:
     pin_shared: bool = True          # keep weights shared by consecutive tasks of a rank on the GPU
     stages: tuple[Range, ...] | None = None   # placement "stages": layer range of each GPU's stage (one per
                                               # GPU, contiguous); None = N runs of about equal layer count
-    # vDP across GPUs: every rank copies 1/N of each pack's all-reduced dW to the host and steps that 1/N
-    # (`shard_bounds`), instead of one rank copying and stepping the whole pack: the pack's update then
-    # takes 1/N of the time, which shortens the tail of updates the next forward waits for
-    # (docs/performance.md entry 102)
-    shard_updates: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "bwd_packs", tuple(tuple(p) for p in self.bwd_packs))
@@ -100,8 +95,6 @@ class ScheduleConfig:
             del d["stages"]          # absent unless set: schedules written before the field stay identical
         else:
             d["stages"] = [list(s) for s in self.stages]
-        if not self.shard_updates:
-            del d["shard_updates"]   # likewise
         return d
 
     @staticmethod
@@ -223,10 +216,6 @@ def validate_config(cfg: ScheduleConfig, num_layers: int | None = None) -> None:
                             f"at least as large as backward ones (backward holds more memory per sample)")
     if cfg.group_size is not None and cfg.ubatch_fwd != cfg.ubatch_bwd:
         raise ScheduleError("microbatch groups (group_size) need u_fwd == u_bwd")
-    if cfg.shard_updates and not (cfg.mode == "vDP" and cfg.gpus > 1 and cfg.group_size is None):
-        raise ScheduleError(f"shard_updates needs Harmony's vDP across GPUs (mode vDP, N > 1, no microbatch "
-                            f"groups), not mode {cfg.mode} on N = {cfg.gpus} with group_size {cfg.group_size}: "
-                            f"drop shard_updates")
     _check_partition("bwd_packs", cfg.bwd_packs, 0, num_layers if num_layers is not None else cfg.num_layers)
     fwd_end = cfg.bwd_packs[-1][0]
     _check_partition("fwd_packs", cfg.fwd_packs, 0, fwd_end, allow_empty=True)
@@ -443,15 +432,14 @@ def _keep_gradients_on_gpu(tasks: list[Task], cfg: ScheduleConfig) -> None:
 def _assign_gradient_sends(tasks: list[Task], cfg: ScheduleConfig, upd_rank: dict[Range, int]) -> None:
     """Every BWD sends its pack's dW to host once (Harmony: once per pass) unless it keeps it on the GPU
     (grad_keep); later sends of a pack add to what earlier ones sent (swap baselines). vDP all-reduces per
-    task and only the pack's UPD rank sends, or with shard_updates every rank its shard."""
+    task and only the pack's UPD rank sends."""
     sent: dict[Range, bool] = {}
     for t in tasks:                  # execution order
         if t.kind != "BWD":
             continue
         t.allreduce = cfg.mode == "vDP" and cfg.gpus > 1
-        t.grad_to_host = (cfg.mode != "vDP" or cfg.shard_updates or t.rank == upd_rank[t.pack]) and not t.grad_keep
-        # the first send starts the sum; sharded sends are disjoint parts of one sum, none adds to another
-        t.grad_accumulate = t.grad_to_host and sent.get(t.pack, False) and not cfg.shard_updates
+        t.grad_to_host = (cfg.mode != "vDP" or t.rank == upd_rank[t.pack]) and not t.grad_keep
+        t.grad_accumulate = t.grad_to_host and sent.get(t.pack, False)   # the first send starts the sum
         sent[t.pack] = sent.get(t.pack, False) or t.grad_to_host
 
 
@@ -561,25 +549,8 @@ def task_transfers(g: TaskGraph, t: Task, sizes: LayerSizes) -> list[Transfer]:
             # ring all-reduce: each rank sends 2(N-1)/N of the buffer
             out.append(Transfer("allreduce", 2 * (N - 1) * sizes.grads(t.pack) // N, t.rank, "ring", t.id))
         if t.grad_to_host:
-            nbytes = sizes.grads(t.pack)
-            if g.config.shard_updates:
-                bounds = shard_bounds(nbytes, g.config.gpus)
-                nbytes = bounds[t.rank + 1] - bounds[t.rank]
-            out.append(Transfer("d2h_grads", nbytes, t.rank, "host", t.id))
+            out.append(Transfer("d2h_grads", sizes.grads(t.pack), t.rank, "host", t.id))
     return out
-
-
-def update_shards(cfg: ScheduleConfig) -> int:
-    """Into how many parts each pack's update is split, one per rank (1: one rank updates the whole pack)."""
-    return cfg.gpus if cfg.shard_updates else 1
-
-
-def shard_bounds(nbytes: int, shards: int) -> list[int]:
-    """Byte offsets [0, b_1, ..., nbytes] of `shards` near-equal parts of a pack's gradients taken end to end
-    (alignment padding left out), each inner bound a multiple of 8 bytes so that it falls between elements
-    of any dtype: rank r copies and steps bytes [b_r, b_r+1). The runtime splits the arena's dW this way and
-    the simulator counts these bytes, so both count the same copies."""
-    return [0] + [nbytes * r // shards // 8 * 8 for r in range(1, shards)] + [nbytes]
 
 
 def count_bytes(g: TaskGraph, sizes: LayerSizes) -> dict[str, int]:

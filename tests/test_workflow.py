@@ -9,6 +9,7 @@ import json
 import re
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -1400,6 +1401,15 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     table = sh([sys.executable, script, str(R)]).stdout           # the folder's table: its `host-b` column
     row = next(line.split() for line in table.splitlines() if line.startswith("gpt2-tiny") and " vPP " in line)
     assert row[-1] == "1.00", table
+    # experiments/update_tail.py: the model's tail of updates beside the run's drains, each drain the median
+    # over the timed iterations of the larger rank's, as the record has them (entry 102)
+    tail = sh([sys.executable, str(ROOT / "experiments/update_tail.py"), str(R), "--gpus", "2"]).stdout
+    cells = next(line.split() for line in tail.splitlines() if line.startswith("gpt2-tiny") and "N2-D8-auto" in line)
+    timed = iterations[summary.get("warmup_iterations", 1):]
+    for key, value in (("upd_drain_s", cells[-4]), ("gpu_drain_s", cells[-2])):
+        want = statistics.median(max(h[key] for h in it["host_phases"]) for it in timed) * 1e3
+        assert abs(float(value) - want) < 0.051, (key, tail)
+    assert float(cells[-6]) >= 0 and cells[2:4] and float(cells[4].rstrip("s")) > 0, tail
     # a device folder as large_gpu.sh writes it: the record with its schedule and profile beside it, no
     # runs/ or schedules/ layout; --task-spans finds both there
     dev = tmp_path / "device" / "gpt2-tiny-D8-N2"

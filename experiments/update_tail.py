@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -24,41 +23,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", help="results folder with runs/, schedules/, profiles/ and calibration.json")
     ap.add_argument("--gpus", type=int, default=None, help="only runs on this many GPUs")
     a = ap.parse_args(argv)
-    from harmony.jsonio import read_jsonl
-    from harmony.profile_data import Profile
-    from harmony.schedule.cli import load_calibration, model_sizes
-    from harmony.schedule.io import load_schedule, planned_cap, planned_compute_scale, planned_receive_mode
-    from harmony.schedule.memory import LayerCosts
-    from harmony.schedule.simulate import SimParams, simulate
+    from harmony.jsonio import read_json, read_jsonl
+    from harmony.schedule.io import planned_cap
+    from harmony.schedule.simulate import simulate
+    from resimulate_runs import find_schedule, require_profile, sim_inputs     # experiments/, beside this
 
-    runs = sorted(glob.glob(os.path.join(a.results, "runs", "harmony-v*", "*", f"N{a.gpus or '*'}-D*-*.jsonl")))
+    root = Path(a.results)
+    runs = sorted(glob.glob(str(root / "runs" / "harmony-v*" / "*" / f"N{a.gpus or '*'}-D*-*.jsonl")))
     if not runs:
-        print(f"no Harmony run records under {a.results}/runs/", file=sys.stderr)
+        print(f"no Harmony run records under {root}/runs/", file=sys.stderr)
         return 2
+    cal = read_json(root / "calibration.json", kind="calibration")
     print(f"{'model':12s} {'mode':4s} {'point':14s} {'measured':>9s} {'predicted':>9s} {'model tail':>11s} "
           f"{'upd_drain':>10s} {'gpu_drain':>10s}")
     for run in runs:
         lines = read_jsonl(run)
         summary = lines[-1]
-        iterations = [r for r in lines if "iteration" in r and r.get("host_phases")]
-        timed = iterations[summary.get("warmup_iterations", 1):]
-        sched = os.path.join(a.results, "schedules", Path(run).parent.name,
-                             f"{Path(run).parent.parent.name.split('-')[1]}-{Path(run).stem}.json")
-        if summary.get("status") != "ok" or not timed or not os.path.exists(sched):
+        timed = [r for r in lines if "iteration" in r and r.get("host_phases")][summary.get("warmup_iterations", 1):]
+        sched = find_schedule(run, summary, root / "schedules") if summary.get("status") == "ok" else None
+        if sched is None or not timed:
             continue
-        rec, g = load_schedule(sched)
-        ppath = Path(a.results, "profiles", f"{rec['model']['model']}.json")
-        cal, _ = load_calibration(os.path.join(a.results, "calibration.json"), ppath)
-        opt = (rec["model"].get("optimizer") or {}).get("kind", "adamw")
-        params = SimParams.from_calibration(cal, optimizer=opt, p2p_receive=planned_receive_mode(rec))
-        costs = LayerCosts(Profile.load(ppath, compute_scale=planned_compute_scale(rec)),
-                           sizes=model_sizes(rec["model"]))
+        rec, g, costs, params = sim_inputs(sched, require_profile(root / "profiles", summary["model"]), cal)
         sim = simulate(g, costs, params, planned_cap(rec), record=True)
         e0, e1 = sim.iteration_ends[-2], sim.iteration_ends[-1]
         inside = [ev for ev in sim.events if e0 < ev[4] <= e1]
         compute_end = max(ev[4] for ev in inside if ev[2].split()[0] in ("FWD", "BWD"))
         update_end = max([ev[4] for ev in inside if ev[2].startswith("UPD")] or [compute_end])
-        print(f"{rec['model']['model']:12s} {g.config.mode:4s} {Path(run).stem:14s} {summary['iter_time_s']:8.3f}s "
+        print(f"{summary['model']:12s} {g.config.mode:4s} {Path(run).stem:14s} {summary['iter_time_s']:8.3f}s "
               f"{sim.iter_time_s:8.3f}s {max(0.0, update_end - compute_end) * 1e3:8.1f} ms "
               f"{_median_phase(timed, 'upd_drain_s') * 1e3:7.1f} ms {_median_phase(timed, 'gpu_drain_s') * 1e3:7.1f} ms")
     return 0

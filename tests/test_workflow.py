@@ -2038,6 +2038,35 @@ def test_predict_swap_search_takes_another_calibration():
     assert f"(calibration {cal})" in shared.splitlines()[0] and "calibration" not in plain.splitlines()[0]
 
 
+def test_compute_whatif_scales_only_the_gpu_times_of_the_kinds_named_and_predicts_both_sides(tmp_path, monkeypatch):
+    """experiments/compute_whatif.py (docs/performance.md entry 103): at factor 1 it predicts what figure 10's
+    search and predict_swap_search.py predict for GPT2-XL D = 16 on 2x H200 (Harmony's faster mode as its
+    committed schedules, swap-dp 0.732 s at u = 8); halving the blocks' GPU times speeds both sides; the
+    scaled profile keeps every host issue time and every vLayer of another kind; the CSV holds both rows."""
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    from compute_whatif import scaled_profile
+    from harmony.jsonio import read_json
+    root = "results/paper/2xH200"
+    raw = read_json(ROOT / root / "profiles/gpt2-xl.json")
+    half = scaled_profile(raw, 0.5, {"gpt2.block"})
+    for a, b in zip(raw["vlayers"], half["vlayers"]):
+        f = 0.5 if a["kind"] == "gpt2.block" else 1.0
+        assert b["bwd_s"] == [t * f for t in a["bwd_s"]] and b["fwd_s"] == [t * f for t in a["fwd_s"]]
+        assert b["bwd_issue_s"] == a["bwd_issue_s"] and b["fwd_issue_s"] == a["fwd_issue_s"]
+    out_csv = tmp_path / "whatif.csv"
+    out = sh([sys.executable, str(ROOT / "experiments/compute_whatif.py"), root, "2", "gpt2-xl:16",
+              "--factors", "1,0.5", "--kinds", "gpt2.block", "-o", str(out_csv)]).stdout
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["factor"] for r in rows] == ["1.0", "0.5"], out
+    planned = min(read_json(ROOT / root / f"schedules/gpt2-xl/{m}-N2-D16-auto.json")["prediction"]["iter_time_s"]
+                  for m in ("vPP", "vDP"))
+    assert float(rows[0]["harmony_s"]) == pytest.approx(planned, rel=1e-6)
+    assert f"{float(rows[0]['swap_dp_s']):.3f}" == "0.732" and rows[0]["swap_dp_u"] == "8"
+    for key in ("harmony_s", "swap_dp_s", "swap_pp_s"):
+        assert float(rows[1][key]) < float(rows[0][key]), (key, rows)
+    assert "vLayers of kind gpt2.block" in out.splitlines()[0]
+
+
 def test_predict_swap_search_sets_the_searchs_measured_candidates_beside_the_model():
     """`--measured`: each candidate the committed search ran gets its record's time and the ratio to the
     model (swap-dp GPT2-XL D = 64 on 2x H200 ran u = 8 and u = 16, u = 16 its final record; u = 32 was not

@@ -9,13 +9,17 @@ runs it: a FWD task's forward under no_grad, and a BWD task's recompute + backwa
   the memory-efficient one, which runs on the CUDA cores, not the TF32 tensor cores);
 - `math`: the same call held to SDPA's math backend (attention as TF32 matmuls and a softmax; it saves the
   attention probabilities, so the peak grows);
+- `bf16-attention` (with --bf16-attention; a yardstick, not a proposal: the experiment trains fp32): the
+  same call on q, k, v cast to bf16 and its output cast back, so SDPA runs a tensor-core kernel; a TF32
+  tensor-core attention would take about twice its kernel time (TF32's matmul rate is half bf16's);
 - `compiled`: `torch.compile` of the block (default attention), at the sizes given by --compile-u only,
   since each size compiles anew.
 
 It also splits the default BWD's kernel time by kind (GEMM, attention, normalisation, dropout, other
 element-wise) from a torch.profiler trace at the first --compile-u size. Prints and writes JSON.
 
-    python3 experiments/device/block_kernels_probe.py [--models gpt2-xl,bert96] [--trials 10] [-o OUT.json]
+    python3 experiments/device/block_kernels_probe.py [--models gpt2-xl,bert96] [--trials 10] [--bf16-attention]
+        [--no-compile] [-o OUT.json]
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import os
 import statistics
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 UBATCHES = {"gpt2-xl": [2, 4, 8, 16], "bert96": [4, 8, 16, 32]}
 COMPILE_U = {"gpt2-xl": [8], "bert96": [16]}
@@ -73,6 +77,22 @@ def timed(fn, trials: int, warmup: int = 3) -> list[float]:
         b.synchronize()
         out.append(a.elapsed_time(b) / 1e3)
     return out
+
+
+@contextmanager
+def bf16_attention():
+    """scaled_dot_product_attention on bf16 copies of q, k, v, its output cast back to their dtype (the models
+    look the function up in torch.nn.functional at each call, so patching it there reaches them)."""
+    import torch.nn.functional as F
+    orig = F.scaled_dot_product_attention
+
+    def cast(q, k, v, *a, **kw):
+        return orig(q.bfloat16(), k.bfloat16(), v.bfloat16(), *a, **kw).to(q.dtype)
+    F.scaled_dot_product_attention = cast
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = orig
 
 
 def fwd_bwd(block, xs, ctx):
@@ -137,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="gpt2-xl,bert96")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--bf16-attention", action="store_true", help="also time the bf16-attention yardstick")
     ap.add_argument("-o", "--output", help="write the results as JSON here")
     args = ap.parse_args(argv)
     import torch
@@ -149,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     set_precision("tf32")
     dev = torch.device("cuda")
     ctxs = {"default": nullcontext, "math": lambda: sdpa_kernel([SDPBackend.MATH])}
+    if args.bf16_attention:
+        ctxs["bf16-attention"] = bf16_attention
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "trials": args.trials, "models": {}}
     for name in args.models.split(","):
         res = out["models"][name] = {"points": []}

@@ -1132,7 +1132,7 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     R = tmp_path / "results" / "paper" / "1xTEST"
     R.mkdir(parents=True)
 
-    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None, zero_offload="missing"):
+    def write(swap_pp_sps, pred_factor, bound_fraction, resident_sps=None, zero_offload="missing", swap_bytes=None):
         pts = [("harmony-vPP", "ok", 30.0, pred_factor, bound_fraction), ("harmony-vDP", "ok", 20.0, 1.0, 0.9),
                ("swap-dp", "ok", 10.0, None, None), ("swap-pp", "ok", swap_pp_sps, None, None),
                ("fsdp-offload", "oom", None, None, None)]
@@ -1148,6 +1148,7 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
                          "iter_time_s": 32 / v if v else None,
                          "predicted_iter_time_s": 32 / v / pf if v and pf else None,
                          "bound_fraction": bf, "schedule_bound_s": 32 / v * bf if v and bf else None,
+                         "swap_bytes": (swap_bytes or {}).get(s),
                          "source": str(run) if s == "harmony-vPP" else ""}
                         for s, st, v, pf, bf in pts)
         return {r["claim"]: r for r in evaluate(R, "paper")}
@@ -1182,6 +1183,11 @@ def test_issue_targets_c10_to_c12_on_handmade_rows(tmp_path):
     ref = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7, resident_sps=27.5)
     assert ref["C10"]["verdict"] == "fail" and \
         "1.20x swap-pp (resident / swap-pp: 1.10x; Harmony's schedule bound / swap-pp: 1.71x)" in ref["C10"]["detail"]
+    # the baseline's bytes over those of Harmony's faster mode (vPP here; vDP's are not the ones compared)
+    near = write(swap_pp_sps=25.0, pred_factor=1.2, bound_fraction=0.7,
+                 swap_bytes={"harmony-vPP": 1.0e9, "harmony-vDP": 0.5e9, "swap-pp": 1.19e9})
+    assert ("1.20x swap-pp (Harmony's schedule bound / swap-pp: 1.71x; swap-pp's swap bytes / Harmony's: 1.19x)"
+            in near["C10"]["detail"])
     met = write(swap_pp_sps=15.0, pred_factor=1.05, bound_fraction=0.85, resident_sps=27.5)["C10"]["detail"]
     assert "resident" not in met and "bound" not in met                      # met: nothing to explain
     assert bad["C11"]["verdict"] == "fail" and "vPP g D=32 N=1 1.200 on GPU-737200bb" in bad["C11"]["detail"]

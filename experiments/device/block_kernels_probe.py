@@ -12,6 +12,8 @@ runs it: a FWD task's forward under no_grad, and a BWD task's recompute + backwa
 - `bf16-attention` (with --bf16-attention; a yardstick, not a proposal: the experiment trains fp32): the
   same call on q, k, v cast to bf16 and its output cast back, so SDPA runs a tensor-core kernel; a TF32
   tensor-core attention would take about twice its kernel time (TF32's matmul rate is half bf16's);
+- for the convolutional models (`--models resnet1026,vgg416`): one vLayer in each stage, as the models run
+  today (NCHW) and in channels-last format (`channels-last`), which cuDNN's tensor-core kernels prefer;
 - `compiled`: `torch.compile` of the block (default attention), at the sizes given by --compile-u only,
   since each size compiles anew.
 
@@ -32,6 +34,9 @@ import time
 from contextlib import contextmanager, nullcontext
 
 UBATCHES = {"gpt2-xl": [2, 4, 8, 16], "bert96": [4, 8, 16, 32]}
+# one vLayer in the middle of each stage (resolution) of the convolutional models, and figure 10's sizes
+CONV_LAYERS = {"resnet1026": [64, 192, 320, 448], "vgg416": [40, 120, 205, 290, 370]}
+CONV_UBATCHES = {"resnet1026": [32, 128], "vgg416": [8, 32]}
 COMPILE_U = {"gpt2-xl": [8], "bert96": [16]}
 KERNEL_KINDS = (("attention", ("fmha", "attention", "attn")),
                 ("gemm", ("gemm", "cutlass", "sm90", "sm80", "nvjet", "xmma", "cublas", "splitk")),
@@ -49,18 +54,56 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def block_and_inputs(name: str, u: int, device):
+def block_and_inputs(name: str, u: int, device, index: int = 1):
+    """(vLayer `index` of the model, in training mode on device, and its inputs): the vLayers before it run
+    once, one at a time, on a synthetic batch of u samples, and are dropped."""
     import torch
     from harmony.models import get_model
     spec = get_model(name)
-    layers = spec.iter_vlayers()
-    first, block = next(layers), next(layers)
-    first, block = first.to(device).train(), block.to(device).train()
     g = torch.Generator().manual_seed(0)
-    batch = [t.to(device) for t in spec.synthetic_batch(u, g)]
-    with torch.no_grad():
-        xs = first(*batch)
-    return block, list(xs)
+    xs = [t.to(device) for t in spec.synthetic_batch(u, g)]
+    for i, layer in enumerate(spec.iter_vlayers()):
+        layer = layer.to(device).train()
+        if i == index:
+            return layer, list(xs)
+        with torch.no_grad():
+            out = layer(*xs)
+        xs = list(out) if isinstance(out, (tuple, list)) else [out]
+    raise IndexError(f"{name} has no vLayer {index}")
+
+
+def channels_last(block, xs):
+    """A copy of the block and its inputs in channels-last memory format (4-d tensors only)."""
+    import copy
+    import torch
+    cl = copy.deepcopy(block).to(memory_format=torch.channels_last)
+    return cl, [x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in xs]
+
+
+def conv_points(name: str, trials: int, dev) -> list[dict]:
+    """Convolutional vLayers (CONV_LAYERS, one in each stage) at CONV_UBATCHES: as the models run today
+    (NCHW) and in channels-last format, which cuDNN's tensor-core kernels prefer."""
+    import torch
+    points = []
+    for index in CONV_LAYERS[name]:
+        for u in CONV_UBATCHES[name]:
+            block, xs = block_and_inputs(name, u, dev, index)
+            point = {"index": index, "u": u, "input_shape": list(xs[0].shape)}
+            for var, (b, x) in (("default", (block, xs)), ("channels-last", channels_last(block, xs))):
+                fwd, bwd = fwd_bwd(b, x, nullcontext)
+                try:
+                    point[var] = {"fwd_s": statistics.median(timed(fwd, trials)),
+                                  "bwd_s": statistics.median(timed(bwd, trials))}
+                except torch.OutOfMemoryError as e:
+                    point[var] = {"error": f"out of memory: {str(e).splitlines()[0]}"}
+            d, c = point["default"], point["channels-last"]
+            print(f"{name} vLayer {index} {tuple(xs[0].shape[1:])} u={u}: default fwd {d.get('fwd_s', 0) * 1e3:.2f} "
+                  f"bwd {d.get('bwd_s', 0) * 1e3:.2f} ms; channels-last fwd {c.get('fwd_s', 0) * 1e3:.2f} "
+                  f"bwd {c.get('bwd_s', 0) * 1e3:.2f} ms", flush=True)
+            points.append(point)
+            del block, xs
+            torch.cuda.empty_cache()
+    return points
 
 
 def timed(fn, trials: int, warmup: int = 3) -> list[float]:
@@ -174,6 +217,14 @@ def main(argv: list[str] | None = None) -> int:
         ctxs["bf16-attention"] = bf16_attention
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "trials": args.trials, "models": {}}
     for name in args.models.split(","):
+        if name in CONV_LAYERS:
+            out["models"][name] = {"points": conv_points(name, args.trials, dev)}
+            write_json(out, args.output)
+            continue
+        if name not in UBATCHES:
+            print(f"block_kernels_probe: no sizes for {name!r}; one of {', '.join([*UBATCHES, *CONV_LAYERS])}",
+                  file=sys.stderr)
+            return 2
         res = out["models"][name] = {"points": []}
         for u in UBATCHES[name]:
             block, xs = block_and_inputs(name, u, dev)

@@ -13,7 +13,8 @@ runs it: a FWD task's forward under no_grad, and a BWD task's recompute + backwa
   same call on q, k, v cast to bf16 and its output cast back, so SDPA runs a tensor-core kernel; a TF32
   tensor-core attention would take about twice its kernel time (TF32's matmul rate is half bf16's);
 - for the convolutional models (`--models resnet1026,vgg416`): one vLayer in each stage, as the models run
-  today (NCHW) and in channels-last format (`channels-last`), which cuDNN's tensor-core kernels prefer;
+  today (NCHW), in channels-last format (`channels-last`), which cuDNN's tensor-core kernels prefer, and
+  with only the activations in it (`channels-last-inputs`: the weights stay NCHW and are converted per call);
 - `compiled`: `torch.compile` of the block (default attention), at the sizes given by --compile-u only,
   since each size compiles anew.
 
@@ -72,11 +73,12 @@ def block_and_inputs(name: str, u: int, device, index: int = 1):
     raise IndexError(f"{name} has no vLayer {index}")
 
 
-def channels_last(block, xs):
-    """A copy of the block and its inputs in channels-last memory format (4-d tensors only)."""
+def channels_last(block, xs, weights: bool = True):
+    """A copy of the block and its inputs in channels-last memory format (4-d tensors only); weights=False
+    leaves the weights as they are (NCHW), as a runtime whose weight buffers are contiguous would."""
     import copy
     import torch
-    cl = copy.deepcopy(block).to(memory_format=torch.channels_last)
+    cl = copy.deepcopy(block).to(memory_format=torch.channels_last) if weights else block
     return cl, [x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in xs]
 
 
@@ -89,17 +91,17 @@ def conv_points(name: str, trials: int, dev) -> list[dict]:
         for u in CONV_UBATCHES[name]:
             block, xs = block_and_inputs(name, u, dev, index)
             point = {"index": index, "u": u, "input_shape": list(xs[0].shape)}
-            for var, (b, x) in (("default", (block, xs)), ("channels-last", channels_last(block, xs))):
+            for var, (b, x) in (("default", (block, xs)), ("channels-last", channels_last(block, xs)),
+                                ("channels-last-inputs", channels_last(block, xs, weights=False))):
                 fwd, bwd = fwd_bwd(b, x, nullcontext)
                 try:
                     point[var] = {"fwd_s": statistics.median(timed(fwd, trials)),
                                   "bwd_s": statistics.median(timed(bwd, trials))}
                 except torch.OutOfMemoryError as e:
                     point[var] = {"error": f"out of memory: {str(e).splitlines()[0]}"}
-            d, c = point["default"], point["channels-last"]
-            print(f"{name} vLayer {index} {tuple(xs[0].shape[1:])} u={u}: default fwd {d.get('fwd_s', 0) * 1e3:.2f} "
-                  f"bwd {d.get('bwd_s', 0) * 1e3:.2f} ms; channels-last fwd {c.get('fwd_s', 0) * 1e3:.2f} "
-                  f"bwd {c.get('bwd_s', 0) * 1e3:.2f} ms", flush=True)
+            print(f"{name} vLayer {index} {tuple(xs[0].shape[1:])} u={u}: " + "; ".join(
+                f"{v} fwd {point[v].get('fwd_s', 0) * 1e3:.2f} bwd {point[v].get('bwd_s', 0) * 1e3:.2f} ms"
+                for v in ("default", "channels-last", "channels-last-inputs")), flush=True)
             points.append(point)
             del block, xs
             torch.cuda.empty_cache()

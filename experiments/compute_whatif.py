@@ -51,9 +51,11 @@ def scaled_profile(raw: dict, factor: float, kinds: set[str] | None) -> dict:
 
 
 def harmony_best(profile_path: Path, model_path: Path, calibration: Path, d: int, n: int, cap: int | None,
-                 workdir: Path) -> tuple[float | None, str]:
-    """(predicted s/iteration, mode) of the faster of Harmony's vPP and vDP searches, as figure 10 plans them."""
+                 workdir: Path) -> tuple[float | None, str, list[str]]:
+    """(predicted s/iteration, mode) of the faster of Harmony's vPP and vDP searches, as figure 10 plans them,
+    and the modes whose search failed (the row then says so: its best is not over both modes)."""
     best: tuple[float | None, str] = (None, "")
+    failed = []
     for mode in MODES:
         out = workdir / f"{mode}.json"
         cmd = [sys.executable, "-m", "harmony.cli", "schedule", str(profile_path), "--model", str(model_path),
@@ -63,12 +65,13 @@ def harmony_best(profile_path: Path, model_path: Path, calibration: Path, d: int
         if done.returncode != 0 or not out.exists():
             print(f"  harmony schedule {mode} D={d}: failed ({done.stderr.strip().splitlines()[-1:]})",
                   file=sys.stderr)
+            failed.append(mode)
             continue
         pred = json.loads(out.read_text()).get("prediction") or {}
         t = pred.get("iter_time_s")
         if t is not None and (best[0] is None or t < best[0]):
             best = (t, mode)
-    return best
+    return best[0], best[1], failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 ppath = Path(tmp) / f"{name}.json"
                 ppath.write_text(json.dumps(prof))
-                h, mode = harmony_best(ppath, model_path, cal_path, d, n, cap, Path(tmp))
+                h, mode, failed = harmony_best(ppath, model_path, cal_path, d, n, cap, Path(tmp))
             swaps = {}
             for system in SYSTEMS:
                 c = fastest_fitting(candidates(system, model, d, n, baseline_ubatches(d, n), cap=cap, profile=prof,
@@ -126,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             fastest = min((t for t, _ in swaps.values() if t is not None), default=None)
             ratio = fastest / h if fastest and h else None
             cells = " | ".join(f"{t:.3f} (u={u})" if t else "none fits" for t, u in swaps.values())
-            print(f"{name} {d} {f:g} | " + (f"{h:.3f} ({mode})" if h else "no plan") + f" | {cells} | "
+            print(f"{name} {d} {f:g} | " + (f"{h:.3f} ({mode})" if h else "no plan")
+                  + (f" [{', '.join(failed)} search failed]" if failed else "") + f" | {cells} | "
                   + (f"{ratio:.2f}x" if ratio else "-"))
             rows.append({"model": name, "minibatch": d, "gpus": n, "factor": f, "kinds": args.kinds or "all",
-                         "harmony_s": h, "harmony_mode": mode, "swap_dp_s": swaps["swap-dp"][0],
+                         "harmony_s": h, "harmony_mode": mode, "harmony_failed": " ".join(failed),
+                         "swap_dp_s": swaps["swap-dp"][0],
                          "swap_dp_u": swaps["swap-dp"][1], "swap_pp_s": swaps["swap-pp"][0],
                          "swap_pp_u": swaps["swap-pp"][1], "harmony_over_swap": ratio})
     if args.output:

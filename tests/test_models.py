@@ -258,6 +258,40 @@ def test_families_are_parametric():
         get_model("gpt2-tiny", no_such_field=1)
 
 
+@pytest.mark.parametrize("name", ["resnet-tiny", "vgg-tiny"])
+def test_channels_last_is_the_same_model_in_another_memory_format(name):
+    """`channels_last=True` (docs/performance.md entry 105): the same weights, the activations in channels-last
+    format from the first vLayer on (an NCHW input, as a stash or a receive delivers one, is converted), the
+    same outputs and gradients up to fp32 rounding; the convolutional vLayers' signatures differ, so a
+    profile never shares one format's times with the other."""
+    from harmony.decompose import decompose_model
+    # resnet-tiny at 64 pixels: at 32 its last stage is 1x1 and BatchNorm over two values turns rounding into
+    # sign flips (tests/test_runtime.py, OVERRIDES)
+    size = {"image_size": 64} if name == "resnet-tiny" else {}
+    plain, cl = (get_model(name, channels_last=v, **size).build("cpu", seed=0) for v in (False, True))
+    x, labels = get_model(name, **size).synthetic_batch(2, torch.Generator().manual_seed(1))
+    ys = []
+    for layers in (plain, cl):
+        xs, inner = (x.requires_grad_(False), labels), []
+        for layer in layers:
+            xs = layer(*xs)
+            inner.append(xs[0])
+        xs[0].backward()
+        ys.append((inner, [p.grad for p in layers.parameters()]))
+    (a_in, a_g), (b_in, b_g) = ys
+    assert b_in[0].is_contiguous(memory_format=torch.channels_last) and a_in[0].is_contiguous()
+    for a, b in zip(a_in, b_in, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    for a, b in zip(a_g, b_g, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
+    sig = [[v["signature"] for v in decompose_model(get_model(name, channels_last=v), with_flops=False)["vlayers"]]
+           for v in (False, True)]
+    conv = [i for i, v in enumerate(decompose_model(get_model(name), with_flops=False)["vlayers"])
+            if v["kind"] in ("resnet.stem", "resnet.basic_block", "vgg.conv")]
+    assert conv and all(sig[0][i] != sig[1][i] for i in conv)
+    assert all(sig[0][i] == sig[1][i] for i in range(len(sig[0])) if i not in conv)
+
+
 @pytest.mark.parametrize("name,fields", [("gpt2-tiny", {"dropout": 0.25}),
                                          ("bert-tiny", {"hidden_dropout": 0.25, "attn_dropout": 0.25}),
                                          ("vgg-tiny", {"dropout": 0.25}), ("resnet-tiny", {"dropout": 0.25})])

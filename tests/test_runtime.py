@@ -162,6 +162,11 @@ def _run_batch(N: int):
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
         runs.append((rec, g, {"iters": ITERS, "p2p_receive": "lazy"}))
         meta.append(((case[0] + "+lazy-receive", *case[1:]), spec, rec, g, False))
+    for case in CHANNELS_LAST_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4],
+                                **{**OVERRIDES.get(case[0], {}), "channels_last": True})
+        runs.append((rec, g, {"iters": ITERS}))
+        meta.append(((case[0] + "+channels-last", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -172,8 +177,11 @@ PER_PACK_CASES = [("resnet-tiny", "vDP", 2, 2, "P2"), ("gpt2-tiny", "vPP", 4, 3,
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
 ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
 LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
+# the convolutional models with channels-last activations (ResNetConfig.channels_last): stashed, sent and
+# received activations arrive NCHW-contiguous and each vLayer converts its input
+CHANNELS_LAST_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 2, 2, "P1")]
 N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(PER_PACK_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
-           + len(LAZY_RECEIVE_CASES))     # the cases of _run_batch beyond cases(N)
+           + len(LAZY_RECEIVE_CASES) + len(CHANNELS_LAST_CASES))     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")

@@ -31,11 +31,21 @@ class ResNetConfig:
     n_classes: int = 1000
     dropout: float = 0.0              # before the fc (torchvision's ResNet has none)
     zero_init_residual: bool = False  # torchvision's option: zero the last BN of each block
+    # activations in channels-last (NHWC) memory format, weights as they are: cuDNN's tensor-core kernels run
+    # ResNet1026's blocks in 0.73 of NCHW's time on an H200 (docs/performance.md entry 105); the numbers are
+    # the same model's, in another order of arithmetic, so every system must run it alike
+    channels_last: bool = False
 
     def __post_init__(self):
         self.blocks, self.widths = tuple(self.blocks), tuple(self.widths)
         if len(self.blocks) != len(self.widths):
             raise ValueError(f"blocks {self.blocks} and widths {self.widths} must have one entry per stage")
+
+
+def to_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """x in channels-last memory format (no copy when it already is): each convolutional vLayer converts its
+    input, since a stashed or received activation arrives NCHW-contiguous."""
+    return x.contiguous(memory_format=torch.channels_last)
 
 
 def _init_conv_bn(module: nn.Module) -> None:
@@ -56,9 +66,15 @@ class ResNetStem(nn.Module):
         self.conv1 = uninitialised(nn.Conv2d, c.in_channels, c.stem_width, kernel_size=7, stride=2, padding=3,
                                    bias=False)
         self.bn1 = nn.BatchNorm2d(c.stem_width)
+        self.channels_last = c.channels_last
         _init_conv_bn(self)
 
+    def extra_repr(self):           # in the vLayer's signature: a profile is per memory format
+        return "channels_last=True" if self.channels_last else ""
+
     def forward(self, x, labels):
+        if self.channels_last:
+            x = to_channels_last(x)
         return F.max_pool2d(F.relu(self.bn1(self.conv1(x))), kernel_size=3, stride=2, padding=1), labels
 
 
@@ -66,8 +82,10 @@ class BasicBlock(nn.Module):
     """(x, labels) -> (relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), labels)"""
     kind = "resnet.basic_block"
 
-    def __init__(self, c_in: int, c_out: int, stride: int, zero_init_residual: bool = False):
+    def __init__(self, c_in: int, c_out: int, stride: int, zero_init_residual: bool = False,
+                 channels_last: bool = False):
         super().__init__()
+        self.channels_last = channels_last
         self.conv1 = uninitialised(nn.Conv2d, c_in, c_out, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(c_out)
         self.conv2 = uninitialised(nn.Conv2d, c_out, c_out, 3, padding=1, bias=False)
@@ -80,7 +98,12 @@ class BasicBlock(nn.Module):
         if zero_init_residual:
             nn.init.zeros_(self.bn2.weight)
 
+    def extra_repr(self):
+        return "channels_last=True" if self.channels_last else ""
+
     def forward(self, x, labels):
+        if self.channels_last:
+            x = to_channels_last(x)
         out = F.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         identity = x if self.downsample is None else self.downsample(x)
@@ -110,7 +133,7 @@ class ResNetModel(ImageClassifierSpec):
         for s, (n, width) in enumerate(zip(c.blocks, c.widths)):
             for j in range(n):
                 yield BasicBlock(c_in, width, stride=2 if (s > 0 and j == 0) else 1,
-                                 zero_init_residual=c.zero_init_residual)
+                                 zero_init_residual=c.zero_init_residual, channels_last=c.channels_last)
                 c_in = width
         yield ResNetHead(c)
         yield CrossEntropyLoss()

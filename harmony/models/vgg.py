@@ -33,6 +33,7 @@ class VGGConfig:
     pool_size: int = 7                # adaptive average pool before the classifier (torchvision: 7x7)
     fc_hidden: int = 4096
     dropout: float = 0.5              # classifier dropout (torchvision)
+    channels_last: bool = False       # activations in channels-last format (as ResNetConfig's; entry 105)
 
     def __post_init__(self):
         self.widths, self.convs = tuple(self.widths), tuple(self.convs)
@@ -44,18 +45,21 @@ class VGGConv(nn.Module):
     """(x[B,Cin,H,W], labels) -> (relu(conv(x)) [max-pooled if it ends a stage], labels)"""
     kind = "vgg.conv"
 
-    def __init__(self, c_in: int, c_out: int, batch_norm: bool, pool: bool):
+    def __init__(self, c_in: int, c_out: int, batch_norm: bool, pool: bool, channels_last: bool = False):
         super().__init__()
         self.conv = uninitialised(nn.Conv2d, c_in, c_out, kernel_size=3, padding=1)   # initialised below
         self.bn = nn.BatchNorm2d(c_out) if batch_norm else None
         self.pool = pool
+        self.channels_last = channels_last
         kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init
         nn.init.zeros_(self.conv.bias)
 
-    def extra_repr(self):
-        return f"pool={self.pool}"
+    def extra_repr(self):           # in the vLayer's signature: a profile is per memory format
+        return f"pool={self.pool}" + (", channels_last=True" if self.channels_last else "")
 
     def forward(self, x, labels):
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         x = self.conv(x)
         if self.bn is not None:
             x = self.bn(x)
@@ -98,7 +102,7 @@ class VGGModel(ImageClassifierSpec):
         for width, n in zip(c.widths, c.convs):
             total = n + c.extra_convs
             for j in range(total):
-                yield VGGConv(c_in, width, c.batch_norm, pool=(j == total - 1))
+                yield VGGConv(c_in, width, c.batch_norm, pool=(j == total - 1), channels_last=c.channels_last)
                 c_in = width
         yield VGGFC(c_in * c.pool_size ** 2, c.fc_hidden, c.dropout, first=True, last=False, pool_size=c.pool_size)
         yield VGGFC(c.fc_hidden, c.fc_hidden, c.dropout, first=False, last=False)

@@ -134,6 +134,26 @@ def results():
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: "-".join(map(str, c)))
 def test_gpu_matches_pytorch(results, case):
     (spec, rec, g), (losses, params, kinds) = results[case]
+    assert_matches_pytorch(case, spec, g, losses, params)
+    want = count_bytes(g, layer_sizes_from_model(rec["model"]))
+    for k in kinds:
+        assert k == {kind: want[kind] for kind in k}
+
+
+@pytest.mark.parametrize("name,mode,N", [("resnet-tiny", "vPP", 1), ("vgg-tiny", "vDP", 1), ("resnet-tiny", "vPP", 2)])
+def test_channels_last_on_the_gpu_matches_pytorch(name, mode, N):
+    """`channels_last` (docs/performance.md entry 105) on CUDA, where cuDNN runs the NHWC kernels: the
+    runtime's stashed and received activations arrive NCHW and each vLayer converts them; the reference builds
+    the same model, so it computes in the same format."""
+    if torch.cuda.device_count() < N:
+        pytest.skip(f"needs {N} GPUs")
+    spec, rec, g = schedule(name, mode, N, 2, 2, "P1", **{**OVERRIDES.get(name, {}), "channels_last": True})
+    ((losses, params, _),) = train_many([(rec, g, {"iters": ITERS, "device": "cuda"})])
+    assert_matches_pytorch((name, mode, N, "channels-last"), spec, g, losses, params)
+
+
+def assert_matches_pytorch(case, spec, g, losses, params):
+    """The runtime's losses and parameters against plain PyTorch on the same GPU, by the module's rule."""
     batches = minibatches(spec, D, ITERS, 1234)
     shares = loss_microbatches(g)
     mb_losses, mb_params = microbatched_reference(spec, batches, shares, device="cuda", host_optimizer=True)
@@ -153,9 +173,6 @@ def test_gpu_matches_pytorch(results, case):
     for i, (a, b, inh) in enumerate(zip(params, ref_params, inherent)):
         rel = max_relative_difference([a], [b])
         assert rel <= max(TOL, SENSITIVE * inh), (case, i, rel, inh)
-    want = count_bytes(g, layer_sizes_from_model(rec["model"]))
-    for k in kinds:
-        assert k == {kind: want[kind] for kind in k}
 
 
 @pytest.mark.parametrize("mode,N", [("vPP", 1), ("vPP", 2), ("vDP", 2)])

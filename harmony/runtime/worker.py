@@ -564,7 +564,8 @@ class Worker:
                 yf = [y for y, f in zip(ys, out_float) if f]
                 pairs = [(y, g) for y, g in zip(yf, gys) if y.requires_grad]
                 if pairs:
-                    torch.autograd.backward([p[0] for p in pairs], [p[1].to(p[0].dtype) for p in pairs])
+                    torch.autograd.backward([p[0] for p in pairs],
+                                            [laid_out_like(p[1].to(p[0].dtype), p[0]) for p in pairs])
         return [x.grad for x, f in zip(xs, in_float) if f] if need_in_grad else []
 
     def _grad_span(self, pack) -> GradSpan | None:
@@ -932,6 +933,16 @@ class Worker:
                         max_allocated_bytes=torch.cuda.max_memory_allocated(self.device),
                         gpu_memory_cap=self.job.get("gpu_memory_cap"))
         return info
+
+
+def laid_out_like(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """g in y's memory format. A gradient that crosses a pack boundary arrives contiguous, where autograd
+    inside one graph would hand a channels-last output (ResNetConfig.channels_last) a channels-last
+    gradient; cuDNN's BatchNorm backward reduces in another order for another format, so without this the
+    runtime would differ from plain PyTorch in the last bits (docs/performance.md entry 105)."""
+    if g.dim() == 4 and not y.is_contiguous() and y.is_contiguous(memory_format=torch.channels_last):
+        return g.contiguous(memory_format=torch.channels_last)
+    return g
 
 
 def _views_of(grads: list, flat: torch.Tensor, offsets: list[int]) -> bool:

@@ -258,6 +258,21 @@ def test_n4_matches_pytorch(batch4, i):
     _check(batch4[i], 4)
 
 
+def test_a_gradient_from_another_pack_takes_its_outputs_memory_format():
+    """harmony.runtime.worker.laid_out_like (docs/performance.md entry 105): a gradient that crossed a pack
+    boundary arrives contiguous; for a channels-last output it is handed to autograd channels-last, as plain
+    PyTorch's autograd would hand it (on CUDA, BatchNorm's backward otherwise reduces in another order:
+    resnet-tiny with channels_last was 1.9e-6 off plain PyTorch); anything else is passed through as it is."""
+    from harmony.runtime.worker import laid_out_like
+    y = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    g = torch.randn(2, 3, 4, 5)
+    out = laid_out_like(g, y)
+    assert out.is_contiguous(memory_format=torch.channels_last) and torch.equal(out, g)
+    assert laid_out_like(g, y.contiguous()) is g                      # NCHW output: untouched
+    flat = torch.randn(6, 4)
+    assert laid_out_like(flat, flat.t().contiguous().t()) is flat     # not 4-d: untouched
+
+
 def test_cases_cover_the_grid():
     for N in (1, 2):
         got = {(c[1], c[2] == c[3]) for c in cases(N)}

@@ -207,6 +207,13 @@ def draw_normal_(tensor: torch.Tensor, mean: float = 0.0, std: float = 1.0) -> t
     return tensor
 
 
+def to_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """x in channels-last memory format, no copy when it already is. A convolutional vLayer of a model with
+    `channels_last` converts its input on entry, since a stashed or received activation arrives
+    NCHW-contiguous (docs/performance.md entry 105)."""
+    return x.contiguous(memory_format=torch.channels_last)
+
+
 def kaiming_normal_(tensor: torch.Tensor, mode: str = "fan_in", nonlinearity: str = "relu") -> torch.Tensor:
     """`nn.init.kaiming_normal_` (a = 0) through `draw_normal_`: std = gain / sqrt(fan)."""
     if mode not in ("fan_in", "fan_out"):

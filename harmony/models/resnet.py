@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, kaiming_normal_, register, uninitialised
+from harmony.models.base import ImageClassifierSpec, kaiming_normal_, register, to_channels_last, uninitialised
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.models.vgg import CNN_OPTIMIZER
 
@@ -40,12 +40,6 @@ class ResNetConfig:
         self.blocks, self.widths = tuple(self.blocks), tuple(self.widths)
         if len(self.blocks) != len(self.widths):
             raise ValueError(f"blocks {self.blocks} and widths {self.widths} must have one entry per stage")
-
-
-def to_channels_last(x: torch.Tensor) -> torch.Tensor:
-    """x in channels-last memory format (no copy when it already is): each convolutional vLayer converts its
-    input, since a stashed or received activation arrives NCHW-contiguous."""
-    return x.contiguous(memory_format=torch.channels_last)
 
 
 def _init_conv_bn(module: nn.Module) -> None:

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harmony.models.base import ImageClassifierSpec, draw_normal_, kaiming_normal_, register, uninitialised
+from harmony.models.base import (ImageClassifierSpec, draw_normal_, kaiming_normal_, register, to_channels_last,
+                                 uninitialised)
 from harmony.models.mlp import CrossEntropyLoss
 from harmony.optim import OptimizerConfig
 
@@ -59,7 +60,7 @@ class VGGConv(nn.Module):
 
     def forward(self, x, labels):
         if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+            x = to_channels_last(x)
         x = self.conv(x)
         if self.bn is not None:
             x = self.bn(x)

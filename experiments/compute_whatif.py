@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 from baselines.predicted_start import SYSTEMS, candidates, fastest_fitting
+from harmony.jsonio import write_csv
 from harmony.profile_data import COMPUTE_KEYS
 from harmony.workflow import baseline_ubatches
 from runtime_gap import harmony_runs
@@ -138,12 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                          "swap_dp_u": swaps["swap-dp"][1], "swap_pp_s": swaps["swap-pp"][0],
                          "swap_pp_u": swaps["swap-pp"][1], "harmony_over_swap": ratio})
     if args.output:
-        tmp = args.output.with_suffix(args.output.suffix + ".tmp")
-        with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        tmp.replace(args.output)
+        write_csv(args.output, rows)
     return 0
 
 

@@ -14,7 +14,6 @@ and swap-dp at its best microbatch among {4, 8, 16, 32} that the profile says fi
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -71,6 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", default=None, help="CSV (default: <results>/pcie-whatif.csv)")
     args = ap.parse_args(argv)
     from harmony.decompose import microbatch_sensitive
+    from harmony.jsonio import write_csv
     from harmony.profile_data import Profile
     from harmony.schedule.cli import model_sizes
     from harmony.schedule.memory import LayerCosts
@@ -98,12 +98,7 @@ def main(argv=None) -> int:
                 print(f"{model:<11} D={D:<5} {link:<26} Harmony {th or float('nan'):7.3f} s  swap-dp(u={u}) "
                       f"{ts or float('nan'):7.3f} s  ->  {ratio or float('nan'):5.2f}x (predicted)", file=sys.stderr)
     out = Path(args.output or root / "pcie-whatif.csv")
-    tmp = out.with_suffix(".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(out)
+    write_csv(out, rows)
     print(f"wrote {out} ({len(rows)} rows; predictions, not measurements)", file=sys.stderr)
     return 0
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from harmony.figures import UNFINISHED_SEARCH, read_run
+from harmony.jsonio import write_csv
 
 HARMONY = ("harmony-vPP", "harmony-vDP")
 SWAPPING = ("swap-dp", "swap-pp")        # C3's baselines: the paper's, which swap on Harmony's runtime
@@ -755,9 +756,6 @@ def main(args) -> int:
     print(f"claims checked against {root}")
     print_table(rows)
     out = Path(args.out or root / "checks.csv")
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out, rows, COLUMNS)
     print(f"wrote {out}")
     return 1 if args.strict and any(r["verdict"] == "fail" for r in rows) else 0

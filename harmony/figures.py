@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from harmony.jsonio import write_csv
 from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path, run_gpus
 
 COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
@@ -388,10 +389,7 @@ def render(fig: str, exp: dict, scale: str, hardware: str, rows: list[dict], out
     cols = CURVE_COLUMNS if kind == "convergence" else (None if kind == "table" else COLUMNS)
     if cols is None:
         cols = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out, rows, cols, extrasaction="ignore")
     title = f"{exp.get('title', fig)}\n[{fig}; scale {scale}; {hardware}]"
     figures_plot.plot(kind, exp, rows, title, out.with_suffix(".png"), out.with_suffix(".pdf"))
     write_env(fig, scale, hardware, rows, out.with_suffix(".env.json"), gpus_present)

@@ -1,9 +1,10 @@
-"""Artifact I/O: JSON with a schema_version, written atomically (tmp file + rename).
+"""Artifact I/O: JSON with a schema_version, and CSV tables, written atomically (tmp file + rename).
 
 A path ending in `.gz` is gzip-compressed JSON, for writing and reading alike (the simulator's traces,
 `*.trace.json.gz`: they are large and only ever opened by a trace viewer, which reads gzip)."""
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
@@ -32,22 +33,39 @@ def gzip_bytes(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> None:
-    """Write `obj` as JSON (encode_json) to `path` atomically; gzip-compressed when `path` ends in `.gz`."""
+def _write_atomically(path: str | os.PathLike, write, mode: str = "wb", **open_kw) -> None:
+    """write(file) into a temporary file beside `path`, then rename it over `path`: a reader never sees a
+    half-written file, and an interrupted write leaves the old one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = encode_json(obj, indent)
-    if path.name.endswith(".gz"):
-        data = gzip_bytes(data)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, **open_kw) as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> None:
+    """Write `obj` as JSON (encode_json) to `path` atomically; gzip-compressed when `path` ends in `.gz`."""
+    data = encode_json(obj, indent)
+    if str(path).endswith(".gz"):
+        data = gzip_bytes(data)
+    _write_atomically(path, lambda f: f.write(data))
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict], fieldnames: list[str] | None = None,
+              extrasaction: str = "raise") -> None:
+    """Write `rows` as a CSV table with a header to `path` atomically; the columns are `fieldnames`, else
+    the first row's keys."""
+    def write(f):
+        w = csv.DictWriter(f, fieldnames=fieldnames or list(rows[0]), extrasaction=extrasaction)
+        w.writeheader()
+        w.writerows(rows)
+    _write_atomically(path, write, "w", newline="")
 
 
 def _default(o: Any) -> Any:

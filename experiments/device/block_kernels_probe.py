@@ -27,7 +27,6 @@ element-wise) from a torch.profiler trace at the first --compile-u size. Prints 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -75,11 +74,12 @@ def block_and_inputs(name: str, u: int, device, index: int = 1):
 
 def channels_last(block, xs, weights: bool = True):
     """A copy of the block and its inputs in channels-last memory format (4-d tensors only); weights=False
-    leaves the weights as they are (NCHW), as a runtime whose weight buffers are contiguous would."""
+    leaves the weights as they are (NCHW), as the models' `channels_last` option runs them."""
     import copy
     import torch
+    from harmony.models.base import to_channels_last
     cl = copy.deepcopy(block).to(memory_format=torch.channels_last) if weights else block
-    return cl, [x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in xs]
+    return cl, [to_channels_last(x) if x.dim() == 4 else x for x in xs]
 
 
 def conv_points(name: str, trials: int, dev) -> list[dict]:
@@ -189,12 +189,10 @@ def kernel_split(fn) -> dict:
 
 
 def write_json(out: dict, path: str | None) -> None:
-    """Atomically, after every point: a call cut off mid-way keeps what it measured."""
+    """After every point (atomically): a call cut off mid-way keeps what it measured."""
     if path:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(out, fh, indent=1)
-        os.replace(tmp, path)
+        from harmony.jsonio import write_json as write_atomically
+        write_atomically(path, out)
 
 
 def main(argv: list[str] | None = None) -> int:

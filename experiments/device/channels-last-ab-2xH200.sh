@@ -38,10 +38,4 @@ run harmony-nchw -- run "$IN/schedules/resnet1026/vDP-N2-D1024-auto.json" --data
 run harmony-cl -- run "$O/in/vDP-N2-D1024-cl.json" --data synthetic
 run swap-dp-nchw -- baseline swap-dp "$IN/models/resnet1026.json" "${SWAP[@]}"
 run swap-dp-cl -- baseline swap-dp "$O/in/resnet1026-cl.json" "${SWAP[@]}"
-PYTHONPATH=experiments/device python3 - "$O" <<'PY'
-import sys
-from run_files import timed_runs
-for fname, s, its in timed_runs(sys.argv[1]):
-    print(f"{fname}: {s['iter_time_s']:.3f} s/iteration (predicted {s.get('predicted_iter_time_s') or 0:.3f}), "
-          f"iterations {', '.join(f'{r['time_s']:.3f}' for r in its)}; alloc retries {s.get('alloc_retries')}")
-PY
+PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     result["model_worker_rate"] = result["all_cores_alone"] * share / cores
     print(json.dumps(result, indent=1))
     if a.output:
-        with open(a.output, "w") as f:
-            json.dump(result, f, indent=1)
+        from harmony.jsonio import write_json
+        write_json(a.output, result)
     return 0
 
 

@@ -26,15 +26,4 @@ for k in $(seq 1 "$REPEATS"); do
     echo "[$SECONDS s] $name"
   done
 done
-PYTHONPATH=experiments/device python3 - "$O" <<'PY'
-import sys
-from run_files import timed_runs
-by = {}
-for fname, s, its in timed_runs(sys.argv[1]):
-    by.setdefault(fname.rsplit(".", 2)[0], []).append((s["iter_time_s"], s.get("predicted_iter_time_s"),
-                                                       [r["time_s"] for r in its]))
-for plan, runs in by.items():
-    meds = [m for m, _, _ in runs]
-    print(f"{plan}: medians {', '.join(f'{m:.3f}' for m in meds)} s (max/min {max(meds) / min(meds):.2f}), "
-          f"predicted {runs[0][1]:.3f}; iterations {min(min(i) for _, _, i in runs):.3f}-{max(max(i) for _, _, i in runs):.3f}")
-PY
+PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

@@ -31,12 +31,4 @@ for k in $(seq 1 "$REPEATS"); do
     done
   done
 done
-PYTHONPATH=experiments/device python3 - "$O" <<'PY'
-import sys
-from run_files import timed_runs
-by = {}
-for fname, s, its in timed_runs(sys.argv[1]):
-    by.setdefault(fname.rsplit(".", 2)[0], []).append(s["iter_time_s"])
-for name, meds in sorted(by.items()):
-    print(f"{name}: medians {', '.join(f'{m:.3f}' for m in meds)} s")
-PY
+PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

@@ -84,8 +84,19 @@ case "$HW" in
     # (about 10 minutes in two calls, x2-repredfix1 and 2; slim: SLIM_ALSO='results/large/
     # results/paper/2xH200/runs/swap-pp/'); ITEM=42 measures the per-task host charge again (host_task above);
     # ITEM=47 runs the stale swap baselines again beside Harmony (runtime_rerun above; its list written first)
-    if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"
-    elif [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
+    # ITEM=63 (the default): figure 10's convolutional points with channels-last activations, every system,
+    # from experiments/device/jobs-variant-2xH200.sh (make-jobs-variant.sh writes it), several calls;
+    # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log
+    if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
+    elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
+    elif [ "${ITEM:-63}" = 63 ]; then
+      T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
+      if [ "${GPU_TEST:-0}" = 1 ]; then
+        mkdir -p "$C"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last \
+          > "$C/$T.gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$C/$T.gpu-test.log"
+      fi
+      BUDGET_S=$((585 - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-variant-2xH200.sh \
+        results/paper/2xH200 "$T"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;
   1xH200*)            # items 49-51 done in the fifty-eighth session (results/probes/runtime-gap/itemN/); items 53-56

@@ -286,8 +286,11 @@ def test_channels_last_is_the_same_model_in_another_memory_format(name):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
     sig = [[v["signature"] for v in decompose_model(get_model(name, channels_last=v), with_flops=False)["vlayers"]]
            for v in (False, True)]
-    conv = [i for i, v in enumerate(decompose_model(get_model(name), with_flops=False)["vlayers"])
-            if v["kind"] in ("resnet.stem", "resnet.basic_block", "vgg.conv")]
+    # every vLayer whose input is a 4-d activation converts it: the convolutions and the heads that pool
+    vl = decompose_model(get_model(name), with_flops=False)["vlayers"]
+    conv = [i for i, v in enumerate(vl) if v["kind"] in ("resnet.stem", "resnet.basic_block", "vgg.conv",
+                                                         "resnet.head")
+            or (v["kind"] == "vgg.fc" and i > 0 and vl[i - 1]["kind"] == "vgg.conv")]
     assert conv and all(sig[0][i] != sig[1][i] for i in conv)
     assert all(sig[0][i] == sig[1][i] for i in range(len(sig[0])) if i not in conv)
 

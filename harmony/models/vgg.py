@@ -74,8 +74,11 @@ class VGGFC(nn.Module):
     """Classifier vLayer. The first one also average-pools and flattens; the last has no ReLU/dropout."""
     kind = "vgg.fc"
 
-    def __init__(self, d_in: int, d_out: int, dropout: float, first: bool, last: bool, pool_size: int = 7):
+    def __init__(self, d_in: int, d_out: int, dropout: float, first: bool, last: bool, pool_size: int = 7,
+                 channels_last: bool = False):
         super().__init__()
+        # the first pools a 4-d activation, so it converts as the convolutions do (ResNetHead says why)
+        self.channels_last = channels_last and first
         self.fc = uninitialised(nn.Linear, d_in, d_out)                # initialised below
         self.drop = None if last else nn.Dropout(dropout)
         self.first, self.last, self.pool_size = first, last, pool_size
@@ -83,10 +86,12 @@ class VGGFC(nn.Module):
         nn.init.zeros_(self.fc.bias)
 
     def extra_repr(self):
-        return f"first={self.first}, last={self.last}"
+        return f"first={self.first}, last={self.last}" + (", channels_last=True" if self.channels_last else "")
 
     def forward(self, x, labels):
         if self.first:
+            if self.channels_last:
+                x = to_channels_last(x)
             x = torch.flatten(F.adaptive_avg_pool2d(x, self.pool_size), 1)
         x = self.fc(x)
         if not self.last:
@@ -105,7 +110,8 @@ class VGGModel(ImageClassifierSpec):
             for j in range(total):
                 yield VGGConv(c_in, width, c.batch_norm, pool=(j == total - 1), channels_last=c.channels_last)
                 c_in = width
-        yield VGGFC(c_in * c.pool_size ** 2, c.fc_hidden, c.dropout, first=True, last=False, pool_size=c.pool_size)
+        yield VGGFC(c_in * c.pool_size ** 2, c.fc_hidden, c.dropout, first=True, last=False, pool_size=c.pool_size,
+                    channels_last=c.channels_last)
         yield VGGFC(c.fc_hidden, c.fc_hidden, c.dropout, first=False, last=False)
         yield VGGFC(c.fc_hidden, c.n_classes, c.dropout, first=False, last=True)
         yield CrossEntropyLoss()

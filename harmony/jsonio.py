@@ -57,6 +57,11 @@ def write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1) -> Non
     _write_atomically(path, lambda f: f.write(data))
 
 
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` atomically (a report a tool prints and keeps)."""
+    _write_atomically(path, lambda f: f.write(text), "w")
+
+
 def write_csv(path: str | os.PathLike, rows: list[dict], fieldnames: list[str] | None = None,
               extrasaction: str = "raise") -> None:
     """Write `rows` as a CSV table with a header to `path` atomically; the columns are `fieldnames`, else

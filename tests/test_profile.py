@@ -713,3 +713,19 @@ def test_cuda_sustain_times_the_block_by_events_beside_the_clock(tmp_path):
     assert all(0.5 < st["seconds"] < 5 and st["issue_s"] > 0 for st in sus["by_ubatch"].values()), sus
     if prof["gpu_clocks"] is not None:       # NVML present: the stretch has its own summary
         assert sus["gpu_clocks"] is not None and sus["gpu_clocks"]["samples"] >= 1, sus
+
+
+def test_a_vlayer_is_profiled_on_its_inputs_memory_format():
+    """harmony.profile._tile (docs/performance.md entry 106): a channels-last model's vLayer is timed on the
+    channels-last activation the vLayer below hands it inside a pack, not on an NCHW copy it would convert
+    first (VGG416's convolutions profiled 1.04-1.09x their NCHW forward time so); NCHW stays NCHW, and a
+    tensor that is both (one pixel) is tiled contiguous."""
+    x = torch.randn(2, 3, 4, 5)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    (a,), (b,) = hp.make_inputs((x,), 5, False), hp.make_inputs((cl,), 5, False)
+    assert a.is_contiguous() and b.is_contiguous(memory_format=torch.channels_last) and not b.is_contiguous()
+    assert torch.equal(a, b) and torch.equal(b[2:4], x) and b.shape[0] == 5
+    (c,) = hp.interior_inputs((cl,), 3, True)
+    assert c.is_contiguous(memory_format=torch.channels_last) and c.requires_grad
+    one = torch.randn(2, 3, 1, 1).contiguous(memory_format=torch.channels_last)
+    assert hp.make_inputs((one,), 3, False)[0].is_contiguous()

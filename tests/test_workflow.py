@@ -2589,3 +2589,64 @@ def test_swap_schedule_writes_the_plan_the_baseline_ran_without_running_it(tmp_p
     bad = sh([sys.executable, script, "results/paper/2xH200", "bert96", "--minibatch", "8", "--ubatch", "8",
               "--cap", "64MiB", "-o", str(tmp_path / "t.json")], check=False)
     assert bad.returncode == 1 and "infeasible" in bad.stderr and not (tmp_path / "t.json").exists(), bad.stderr
+
+
+def test_variant_points_sets_a_variants_records_beside_its_bases_and_marks_the_pending_ones(tmp_path):
+    """experiments/variant_points.py (device README item 63): for each point of the base, every system's
+    time in both models and the variant over the base; C10's ratio per side, a missing record `pending` and a
+    base that could not train by its status; bad BASE=VARIANT arguments name the fix."""
+    def record(system, model, name, status="ok", t=None):
+        p = tmp_path / "runs" / system / model / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"record": "iteration", "time_s": 9.0}) + "\n"
+                     + json.dumps({"record": "summary", "status": status, "iter_time_s": t}) + "\n")
+    record("harmony-vDP", "m", "N2-D8-auto.jsonl", t=1.0)
+    record("harmony-vPP", "m", "N2-D8-auto.jsonl", t=1.2)
+    record("swap-dp", "m", "N2-D8-best.jsonl", t=3.0)
+    record("swap-pp", "m", "N2-D8-best.jsonl", status="infeasible")
+    record("resident", "m", "N1-D8-best.jsonl", t=0.5)
+    record("harmony-vDP", "m-cl", "N2-D8-auto.jsonl", t=0.8)
+    record("swap-dp", "m-cl", "N2-D8-best.jsonl", t=2.0)
+    out_file = tmp_path / "cl.txt"
+    out = sh([sys.executable, str(ROOT / "experiments/variant_points.py"), str(tmp_path), "m=m-cl",
+              "-o", str(out_file)]).stdout
+    assert out_file.read_text() == out
+    lines = out.splitlines()
+    assert "2 8 harmony-vDP | 1.000 | 0.800 | 0.800" in lines
+    assert "2 8 harmony-vPP | 1.200 | pending | -" in lines
+    assert "2 8 swap-pp | infeasible | pending | -" in lines
+    assert "2 8 resident | 0.500 | pending | -" in lines          # resident's N = 1 record, at the point's D
+    assert ("2 8 base: Harmony 1.000 s; over it swap-dp 3.00x, swap-pp infeasible, fsdp-offload pending, "
+            "zero-offload pending") in lines
+    assert "2 8 variant: Harmony 0.800 s; over it swap-dp 2.50x, swap-pp pending" in out
+    bad = subprocess.run([sys.executable, str(ROOT / "experiments/variant_points.py"), str(tmp_path), "m"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "is not BASE=VARIANT" in bad.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "experiments/variant_points.py"), str(tmp_path), "x=x-cl"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and "has no records of 'x'" in bad.stderr
+
+
+@needs_snakemake
+def test_variant_job_list_asks_for_every_record_the_base_has_under_the_variants_name(tmp_path):
+    """experiments/device/make-jobs-variant.sh (device README item 63): for BASE=VARIANT:SYSTEMS[@D] the list
+    has a job for each of the base's records of those systems at those D under the variant's name, unless
+    the variant's record is there already; an item without a scales.yaml alias, or a system it does not
+    know, stops it with the fix named."""
+    out = tmp_path / "list.sh"
+    env = {**os.environ, "HW": "2xH200", "NGPU": "2", "OUT": str(out)}
+    script = ["bash", "experiments/device/make-jobs-variant.sh"]
+    p = subprocess.run(script + ["resnet1026=resnet1026-cl:swap-pp,resident@1024"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    text = out.read_text()
+    for system, n in (("swap-pp", 2), ("resident", 1)):
+        rel = f"results/paper/2xH200/runs/{system}/resnet1026-cl/N{n}-D1024-best.jsonl"
+        assert (ROOT / rel).exists() or f"--out {rel} " in text, (rel, p.stdout)
+    assert "D256" not in text and "harmony-v" not in text and "swap-dp" not in text
+    bad = subprocess.run(script + ["resnet1026=resnet1026-nhwc:harmony"], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "no 'resnet1026-nhwc: {base: resnet1026, ...}' alias" in bad.stderr
+    bad = subprocess.run(script + ["resnet1026=resnet1026-cl:swap-xx"], cwd=ROOT, env=env, capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "SYSTEM 'swap-xx' is not one of" in bad.stderr

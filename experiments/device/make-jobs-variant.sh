@@ -10,7 +10,7 @@
 #   e.g.   resnet1026=resnet1026-cl:harmony,swap-dp@1024 vgg416=vgg416-cl:harmony,swap-pp@16
 # For each ITEM, in order, the list holds every record BASE has for those systems (any N, as the base's
 # folder holds them: resident's are N = 1), under VARIANT's name; the variant's decompose and profile come
-# with its first item. Writes experiments/device/jobs-variant-<HW up to its first '-'>.sh.
+# with its first item. Writes experiments/device/jobs-variant-<HW up to its first '-'>.sh, or OUT.
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
@@ -43,7 +43,7 @@ for item in "$@"; do
   listing -- "${t[@]}"
   wanted+=("${t[@]}")
 done
-out="experiments/device/jobs-variant-${HW%%-*}.sh"
+out=${OUT:-experiments/device/jobs-variant-${HW%%-*}.sh}
 write_joblist "$out"
 lacking=0   # as make-jobs-samehost.sh: every record asked for is there or has its job
 for f in "${wanted[@]}"; do

@@ -214,6 +214,11 @@ def to_channels_last(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last)
 
 
+def channels_last_only(t: torch.Tensor) -> bool:
+    """Whether t is laid out channels-last and not also contiguous (a 1x1 image or one channel is both)."""
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
 def kaiming_normal_(tensor: torch.Tensor, mode: str = "fan_in", nonlinearity: str = "relu") -> torch.Tensor:
     """`nn.init.kaiming_normal_` (a = 0) through `draw_normal_`: std = gain / sqrt(fan)."""
     if mode not in ("fan_in", "fan_out"):

@@ -38,6 +38,7 @@ from harmony.gpu_clocks import DeviceClocks
 from harmony.gpumem import MemoryMeter, alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
+from harmony.models.base import channels_last_only
 from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
@@ -940,7 +941,7 @@ def laid_out_like(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     inside one graph would hand a channels-last output (ResNetConfig.channels_last) a channels-last
     gradient; cuDNN's BatchNorm backward reduces in another order for another format, so without this the
     runtime would differ from plain PyTorch in the last bits (docs/performance.md entry 105)."""
-    if g.dim() == 4 and not y.is_contiguous() and y.is_contiguous(memory_format=torch.channels_last):
+    if g.dim() == 4 and channels_last_only(y):
         return g.contiguous(memory_format=torch.channels_last)
     return g
 

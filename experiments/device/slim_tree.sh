@@ -14,6 +14,7 @@ set -euo pipefail
 #                                               slash), for a call whose job list reads none of them: the
 #                                               2x H200 tree alone had grown to 63.8 MiB by the fifty-second
 #                                               session, too close to the tool's limit
+#   SLIM_KEEP='results/paper/2xH200/runs/*/*-cl/' ... slim_tree.sh on HW   takes those back in after SLIM_ALSO
 #   bash experiments/device/slim_tree.sh on HW [HW...]  also leaves out every results/paper/ folder but HW (e.g.
 #                                               2xH200; name two for a call that may get either card):
 #                                               a call's job list reads only its own hardware's folder, and
@@ -27,6 +28,10 @@ case ${1:-} in
            keep+=("/results/paper/$hw/" "!/results/paper/$hw/superseded/")
          done
          for extra in ${SLIM_ALSO:-}; do keep+=("!/${extra#/}"); done
+         # SLIM_KEEP: patterns taken back in after SLIM_ALSO, e.g. a variant's committed records inside a
+         # left-out runs/ folder (device README item 63: 'results/paper/2xH200/runs/*/*-cl/'), which a job
+         # list would otherwise make again
+         for back in ${SLIM_KEEP:-}; do keep+=("/${back#/}"); done
          git sparse-checkout set --no-cone '/*' '!/results/paper/*/' "${keep[@]}"
        else
          git sparse-checkout set --no-cone '/*' '!/results/paper/*/superseded/' '!/results/paper/4xH200/'

@@ -2650,3 +2650,32 @@ def test_variant_job_list_asks_for_every_record_the_base_has_under_the_variants_
     bad = subprocess.run(script + ["resnet1026=resnet1026-cl:swap-xx"], cwd=ROOT, env=env, capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "SYSTEM 'swap-xx' is not one of" in bad.stderr
+
+
+def test_pending_jobs_estimates_a_variants_jobs_by_its_base_models(tmp_path):
+    """pending_jobs.py --variant BASE=VARIANT (device README item 63): a variant's baseline search with no
+    search of its own takes its base's, and its Harmony run with no plan yet its base's plan at the same
+    point; without the option both are unknown; a malformed pair names the form."""
+    own = Path("results/paper/hw")
+    sched = tmp_path / own / "schedules" / "m" / "vPP-N2-D8-auto.json"
+    sched.parent.mkdir(parents=True)
+    sched.write_text(json.dumps({"prediction": {"iter_time_s": 2.0}}))
+    cand = tmp_path / own / "runs" / "swap-dp" / "m" / "N2-D8-best.u4.jsonl"
+    cand.parent.mkdir(parents=True)
+    cand.write_text("".join(json.dumps({"record": "iteration", "time_s": t}) + "\n" for t in (1.0, 2.0)))
+    (cand.parent / "N2-D8-best.jsonl").write_text(cand.read_text())
+    run_out = own / "runs" / "harmony-vPP" / "m-cl" / "N2-D8-auto.jsonl"
+    base_out = own / "runs" / "swap-dp" / "m-cl" / "N2-D8-best.jsonl"
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(
+        f"job run_harmony 'harmony run {own}/schedules/m-cl/vPP-N2-D8-auto.json --iters 4 -o {run_out}' '{run_out}'\n"
+        f"job baseline 'harmony baseline swap-dp -o {base_out}' '{base_out}'\n")
+    script = [sys.executable, str(ROOT / "experiments/device/pending_jobs.py"), str(joblist), "--root", str(tmp_path)]
+    plain = sh(script).stdout
+    assert "2 without" in plain, plain
+    out = sh(script + ["--variant", "m=m-cl"]).stdout
+    rows = {line.split()[3]: line for line in out.splitlines() if " s  " in line}
+    assert rows[str(run_out)].split()[0] == "44" and "m's plan (this one is not searched yet)" in rows[str(run_out)], out
+    assert rows[str(base_out)].split()[0] == "13" and "the same search on this machine, m:" in rows[str(base_out)], out
+    bad = subprocess.run(script + ["--variant", "m"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "is not BASE=VARIANT" in bad.stderr

@@ -15,11 +15,14 @@ A job is left when one of its outputs is missing or empty (the list's own rule).
     another folder is scaled by the median ratio, this folder's time over that one's, of the same
     system's searches done in both (2x H200's first three zero-offload searches at N = 2 took 0.6, 2.6
     and 3.8x the H100's at N = 1), and unscaled where there is no such pair;
-  - profiles and schedules: the median of that rule's jobs in the console logs.
+  - profiles and schedules: the median of that rule's jobs in the console logs;
+  - with `--variant BASE=VARIANT` (a model alias of experiments/scales.yaml, device README item 63), a
+    variant's job that has no basis of its own takes its base model's: the base's search, or its plan's
+    prediction where the variant's plan is not searched yet (channels-last runs faster: an upper bound).
 A job with no basis is listed as unknown. Estimates say where the time goes, not what a call will finish.
 
     python experiments/device/pending_jobs.py experiments/device/jobs-2xH200.sh \
-        --like results/paper/1xH100-80GB-HBM3 [--skip zero-offload] [--call-s 545]
+        --like results/paper/1xH100-80GB-HBM3 [--skip zero-offload] [--call-s 545] [--variant BASE=VARIANT ...]
 """
 from __future__ import annotations
 
@@ -83,9 +86,10 @@ def past_job_seconds(results: Path) -> tuple[dict[str, float], dict[str, list[fl
     return by_output, by_rule
 
 
-def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
+def harmony_run_estimate(job: Job, root: Path, variants: dict[str, str] | None = None) -> tuple[float | None, str]:
     """A Harmony run: what the deadline check charges it (predicted iterations 10% over, the traced one
-    too, plus the set-up it allows), prefaulted."""
+    too, plus the set-up it allows), prefaulted. `variants` (variant -> base): a variant's plan not yet
+    searched is estimated by its base's plan at the same point."""
     from harmony.jsonio import DEADLINE_MARGIN
     from harmony.runtime import run_cost_s
     words = shlex.split(job.cmd)
@@ -95,14 +99,24 @@ def harmony_run_estimate(job: Job, root: Path) -> tuple[float | None, str]:
         else:                                    # `harmony run SCHEDULE ...`
             sched = next(w for w in words[words.index("run") + 1:] if w.endswith(".json"))
         iters = int(words[words.index("--iters") + 1]) if "--iters" in words else 5
+    except (ValueError, IndexError, StopIteration):
+        return None, "no schedule to predict from"
+    note = ""
+    if not (root / sched).is_file():
+        parts = Path(sched).parts
+        base = (variants or {}).get(parts[-2]) if len(parts) >= 2 else None
+        if base is not None:
+            sched, note = str(Path(*parts[:-2], base, parts[-1])), f"; {base}'s plan (this one is not searched yet)"
+    try:
         record = json.loads((root / sched).read_text())
-    except (ValueError, IndexError, StopIteration, OSError):
+    except (ValueError, OSError):
         return None, "no schedule to predict from"
     cost = run_cost_s(record, iters, traced="--memcpy-trace" in words, prefault=True)
     if cost is None:
         return None, "its schedule has no prediction"
     iter_s, overhead = cost
-    return DEADLINE_MARGIN * iter_s + overhead, f"{iters} x {record['prediction']['iter_time_s']:.2f} s predicted + set-up"
+    return (DEADLINE_MARGIN * iter_s + overhead,
+            f"{iters} x {record['prediction']['iter_time_s']:.2f} s predicted + set-up" + note)
 
 
 def records_seconds(final: Path, system: str, final_counts: bool = True) -> float:
@@ -145,27 +159,30 @@ def machine_ratio(root: Path, own_dir: Path, own: tuple, folder: Path, theirs: t
 
 
 def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[Path, tuple]],
-             ratios: dict[tuple[Path, str], tuple[float | None, int]]) -> tuple[float | None, str]:
+             ratios: dict[tuple[Path, str], tuple[float | None, int]],
+             variants: dict[str, str] | None = None) -> tuple[float | None, str]:
     """`ratios`: machine_ratio per (other folder, system), filled as first needed (it reads every record of
-    that system's searches in both folders; the same for every job of the list)."""
+    that system's searches in both folders; the same for every job of the list). `variants`: variant ->
+    base model, whose jobs stand in where the variant has none."""
     if job.rule in HARMONY_RULES:
-        return harmony_run_estimate(job, root)
+        return harmony_run_estimate(job, root, variants)
     key = job_key(job.rule, job.outputs[0])
     if key is not None:
         _, system, model, d = key
         # what a resumed search skips is its candidates on record, not the calls' time on it: a candidate cut
         # off is lost, and so are candidates moved to superseded/ (4x H200's swap-dp, fifty-sixth session)
         spent = records_seconds(root / job.outputs[0], system, final_counts=False)
-        for i, (folder, past) in enumerate([(own_dir, own)] + like):
-            finals = sorted((root / folder / "runs" / system / model).glob(f"N*-D{d}-best.jsonl"))
+        models = [model] + ([variants[model]] if variants and model in variants else [])
+        for i, (folder, past, m) in enumerate((f, p, m) for m in models for f, p in [(own_dir, own)] + like):
+            finals = sorted((root / folder / "runs" / system / m).glob(f"N*-D{d}-best.jsonl"))
             finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]
             if not finals:
                 continue
             logged, recorded = search_seconds(finals, root, past[0], system)
-            where = "this machine" if i == 0 else folder.name
+            where = ("this machine" if folder == own_dir else folder.name) + ("" if m == model else f", {m}")
             basis = f"the same search on {where}: {logged:.0f} s in its calls' logs, {recorded:.0f} s by its records"
             scale, pairs = None, 0
-            if i > 0:
+            if folder != own_dir:
                 if (folder, system) not in ratios:
                     ratios[folder, system] = machine_ratio(root, own_dir, own, folder, past, system)
                 scale, pairs = ratios[folder, system]
@@ -188,6 +205,8 @@ def main(argv=None) -> int:
     p.add_argument("--skip", default=None, help="leave out jobs whose first output matches this regex (JOB_SKIP)")
     p.add_argument("--call-s", type=float, default=545.0,
                    help="job-list seconds one device call gives (585 s less about 40 s of set-up and tail)")
+    p.add_argument("--variant", nargs="*", default=[], metavar="BASE=VARIANT",
+                   help="estimate a model variant's jobs by its base model's where it has none of its own")
     p.add_argument("--root", type=Path, default=Path("."), help="the repository root the list runs from")
     args = p.parse_args(argv)
     jobs = read_jobs(args.joblist)
@@ -204,10 +223,16 @@ def main(argv=None) -> int:
     own_dir = args.results or Path(*Path(jobs[0].outputs[0]).parts[:3])
     own = past_job_seconds(args.root / own_dir)
     like = [(d, past_job_seconds(args.root / d)) for d in args.like]
+    variants = {}
+    for pair in args.variant:
+        base, sep, variant = pair.partition("=")
+        if not (sep and base and variant):
+            p.error(f"--variant {pair!r} is not BASE=VARIANT (e.g. resnet1026=resnet1026-cl)")
+        variants[variant] = base
     total, unknown, ratios = 0.0, 0, {}
     print(f"{len(left)} of {len(jobs)} jobs left in {args.joblist}" + (f" (leaving out {args.skip})" if args.skip else ""))
     for j in left:
-        s, basis = estimate(j, args.root, own_dir, own, like, ratios)
+        s, basis = estimate(j, args.root, own_dir, own, like, ratios, variants)
         total += s or 0.0
         unknown += s is None
         print(f"{'?' if s is None else f'{s:.0f}':>6} s  {j.rule:<16} {j.outputs[0]}  ({basis})")

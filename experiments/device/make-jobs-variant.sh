@@ -6,15 +6,16 @@
 # and the next call goes on from there (grid_gpu.sh skips records that exist).
 #   usage: HW=2xH200 NGPU=2 bash experiments/device/make-jobs-variant.sh ITEM...
 #   ITEM:  BASE=VARIANT:SYSTEM[,SYSTEM...][@D[,D...]]   SYSTEM: harmony (both modes' searched plans),
-#          swap-dp, swap-pp, fsdp-offload, zero-offload or resident; @D: only those minibatches
-#   e.g.   resnet1026=resnet1026-cl:harmony,swap-dp@1024 vgg416=vgg416-cl:harmony,swap-pp@16
+#          swap-dp, swap-pp, fsdp-offload, zero-offload or resident; @D: only those minibatches, for
+#          every system of the item (one item per different set of D)
+#   e.g.   resnet1026=resnet1026-cl:harmony resnet1026=resnet1026-cl:swap-dp@1024
 # For each ITEM, in order, the list holds every record BASE has for those systems (any N, as the base's
 # folder holds them: resident's are N = 1), under VARIANT's name; the variant's decompose and profile come
 # with its first item. Writes experiments/device/jobs-variant-<HW up to its first '-'>.sh, or OUT.
 set -euo pipefail
 : "${HW:?set HW, e.g. HW=2xH200}"; : "${NGPU:?set NGPU, the GPUs of the machine that will run the list}"
 CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
-[ $# -gt 0 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,14p "$0" >&2; exit 2; }
 source "$(dirname "$0")/joblist_lib.sh"
 wanted=()
 for item in "$@"; do

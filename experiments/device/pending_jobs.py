@@ -173,7 +173,7 @@ def estimate(job: Job, root: Path, own_dir: Path, own: tuple, like: list[tuple[P
         # off is lost, and so are candidates moved to superseded/ (4x H200's swap-dp, fifty-sixth session)
         spent = records_seconds(root / job.outputs[0], system, final_counts=False)
         models = [model] + ([variants[model]] if variants and model in variants else [])
-        for i, (folder, past, m) in enumerate((f, p, m) for m in models for f, p in [(own_dir, own)] + like):
+        for folder, past, m in ((f, p, m) for m in models for f, p in [(own_dir, own)] + like):
             finals = sorted((root / folder / "runs" / system / m).glob(f"N*-D{d}-best.jsonl"))
             finals = [f for f in finals if str(f.relative_to(root)) != job.outputs[0]]
             if not finals:

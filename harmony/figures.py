@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from harmony.jsonio import write_csv
-from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, parse_path, run_gpus
+from harmony.workflow import BASELINES, FIGURES, HARMONY, cfg_name, grid_of, parse_path, run_gpus
 
 COLUMNS = ["figure", "scale", "hardware", "model", "model_params", "minibatch", "system", "gpus", "cfg", "kind", "status",
            "samples_per_s", "iter_time_s", "predicted_iter_time_s", "roofline_s", "roofline_fraction",
@@ -234,7 +234,7 @@ def collect(fig: str, exp: dict, scale: str, hardware: str, files: list[str], co
     With `complete` and `gpus_present`, the grid points are those the workflow would produce on that
     machine (measured at the N present, Harmony predicted at larger N: harmony.workflow.Plan.run_gpus),
     and each one without a record is a row with status "missing" (drawn "not run")."""
-    grid = exp["grid"][scale]
+    grid = grid_of(exp, scale, hardware)
     base = {"figure": fig, "scale": scale, "hardware": hardware}
     if exp["kind"] == "table":
         rows = []

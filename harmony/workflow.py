@@ -124,6 +124,22 @@ def parse_ubatch_override(value) -> str | list[int]:
     return us
 
 
+def grid_of(exp: dict, scale: str, hardware: str) -> dict:
+    """A figure's grid at `scale` for one results folder: its model ids replaced where the figure's
+    `variants` names a variant for that scale and hardware (device README item 63: a folder's figure 10
+    takes resnet1026-cl, the channels-last alias, once every system has run it there; other folders keep
+    the base). The workflow's targets and the figure's rows both read the grid through this."""
+    grid = exp["grid"][scale]
+    rename = ((exp.get("variants") or {}).get(scale) or {}).get(hardware) or {}
+    unknown = sorted(set(rename) - set(grid.get("models") or {}))
+    if unknown:
+        raise ValueError(f"{exp.get('figure', 'a figure')}: variants for {scale}/{hardware} name "
+                         f"{', '.join(unknown)}, not models of its {scale} grid; use the grid's model ids as keys")
+    if not rename:
+        return grid
+    return {**grid, "models": {rename.get(m, m): v for m, v in grid["models"].items()}}
+
+
 SEARCH_UBATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -193,7 +209,7 @@ class Plan:
         return self.settings["device"]
 
     def grid(self, figure: str) -> dict:
-        return self.experiments[figure]["grid"][self.scale]
+        return grid_of(self.experiments[figure], self.scale, self.hardware)
 
     def run_path(self, system, model, gpus, minibatch, cfg) -> str:
         return f"{self.root}/runs/{system}/{model}/N{gpus}-D{minibatch}-{cfg}.jsonl"

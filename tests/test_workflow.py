@@ -2679,3 +2679,35 @@ def test_pending_jobs_estimates_a_variants_jobs_by_its_base_models(tmp_path):
     assert rows[str(base_out)].split()[0] == "13" and "the same search on this machine, m:" in rows[str(base_out)], out
     bad = subprocess.run(script + ["--variant", "m"], capture_output=True, text=True)
     assert bad.returncode == 2 and "is not BASE=VARIANT" in bad.stderr
+
+
+def test_a_figures_variants_replace_a_models_id_on_the_folders_named_only(tmp_path):
+    """harmony.workflow.grid_of (device README item 63): a figure's `variants` for a scale and hardware put a
+    model variant (an alias such as resnet1026-cl) in its base's place, in the workflow's targets and in the
+    figure's rows, on that folder only; a variant of a model the grid lacks is refused with the fix named.
+    The committed figure 10 names none yet: no folder has every system's variant records."""
+    from harmony.figures import _load_experiment, collect
+    from harmony.workflow import Plan, grid_of
+    exp = _load_experiment("figure10", None, str(ROOT / "experiments"))
+    assert exp["variants"] == {}
+    exp = {**exp, "variants": {"smoke": {"1xTEST": {"resnet-tiny": "resnet-tiny-cl"}}}}
+    assert "resnet-tiny-cl" in grid_of(exp, "smoke", "1xTEST")["models"]
+    assert "resnet-tiny" in grid_of(exp, "smoke", "2xOTHER")["models"]
+    assert list(grid_of(exp, "smoke", "1xTEST")["models"])[3] == "resnet-tiny-cl"     # in the base's place
+    d = tmp_path / "runs" / "swap-dp"
+    for model in ("resnet-tiny", "resnet-tiny-cl"):
+        (d / model).mkdir(parents=True)
+        (d / model / "N4-D16-best.jsonl").write_text(json.dumps({"record": "summary", "status": "ok",
+                                                               "samples_per_s": 2.0, "iter_time_s": 8.0}) + "\n")
+    files = [str(p) for p in d.rglob("*.jsonl")]
+    rows = collect("figure10", exp, "smoke", "1xTEST", files, complete=True, gpus_present=4)
+    models = {r["model"] for r in rows}
+    assert "resnet-tiny-cl" in models and "resnet-tiny" not in models
+    row = next(r for r in rows if (r["model"], r["system"], r["kind"]) == ("resnet-tiny-cl", "swap-dp", "measured"))
+    assert row["status"] == "ok" and row["source"].endswith("resnet-tiny-cl/N4-D16-best.jsonl")
+    plan = Plan.from_config({"scale": "smoke", "hardware": "1xTEST", "gpus_present": 4}, root=ROOT)
+    plan.experiments["figure10"] = exp
+    runs = plan.figure_inputs("figure10")["runs"]
+    assert any("/resnet-tiny-cl/" in r for r in runs) and not any("/resnet-tiny/" in r for r in runs)
+    with pytest.raises(ValueError, match="not models of its smoke grid"):
+        grid_of({**exp, "variants": {"smoke": {"1xTEST": {"resnet1026": "resnet1026-cl"}}}}, "smoke", "1xTEST")

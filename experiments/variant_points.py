@@ -35,13 +35,12 @@ def final_time(path: Path) -> tuple[str, float | None]:
 
 
 def points(root: Path, base: str) -> list[tuple[int, int]]:
-    """(N, D) of every final record the base model has, over all systems (resident's N = 1 folded into
-    the N of the other systems' records at that D)."""
+    """(N, D) of every final record the base model has of Harmony and the baselines (resident's, at N = 1,
+    are read at the same D by record_path)."""
     found = set()
-    for system in SYSTEMS:
+    for system in HARMONY + BASELINES:
         for f in (root / "runs" / system / base).glob("N*-D*-*.jsonl"):
-            m = FINAL.match(f.name)
-            if m and system != "resident":
+            if m := FINAL.match(f.name):
                 found.add((int(m[1]), int(m[2])))
     return sorted(found, key=lambda p: (p[1], p[0]))
 

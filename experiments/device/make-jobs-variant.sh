@@ -22,7 +22,8 @@ for item in "$@"; do
   case $item in *=*:*) ;; *) echo "$0: '$item' is not BASE=VARIANT:SYSTEM[,SYSTEM...][@D,...]" >&2; exit 2 ;; esac
   base=${item%%=*}; rest=${item#*=}; variant=${rest%%:*}; systems=${rest#*:}; ds=""
   case $systems in *@*) ds=${systems#*@}; ds=${ds//,/ }; systems=${systems%%@*} ;; esac
-  grep -qE "^  $variant: *\{base: *$base," experiments/scales.yaml \
+  python3 -c 'import sys, yaml; a = yaml.safe_load(open("experiments/scales.yaml"))["models"].get(sys.argv[1]) or {}
+sys.exit(a.get("base") != sys.argv[2])' "$variant" "$base" \
     || { echo "$0: experiments/scales.yaml's models: has no '$variant: {base: $base, ...}' alias" >&2; exit 2; }
   t=()
   for system in ${systems//,/ }; do

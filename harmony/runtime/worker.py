@@ -38,7 +38,7 @@ from harmony.gpu_clocks import DeviceClocks
 from harmony.gpumem import MemoryMeter, alloc_retries, autocast, reserved_by_stream, set_deterministic
 from harmony.jsonio import outlasts_deadline, seconds_left
 from harmony.metrics import PhaseClock
-from harmony.models.base import channels_last_only
+from harmony.models.base import channels_last_only, to_channels_last
 from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
@@ -943,9 +943,7 @@ def laid_out_like(g: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     entry 105). The GPU test's 2.5e-6 difference turned out to be the head's pooling (entry 106); this
     was not measured apart from that fix, and is kept because it makes the pack's inputs what plain
     PyTorch's are."""
-    if g.dim() == 4 and channels_last_only(y):
-        return g.contiguous(memory_format=torch.channels_last)
-    return g
+    return to_channels_last(g) if channels_last_only(y) else g
 
 
 def _views_of(grads: list, flat: torch.Tensor, offsets: list[int]) -> bool:

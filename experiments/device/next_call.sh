@@ -86,7 +86,9 @@ case "$HW" in
     # ITEM=47 runs the stale swap baselines again beside Harmony (runtime_rerun above; its list written first)
     # ITEM=63 (the default): figure 10's convolutional points with channels-last activations, every system,
     # from experiments/device/jobs-variant-2xH200.sh (make-jobs-variant.sh writes it), several calls;
-    # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log
+    # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log; HANG_CHECK=1 first runs
+    # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
+    # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
     elif [ "${ITEM:-63}" = 63 ]; then
@@ -94,6 +96,11 @@ case "$HW" in
       if [ "${GPU_TEST:-0}" = 1 ]; then
         mkdir -p "$C"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last \
           > "$C/$T.gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$C/$T.gpu-test.log"
+      fi
+      if [ "${HANG_CHECK:-0}" = 1 ]; then
+        H=results/probes/hang/2xH200/$T
+        DEADLINE_S=300 bash experiments/device/hang-check-2xH200.sh "$H" 2>&1 | tee "/tmp/$T-hang.console"
+        cp "/tmp/$T-hang.console" "$H/console.log"; tar czf "$OUT/$T-hang.tgz" "$H"
       fi
       BUDGET_S=$((585 - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-variant-2xH200.sh \
         results/paper/2xH200 "$T"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# docs/performance.md entry 107: swap-pp resnet1026-cl D = 64 at u = 8 made no progress in its first
+# iteration on x2-cl6 (rank 1 in a gradient send, rank 0 inside a forward kernel launch; the watchdog ended
+# it after 330 s), where NCHW's u = 8 had run. This runs that candidate alone, twice, and NCHW's once as the
+# control, each with NCCL's INIT and P2P logging (when each channel's communicator is made, and how) and
+# the GPUs' utilisation sampled every 0.5 s beside it: a hang with both GPUs busy is kernels spinning on a
+# peer, one with both idle is a wait on the host. Paper settings (11 GiB cap, TF32), 4 iterations, 2 of
+# them warm-up, as the search ran it. A run that outlasts RUN_LIMIT_S gets SIGTERM, on which the launcher
+# writes every worker's stacks into its log (docs/runtime.md); no run starts past the deadline.
+#   bash experiments/device/hang-check-2xH200.sh OUTDIR     (RUN_LIMIT_S=120, DEADLINE_S=300)
+set -uo pipefail
+O=${1:?usage: hang-check-2xH200.sh OUTDIR}
+IN=results/paper/2xH200
+RUN_LIMIT_S=${RUN_LIMIT_S:-120}
+DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-300} ))
+export PYTHONUNBUFFERED=1
+mkdir -p "$O"
+python3 -m harmony.cli env --device cuda --precision tf32 > "$O/env.json"
+run() {   # run NAME MODEL: swap-pp at D = 64, N = 2, u = 8 on results/paper/2xH200/models/MODEL.json
+  local name=$1 model=$2
+  if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] $name: skipped (deadline)"; return; fi
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,power.draw --format=csv -lms 500 \
+    > "$O/$name.smi.csv" 2>&1 &
+  local smi=$!
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout "$RUN_LIMIT_S" python3 -m harmony.cli baseline swap-pp \
+    "$IN/models/$model.json" --minibatch 64 --gpus 2 --gpu-memory 11GiB --ubatch 8 --iters 4 --warmup 2 \
+    --device cuda --precision tf32 --profile "$IN/profiles/$model.json" --calibration "$IN/calibration.json" \
+    -o "$O/$name.jsonl" > "$O/$name.log" 2>&1
+  local rc=$?
+  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+  echo "[$SECONDS s] $name: rc $rc$([ $rc = 124 ] && echo ' (timed out: a hang)')"
+}
+run cl-u8-a resnet1026-cl
+run nchw-u8 resnet1026
+run cl-u8-b resnet1026-cl
+PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

@@ -6,7 +6,8 @@
 # the GPUs' utilisation sampled every 0.5 s beside it: a hang with both GPUs busy is kernels spinning on a
 # peer, one with both idle is a wait on the host. Paper settings (11 GiB cap, TF32), 4 iterations, 2 of
 # them warm-up, as the search ran it. A run that outlasts RUN_LIMIT_S gets SIGTERM, on which the launcher
-# writes every worker's stacks into its log (docs/runtime.md); no run starts past the deadline.
+# writes every worker's stacks into its log (docs/runtime.md), and SIGKILL 15 s later; no run starts past
+# the deadline.
 #   bash experiments/device/hang-check-2xH200.sh OUTDIR     (RUN_LIMIT_S=120, DEADLINE_S=300)
 set -uo pipefail
 O=${1:?usage: hang-check-2xH200.sh OUTDIR}
@@ -22,12 +23,15 @@ run() {   # run NAME MODEL: swap-pp at D = 64, N = 2, u = 8 on results/paper/2xH
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,power.draw --format=csv -lms 500 \
     > "$O/$name.smi.csv" 2>&1 &
   local smi=$!
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout "$RUN_LIMIT_S" python3 -m harmony.cli baseline swap-pp \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout -k 15 "$RUN_LIMIT_S" python3 -m harmony.cli baseline swap-pp \
     "$IN/models/$model.json" --minibatch 64 --gpus 2 --gpu-memory 11GiB --ubatch 8 --iters 4 --warmup 2 \
     --device cuda --precision tf32 --profile "$IN/profiles/$model.json" --calibration "$IN/calibration.json" \
     -o "$O/$name.jsonl" > "$O/$name.log" 2>&1
   local rc=$?
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+  # a launcher killed past its SIGTERM grace can leave its spawned workers holding both GPUs, which would
+  # hang the next run too; nothing else runs beside this script
+  if [ $rc = 124 ] || [ $rc = 137 ]; then pkill -9 -f 'multiprocessing.spawn' 2>/dev/null; sleep 3; fi
   echo "[$SECONDS s] $name: rc $rc$([ $rc = 124 ] && echo ' (timed out: a hang)')"
 }
 run cl-u8-a resnet1026-cl

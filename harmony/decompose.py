@@ -181,12 +181,21 @@ def add_arguments(p) -> None:
                         "names an alias (zoo model + --set, experiments/scales.yaml) by its id, e.g. gpt2-4096x24")
 
 
+# Python's spellings of JSON's literals: the workflow writes an alias's YAML `true` as `--set KEY=True`, and
+# a string "False" would be a true value to the model's config
+_PY_LITERALS = {"True": True, "False": False, "None": None}
+
+
 def parse_overrides(items: list[str]) -> dict:
+    """--set KEY=VALUE items -> {KEY: VALUE}, VALUE read as JSON (or True/False/None), else kept a string."""
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
+        if v in _PY_LITERALS:
+            out[k] = _PY_LITERALS[v]
+            continue
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:

@@ -67,6 +67,17 @@ def test_cli_writes_model_json_and_prints_counts(tmp_path, capsys):
     assert sum(p.numel() for p in spec.build("meta").parameters()) == rec["total_params"]
 
 
+def test_set_reads_json_and_pythons_literals():
+    """--set values: JSON, or Python's True/False/None (the workflow writes an alias's YAML `true` as True),
+    else a string. `channels_last=False` once stayed the string "False", which the config took as true."""
+    from harmony.decompose import parse_overrides
+    got = parse_overrides(["a=True", "b=False", "c=None", "d=false", "e=3", "f=[1, 2]", "g=gelu", "h=x=y"])
+    assert got == {"a": True, "b": False, "c": None, "d": False, "e": 3, "f": [1, 2], "g": "gelu", "h": "x=y"}
+    assert got["b"] is False and got["a"] is True
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_overrides(["channels_last"])
+
+
 def test_cli_unknown_model_is_a_clear_error(tmp_path, capsys):
     assert harmony_main(["decompose", "gpt2-mediun", "-o", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err

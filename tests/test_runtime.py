@@ -167,6 +167,12 @@ def _run_batch(N: int):
                                 **{**OVERRIDES.get(case[0], {}), "channels_last": True})
         runs.append((rec, g, {"iters": ITERS}))
         meta.append(((case[0] + "+channels-last", *case[1:]), spec, rec, g, False))
+    # --keep-layout: the same models' activations sent and stashed as NHWC views, not reordered to NCHW
+    for case in KEEP_LAYOUT_CASES:
+        spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4],
+                                **{**OVERRIDES.get(case[0], {}), "channels_last": True})
+        runs.append((rec, g, {"iters": ITERS, "keep_layout": True}))
+        meta.append(((case[0] + "+channels-last+keep-layout", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
 
@@ -180,8 +186,11 @@ LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2
 # the convolutional models with channels-last activations (ResNetConfig.channels_last): stashed, sent and
 # received activations arrive NCHW-contiguous and each vLayer converts its input
 CHANNELS_LAST_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 2, 2, "P1")]
+# and with --keep-layout (docs/performance.md entry 107): u_fwd != u_bwd, so a FWD task's stash is a group
+# buffer that its microbatches are copied into, and vPP sends every pack's output and input gradient
+KEEP_LAYOUT_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 4, 2, "P1")]
 N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(PER_PACK_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
-           + len(LAZY_RECEIVE_CASES) + len(CHANNELS_LAST_CASES))     # the cases of _run_batch beyond cases(N)
+           + len(LAZY_RECEIVE_CASES) + len(CHANNELS_LAST_CASES) + len(KEEP_LAYOUT_CASES))     # the cases of _run_batch beyond cases(N)
 
 
 @pytest.fixture(scope="module")
@@ -271,6 +280,35 @@ def test_a_gradient_from_another_pack_takes_its_outputs_memory_format():
     assert laid_out_like(g, y.contiguous()) is g                      # NCHW output: untouched
     flat = torch.randn(6, 4)
     assert laid_out_like(flat, flat.t().contiguous().t()) is flat     # not 4-d: untouched
+
+
+def test_keep_layout_moves_channels_last_tensors_without_reordering_them():
+    """--keep-layout (harmony/runtime/p2p.py, transfer.host_view): what goes on the wire for a channels-last
+    tensor is a contiguous NHWC view of it (no copy; gloo and NCCL both take it), the receiver's buffer
+    is read as channels-last (n, C, H, W) with the same values, a row slice of it is what the sender sent
+    for those rows, and a stash's host tensor is read the same way. Without it, and for tensors that are
+    not 4-d, the NCHW path is unchanged."""
+    from harmony.runtime.p2p import to_wire, wire_buffer
+    from harmony.runtime.transfer import host_view
+    x = torch.randn(6, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    w = to_wire(x, True)
+    assert w.is_contiguous() and w.data_ptr() == x.data_ptr() and w.shape == (6, 4, 5, 3)
+    wire, seen = wire_buffer(6, (3, 4, 5), x.dtype, "cpu", True)
+    wire[2:4].copy_(to_wire(x[2:4], True))          # what a receive of rows 2-3 writes
+    assert seen.shape == x.shape and seen[2:4].is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(seen[2:4], x[2:4])
+    nchw = torch.randn(6, 3, 4, 5)                  # a sender's tensor that is not channels-last: reordered once
+    assert torch.equal(to_wire(nchw, True), nchw.permute(0, 2, 3, 1))
+    assert to_wire(x, False).is_contiguous() and torch.equal(to_wire(x, False), x)
+    flat = torch.randn(6, 7)
+    assert to_wire(flat, True) is flat and wire_buffer(6, (7,), flat.dtype, "cpu", True)[1].shape == (6, 7)
+    host = torch.zeros(6, 3, 4, 5)                  # an arena's stash tensor
+    v = host_view(host, True)
+    assert v.shape == host.shape and v.data_ptr() == host.data_ptr()
+    assert v.is_contiguous(memory_format=torch.channels_last) and v[1:3].is_contiguous(memory_format=torch.channels_last)
+    v.copy_(x)
+    assert torch.equal(v, x) and torch.equal(host.view(6, 4, 5, 3), x.permute(0, 2, 3, 1))
+    assert host_view(host, False) is host and host_view(flat, True) is flat
 
 
 def test_cases_cover_the_grid():

@@ -140,16 +140,19 @@ def test_gpu_matches_pytorch(results, case):
         assert k == {kind: want[kind] for kind in k}
 
 
+@pytest.mark.parametrize("keep_layout", [False, True], ids=["nchw-crossings", "keep-layout"])
 @pytest.mark.parametrize("name,mode,N", [("resnet-tiny", "vPP", 1), ("vgg-tiny", "vDP", 1), ("resnet-tiny", "vPP", 2)])
-def test_channels_last_on_the_gpu_matches_pytorch(name, mode, N):
+def test_channels_last_on_the_gpu_matches_pytorch(name, mode, N, keep_layout):
     """`channels_last` (docs/performance.md entry 105) on CUDA, where cuDNN runs the NHWC kernels: the
-    runtime's stashed and received activations arrive NCHW and each vLayer converts them; the reference builds
-    the same model, so it computes in the same format."""
+    runtime's stashed and received activations arrive NCHW and each vLayer converts them, or with
+    --keep-layout (entry 107) they cross as NHWC views, sent over NCCL and copied to the host as they are;
+    the reference builds the same model, so it computes in the same format."""
     if torch.cuda.device_count() < N:
         pytest.skip(f"needs {N} GPUs")
     spec, rec, g = schedule(name, mode, N, 2, 2, "P1", **{**OVERRIDES.get(name, {}), "channels_last": True})
-    ((losses, params, _),) = train_many([(rec, g, {"iters": ITERS, "device": "cuda"})])
-    assert_matches_pytorch((name, mode, N, "channels-last"), spec, g, losses, params)
+    ((losses, params, _),) = train_many([(rec, g, {"iters": ITERS, "device": "cuda", "keep_layout": keep_layout})])
+    assert_matches_pytorch((name, mode, N, "channels-last" + ("+keep-layout" if keep_layout else "")), spec, g,
+                           losses, params)
 
 
 def assert_matches_pytorch(case, spec, g, losses, params):

@@ -102,7 +102,7 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False,
-                 ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE):
+                 ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE, keep_layout: bool = False):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
@@ -136,6 +136,7 @@ class Prepared:
                     "max_iter_s": max_iter_s, "first_timed_iteration": first_timed_iteration,
                     "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
                     "deterministic": deterministic, "ordered_reduce": ordered_reduce, "allreduce": allreduce,
+                    "keep_layout": keep_layout,
                     "launcher_pid": os.getpid()}   # the process that holds the arena (host PSS, rank 0)
         self.records = []
 
@@ -275,7 +276,8 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  coalesce_below: int | None = None, max_iter_s: float | None = None,
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None,
-                 deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE) -> dict:
+                 deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE,
+                 keep_layout: bool = False) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -309,7 +311,10 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     it moves (N - 1) times the gradients per rank, against the ring all-reduce's 2 (N - 1) / N.
     allreduce: vDP on cuda, `inline` (the compute stream waits for each pack's all-reduce) or `overlap` (only
     the gradients' copy to the host waits for it; the next task computes meanwhile); the same sums either
-    way (docs/runtime.md, "The all-reduce"; docs/performance.md entry 77)."""
+    way (docs/runtime.md, "The all-reduce"; docs/performance.md entry 77).
+    keep_layout: a channels-last model's activations and their gradients cross pack boundaries in their own
+    layout (sends and stashes as NHWC views) instead of NCHW, which costs a reorder on each side; the same
+    numbers either way (harmony/runtime/p2p.py; docs/performance.md entry 107). No effect on other models."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -360,7 +365,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                            coalesce_below=coalesce_below, max_iter_s=max_iter_s, first_timed_iteration=warmup,
                            run_ahead=run_ahead, arena_prefault=arena_prefault, p2p_max_ctas=p2p_max_ctas,
                            p2p_receive=p2p_receive, deterministic=deterministic, ordered_reduce=ordered_reduce,
-                           allreduce=allreduce)
+                           allreduce=allreduce, keep_layout=keep_layout)
             status, message, failure, records = out.status, out.message, out.failure, out.records
             layout, pinned, merged = out.layout, out.pinned_bytes, out.iterations
             setup_s = out.setup_s
@@ -389,6 +394,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
             deterministic=deterministic, ordered_reduce=ordered_reduce, allreduce=allreduce,
+            **({"keep_layout": True} if keep_layout else {}),
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             task_spans=_median_per_task(merged, warmup, "task_spans"),
             task_issued=_median_per_task(merged, warmup, "task_issued"),

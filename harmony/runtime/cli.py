@@ -83,6 +83,11 @@ def add_arguments(p) -> None:
                         "all-reduce before the next task; overlap, only the gradients' copy to the host waits "
                         "for it and the next task computes meanwhile (SimParams.allreduce models either). The same sums "
                         "either way (docs/runtime.md, The all-reduce; docs/performance.md entry 77)")
+    p.add_argument("--keep-layout", action="store_true",
+                   help="a channels-last model (--set channels_last=true): its activations and their gradients "
+                        "cross pack boundaries, to another GPU or to the host's stash, in their own layout (as "
+                        "NHWC views) instead of NCHW, which the sender and the receiving vLayer each reorder "
+                        "otherwise. The same numbers; no effect on other models (docs/performance.md entry 107)")
     p.add_argument("--ordered-reduce", action="store_true",
                    help="vDP: sum the ranks' gradients in rank order on every rank (an all-gather, then the "
                         "additions), as `python -m harmony.workflow reference --shares N` does, instead of the "
@@ -169,7 +174,7 @@ def main(args) -> int:
                                run_ahead=args.run_ahead, arena_prefault=args.arena_prefault,
                                p2p_max_ctas=args.p2p_max_ctas, p2p_receive=args.p2p_receive,
                                deterministic=args.deterministic, ordered_reduce=args.ordered_reduce,
-                               allreduce=args.allreduce)
+                               allreduce=args.allreduce, keep_layout=args.keep_layout)
     except Deferred as e:       # the device call would end inside the run: the next call runs it
         print(f"harmony run: left for the next call: {e}; no record written", file=sys.stderr)
         return DEFERRED_EXIT

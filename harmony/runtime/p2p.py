@@ -24,6 +24,14 @@ Order: NCCL matches messages by order, not by tag, so both ends of a channel mus
 Senders post in (producer task, microbatch) order, receivers in (consumer task, microbatch) order; these
 agree when producer order and consumer order agree on every channel, which `check_channel_order`
 verifies before anything runs. (Gloo, used on CPU, also gets a tag per message.)
+
+Layout (`keep_layout`, docs/performance.md entry 107): a channels-last activation or gradient goes out as
+NCHW by default (the sender's `contiguous()` copies it, and the receiving vLayer converts it back). With
+keep_layout every 4-d tensor travels as its NHWC permutation instead, which is a contiguous view of a
+channels-last tensor (no copy), and is received into an (n, H, W, C) buffer that the consumer reads as
+channels-last. Both ends decide by the tensor's rank alone, so they agree without a message. Gloo refuses
+a channels-last tensor itself ("input tensor has to be contiguous"), and the NHWC view passes on either
+backend.
 """
 from __future__ import annotations
 
@@ -110,10 +118,10 @@ class Channels:
     _groups: dict[tuple[tuple[int, int], int | None], object] = {}
 
     def __init__(self, graph: TaskGraph, rank: int, cpu: bool, max_ctas: int | None = None,
-                 receive: str = DEFAULT_RECEIVE_MODE):
+                 receive: str = DEFAULT_RECEIVE_MODE, keep_layout: bool = False):
         if receive not in RECEIVE_MODES:
             raise ValueError(f"p2p receive must be one of {', '.join(RECEIVE_MODES)}, got {receive!r}")
-        self.rank, self.cpu, self.receive = rank, cpu, receive
+        self.rank, self.cpu, self.receive, self.keep_layout = rank, cpu, receive, keep_layout
         self.channels = check_channel_order(graph)
         self.max_ctas = None if cpu else max_ctas       # an NCCL setting: gloo has no thread blocks
         self.groups: dict[tuple[int, int], object] = {}
@@ -135,6 +143,26 @@ class Channels:
         return dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
 
 
+def to_wire(x: torch.Tensor, keep_layout: bool) -> torch.Tensor:
+    """What goes on the wire for x: NCHW-contiguous, or with keep_layout a 4-d tensor's NHWC view (a copy
+    only when x is not channels-last already)."""
+    if keep_layout and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1)
+    return x.contiguous()
+
+
+def wire_buffer(n: int, shape: tuple, dtype, device, keep_layout: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the buffer receives land in, the tensor the consumer reads) for n samples of per-sample `shape`:
+    the same tensor, or with keep_layout for an image (C, H, W) an (n, H, W, C) buffer read as
+    channels-last (n, C, H, W). A row slice of either is what `to_wire` sends for those rows."""
+    if keep_layout and len(shape) == 3:
+        c, h, w = shape
+        wire = torch.empty((n, h, w, c), dtype=dtype, device=device)
+        return wire, wire.permute(0, 3, 1, 2)
+    t = torch.empty((n, *shape), dtype=dtype, device=device)
+    return t, t
+
+
 def tag(producer_id: int, kind: str, i: int, j: int) -> int:
     return ((2 * producer_id + (kind == "grad")) * MAX_CHUNKS + i) * MAX_TENSORS + j
 
@@ -148,7 +176,9 @@ class StreamedInput:
         self.channels, self.producer, self.kind = channels, producer, kind
         n = producer.num_samples
         self.s0 = producer.samples[0]
-        self.tensors = [torch.empty((n, *shape), dtype=dt, device=device) for shape, dt in specs]
+        bufs = [wire_buffer(n, shape, dt, device, channels.keep_layout) for shape, dt in specs]
+        self.wire = [w for w, _ in bufs]          # what the receives write
+        self.tensors = [t for _, t in bufs]       # what the consumer reads (the same, or its channels-last view)
         self.chunks = chunks(producer)
         self.next = 0                  # index of the first chunk not yet received
         self.posted: list[list] = []   # per chunk from `next` on, its receives' works (eager: all posted now)
@@ -164,7 +194,7 @@ class StreamedInput:
     def _post(self, i: int) -> list:
         lo_c, hi_c = self.chunks[i]
         return [self.channels.irecv(x[lo_c - self.s0:hi_c - self.s0], self.producer.rank,
-                                    tag(self.producer.id, self.kind, i, j)) for j, x in enumerate(self.tensors)]
+                                    tag(self.producer.id, self.kind, i, j)) for j, x in enumerate(self.wire)]
 
     def upto(self, hi: int) -> None:
         while self.next < len(self.chunks) and self.chunks[self.next][0] < hi:

@@ -146,8 +146,9 @@ class Copier:
     # -- host -> device --------------------------------------------------------------------------
     def reserve(self, srcs: list[torch.Tensor]):
         """Device buffers for a later `h2d(srcs, ..., into=...)`, from the compute stream's pool, with an
-        event after the compute work issued so far (the buffers' blocks may be in use until then)."""
-        outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
+        event after the compute work issued so far (the buffers' blocks may be in use until then). Each
+        is laid out as its source (a channels-last stash view's too), so the copy is one plain memcpy."""
+        outs = [torch.empty_like(t, device=self.device) for t in srcs]
         if not self.cuda:
             return outs, None
         ev = torch.cuda.Event()
@@ -176,7 +177,7 @@ class Copier:
                 outs, free_after = into
                 stream.wait_event(free_after)
             else:
-                outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in srcs]
+                outs = [torch.empty_like(t, device=self.device) for t in srcs]
             for o, t in zip(outs, srcs):
                 o.copy_(t, non_blocking=True)
             ev = torch.cuda.Event()
@@ -245,6 +246,18 @@ class Copier:
         evs[0].record(self.compute)
         evs[1].record(self.d2h_stream)
         return evs
+
+
+def host_view(v: torch.Tensor, keep_layout: bool) -> torch.Tensor:
+    """A stash's host tensor as the runtime reads and writes it: as it is, or with keep_layout (a
+    channels-last model, `harmony run --keep-layout`) a 4-d one's bytes read in NHWC order, i.e. the same
+    (n, C, H, W) tensor laid out channels-last. Its row slices stay channels-last, so a stash moves between
+    a channels-last activation and the host without being reordered on either side (docs/performance.md
+    entry 107)."""
+    if not keep_layout or v.dim() != 4:
+        return v
+    n, c, h, w = v.shape
+    return v.view(n, h, w, c).permute(0, 3, 1, 2)
 
 
 class StashInput:

@@ -43,10 +43,10 @@ from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
-from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag
+from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag, to_wire
 from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
-                                      check_allreduce, check_weight_copies, wait_marks)
+                                      check_allreduce, check_weight_copies, host_view, wait_marks)
 from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE
 
 
@@ -169,6 +169,9 @@ class Worker:
         clock.lap("device")              # CUDA context, precision, memory cap
         self.ctrl = _CTRL.get("group")
         self.spec = spec_from_model_json(job["model"])
+        # harmony run --keep-layout: a channels-last model's activations and their gradients cross pack
+        # boundaries (sends, stashes) in their own layout, as NHWC views, not NCHW (docs/performance.md entry 107)
+        self.keep_layout = bool(job.get("keep_layout")) and bool(getattr(self.spec.config, "channels_last", False))
         self.layers = self.spec.build("meta")
         self.layers.train()
         self.slots = [layer_slots(l) for l in self.layers]
@@ -204,7 +207,8 @@ class Worker:
                 self.grad_consumer[t.grad_in] = t
         self.fault = job.get("fault") or {}
         self.channels = Channels(self.graph, self.rank, cpu=self.device.type == "cpu",
-                                 max_ctas=job.get("p2p_max_ctas"), receive=job.get("p2p_receive", DEFAULT_RECEIVE_MODE))
+                                 max_ctas=job.get("p2p_max_ctas"), receive=job.get("p2p_receive", DEFAULT_RECEIVE_MODE),
+                                 keep_layout=self.keep_layout)
         self._precompute()
         clock.lap("precompute")
         host_ready = getattr(self, "host_ready", None)
@@ -242,7 +246,8 @@ class Worker:
                            for l, sl in enumerate(self.slots)]
         self.out_specs = [[(tuple(s["shape"]), getattr(torch, s["dtype"])) for s in vl["outputs"]] for vl in self.vls]
         self.out_specs_float = [[s for s in sp if s[1] in _FLOAT] for sp in self.out_specs]
-        self.stash_views = {tid: arena.stash(tid) for tid in arena.layout.stash}
+        self.stash_views = {tid: [host_view(v, self.keep_layout) for v in arena.stash(tid)]
+                            for tid in arena.layout.stash}
         # FWD task ids whose stash a task on another rank reads. run_fwd publishes a stash's flag for these
         # only, which holds while each stash has one reader (the task graph's rule, checked here)
         stash_readers = [c for c in self.graph.tasks if c.kind in ("FWD", "BWD") and c.act_in[0] == "stash"]
@@ -414,7 +419,7 @@ class Worker:
         # drop finished sends, so a sent activation's memory is not held until the end of the iteration
         self.sends = [(w, x) for w, x in self.sends if not w.is_completed()]
         for j, x in enumerate(tensors):
-            x = x.contiguous()
+            x = to_wire(x, self.keep_layout)
             self.counters.add("p2p", x.numel() * x.element_size())
             self.sends.append((self.channels.isend(x, dst, tag(producer.id, kind, chunk, j)), x))
 
@@ -476,7 +481,7 @@ class Worker:
                 outs = ys
             elif keep_outs:
                 if outs is None:
-                    outs = [torch.empty((n, *y.shape[1:]), dtype=y.dtype, device=self.device) for y in ys]
+                    outs = [self._rows_like(n, y) for y in ys]
                 _copy_rows(outs, ys, slice(lo - s0, hi - s0))
             # freed here, not when the next microbatch rebinds the name: until then this output stayed
             # alive beside the next forward, u x Y more than the pack rule (docs/performance.md entry 38)
@@ -521,8 +526,7 @@ class Worker:
             if in_float is None:        # the first microbatch says what the input is
                 in_float = [x.dtype in _FLOAT for x in xs]
                 if need_in_grad and len(mbs) > 1:    # the group's input gradient, for the consumer
-                    gin = [torch.empty((t.num_samples, *x.shape[1:]), dtype=x.dtype, device=self.device)
-                           for x, f in zip(xs, in_float) if f]
+                    gin = [self._rows_like(t.num_samples, x) for x, f in zip(xs, in_float) if f]
             gys = gin_src.microbatch(lo, hi) if gin_src is not None else None
             dxs = self._bwd_microbatch(t, it, xs, gys, lo, hi, in_float, out_float, need_in_grad, is_loss)
             if need_in_grad:
@@ -540,6 +544,12 @@ class Worker:
         self._finish_grads(t, it, reduce_into)
         if need_in_grad and not remote:
             self.grads_out[t.id] = gin
+
+    def _rows_like(self, n: int, x: torch.Tensor) -> torch.Tensor:
+        """An n-row buffer for a task's rows of x (a microbatch's): NCHW, or with keep_layout a 4-d x's
+        rows channels-last, the layout its sends and stashes keep."""
+        fmt = torch.channels_last if self.keep_layout and x.dim() == 4 else torch.contiguous_format
+        return torch.empty((n, *x.shape[1:]), dtype=x.dtype, device=self.device, memory_format=fmt)
 
     def _fwd_microbatch(self, t, it: int, inp, lo: int, hi: int, specs) -> list:
         """Forward of one microbatch (no grad); its outputs in the dtypes the next pack takes."""

@@ -88,7 +88,16 @@ case "$HW" in
     # from experiments/device/jobs-variant-2xH200.sh (make-jobs-variant.sh writes it), several calls;
     # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log; HANG_CHECK=1 first runs
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
-    # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz
+    # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz. ITEM=64: the channels-last GPU test (with
+    # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab-2xH200.sh there
+    if [ "${ITEM:-63}" = 64 ]; then
+      T=${1:-$(unused_tag x2-keep)}; K=results/probes/keep-layout/2xH200/$T; mkdir -p "$K"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last -rA \
+        > "$K/gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$K/gpu-test.log"
+      DEADLINE_S=$((560 - SECONDS)) bash experiments/device/keep-layout-ab-2xH200.sh "$K" 2>&1 | tee "$K/console.log"
+      nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$K/gpu.csv"
+      tar czf "$OUT/$T.tgz" "$K"; exit 0
+    fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
     elif [ "${ITEM:-63}" = 63 ]; then

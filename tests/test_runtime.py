@@ -187,8 +187,10 @@ LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2
 # received activations arrive NCHW-contiguous and each vLayer converts its input
 CHANNELS_LAST_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 2, 2, "P1")]
 # and with --keep-layout (docs/performance.md entry 107): u_fwd != u_bwd, so a FWD task's stash is a group
-# buffer that its microbatches are copied into, and vPP sends every pack's output and input gradient
-KEEP_LAYOUT_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 4, 2, "P1")]
+# buffer that its microbatches are copied into, and vPP sends every pack's output and input gradient, in
+# the producer's microbatches, which the consumer reads in its own
+KEEP_LAYOUT_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 4, 2, "P1"),
+                     ("vgg-tiny", "vPP", 4, 2, "P1")]     # received in chunks other than the consumer's
 N_EXTRA = (1 + len(PER_TENSOR_CASES) + len(PER_PACK_CASES) + len(ONE_MICROBATCH_CASES) + len(COMPUTE_STREAM_CASES)
            + len(LAZY_RECEIVE_CASES) + len(CHANNELS_LAST_CASES) + len(KEEP_LAYOUT_CASES))     # the cases of _run_batch beyond cases(N)
 
@@ -466,7 +468,7 @@ def test_eager_receives_are_all_posted_when_the_task_starts_and_waited_for_one_b
 
     for receive, posted_at_start in (("lazy", []), ("eager", [0, 1, 2, 3])):
         log.clear()
-        ch = types.SimpleNamespace(receive=receive,
+        ch = types.SimpleNamespace(receive=receive, keep_layout=False,
                                    irecv=lambda x, src, tag: log.append(("post", tag // 8 % 4096)) or Work(tag // 8 % 4096))
         inp = StreamedInput(ch, producer, "act", [((3,), torch.float32)], "cpu")
         assert [i for k, i in log if k == "post"] == posted_at_start

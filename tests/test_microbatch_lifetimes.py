@@ -34,12 +34,12 @@ class _Input:
 
 def _worker(run_layers):
     w = SimpleNamespace(device=torch.device("cpu"), precision="fp32", rank=0, current=None, acts={}, grads_out={},
-                        cfg=SimpleNamespace(num_layers=3, minibatch=N), loss_acc=torch.zeros(()))
+                        cfg=SimpleNamespace(num_layers=3, minibatch=N), loss_acc=torch.zeros(()), keep_layout=False)
     w._fault_point = lambda t, it: None
     w._specs = lambda layer: [(None, torch.float32)]
     w._run_layers = run_layers
     w._finish_grads = lambda t, it, reduce_into=None: None
-    for name in ("_fwd_microbatch", "_bwd_microbatch"):
+    for name in ("_fwd_microbatch", "_bwd_microbatch", "_rows_like"):
         setattr(w, name, getattr(Worker, name).__get__(w))
     return w
 

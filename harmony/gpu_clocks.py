@@ -231,3 +231,30 @@ def slower_than_profiled(profile_clocks: dict | None, run_clocks: list[dict | No
             f"{ref:.0f} MHz its profile was timed at, so its tasks run slower than the prediction assumes. "
             f"`harmony profile --sustain 4` measures the factors (one per microbatch size) and `harmony schedule "
             f"--compute-scale profile` plans with them (docs/performance.md entries 65, 66 and 68)")
+
+
+def gpu_state(nvml=None) -> list[dict] | None:
+    """Every GPU that NVML sees, now: its index and UUID, utilisation (the share of NVML's last sample
+    period in which a kernel ran), memory used, SM clock and power; None without NVML. For a stalled
+    run's record (harmony/runtime/launch.py): GPUs busy at a stall run kernels that wait on each other
+    (NCCL's send and receive kernels spin until their peer's arrive), idle ones wait on their host or on
+    an event (docs/performance.md entry 107). `nvml`: the pynvml module, or a stand-in for tests."""
+    read = ClockSampler._read
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+        out = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            util = read(lambda: nvml.nvmlDeviceGetUtilizationRates(h))
+            mem = read(lambda: nvml.nvmlDeviceGetMemoryInfo(h))
+            uuid = read(lambda: nvml.nvmlDeviceGetUUID(h))
+            out.append({"index": i, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                        "gpu_util_pct": util.gpu if util is not None else None,
+                        "memory_used_bytes": mem.used if mem is not None else None,
+                        "sm_clock_mhz": read(lambda: float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))),
+                        "power_w": read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)})
+        return out
+    except Exception:  # noqa: BLE001 - no NVML (a CPU machine, no driver): the record says nothing
+        return None

@@ -132,3 +132,50 @@ def test_a_run_under_its_profiles_clock_gets_a_note_naming_the_remedy():
     assert slower_than_profiled(profile, [capped], compute_scale=1.05) is None   # already planned for
     assert slower_than_profiled(None, [capped]) is None and slower_than_profiled(profile, None) is None
     assert slower_than_profiled(profile, [None, {"sm_mhz_median": None}]) is None
+
+
+class FakeNVMLDevices(FakeNVML):
+    """Two GPUs for gpu_state: the first busy, the second idle and without a memory reading."""
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return type("Util", (), {"gpu": 100 if h == 0 else 0})()
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        if h == 1:
+            raise RuntimeError("not supported")
+        return type("Mem", (), {"used": 3 * 2**30})()
+
+    def nvmlDeviceGetUUID(self, h):
+        return b"GPU-aaaa" if h == 0 else "GPU-bbbb"      # bytes from older pynvml, str from newer
+
+
+def test_gpu_state_reads_each_gpu_and_is_none_without_nvml(capsys, monkeypatch):
+    """harmony.gpu_clocks.gpu_state, which the launcher records at a stall (docs/performance.md entry 107):
+    one entry per GPU, a metric the driver does not report as None; no NVML, no state. The launcher's
+    stalled_gpus prints one line per GPU beside the workers' stacks."""
+    from harmony.gpu_clocks import gpu_state
+    from harmony.runtime import launch
+    state = gpu_state(FakeNVMLDevices())
+    assert [(g["index"], g["uuid"], g["gpu_util_pct"], g["memory_used_bytes"]) for g in state] == \
+        [(0, "GPU-aaaa", 100, 3 * 2**30), (1, "GPU-bbbb", 0, None)]
+    assert state[0]["power_w"] == 650.0 and state[0]["sm_clock_mhz"] == 1970.0
+
+    class NoNVML:
+        def nvmlInit(self):
+            raise RuntimeError("NVML Shared Library Not Found")
+    assert gpu_state(NoNVML()) is None
+
+    monkeypatch.setattr("harmony.gpu_clocks.gpu_state", lambda: state)
+    assert launch.stalled_gpus() is state
+    err = capsys.readouterr().err
+    assert "stalled GPU 0 (GPU-aaaa): 100% busy, 3.00 GiB used" in err and "stalled GPU 1 (GPU-bbbb): 0% busy, ? GiB" in err
+    monkeypatch.setattr("harmony.gpu_clocks.gpu_state", lambda: None)
+    assert launch.stalled_gpus() is None and "no NVML here" in capsys.readouterr().err

@@ -201,6 +201,9 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
                     out.status, out.message = "error", f"no progress from the workers for {timeout + 30:.0f} s"
                     if dump_stacks(procs):
                         out.message += "; every worker thread's stack is in the log (stderr), above"
+                    if jobs[current].get("device") == "cuda":
+                        out.failure = {"stalled_gpus": stalled_gpus()}
+                        out.message += "; the GPUs' state then is in the record's failure.stalled_gpus"
                     fail_rest(current)
                     return outs
                 continue
@@ -324,6 +327,22 @@ def print_stacks_on_sigterm() -> None:
     import faulthandler
     if (f := _stack_file()) is not None:
         faulthandler.register(signal.SIGTERM, file=f, all_threads=True, chain=True)
+
+
+def stalled_gpus() -> list[dict] | None:
+    """The GPUs' utilisation, memory, clock and power at a stall (harmony.gpu_clocks.gpu_state), also
+    printed to stderr beside the workers' stacks: busy GPUs spin in kernels that wait on each other, idle
+    ones wait on the host."""
+    from harmony.gpu_clocks import gpu_state
+    state = gpu_state()
+    for g in state or []:
+        mem = g["memory_used_bytes"]
+        print(f"stalled GPU {g['index']} ({g['uuid']}): {g['gpu_util_pct']}% busy, "
+              f"{'?' if mem is None else f'{mem / 2**30:.2f}'} GiB used, SM {g['sm_clock_mhz']} MHz, "
+              f"{g['power_w']} W", file=sys.stderr)
+    if state is None:
+        print("stalled GPUs: no NVML here, their state is not known", file=sys.stderr)
+    return state
 
 
 def dump_stacks(procs, wait_s: float = 2.0) -> bool:

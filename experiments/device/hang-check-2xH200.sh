@@ -18,16 +18,14 @@ DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-300} ))
 export PYTHONUNBUFFERED=1
 mkdir -p "$O"
 python3 -m harmony.cli env --device cuda --precision tf32 > "$O/env.json"
-run() {   # run NAME MODEL [harmony baseline arguments]: swap-pp at D = 64, N = 2, u = 8 on results/paper/2xH200/models/MODEL.json
-  local name=$1 model=$2; shift 2
+run() {   # run NAME HARMONY_CLI_ARGS...: one run, its record NAME.jsonl, log NAME.log, GPU samples NAME.smi.csv
+  local name=$1; shift
   if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] $name: skipped (deadline)"; return; fi
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,power.draw --format=csv -lms 500 \
     > "$O/$name.smi.csv" 2>&1 &
   local smi=$!
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout -k 15 "$RUN_LIMIT_S" python3 -m harmony.cli baseline swap-pp \
-    "$IN/models/$model.json" --minibatch 64 --gpus 2 --gpu-memory 11GiB --ubatch 8 --iters 4 --warmup 2 \
-    --device cuda --precision tf32 --profile "$IN/profiles/$model.json" --calibration "$IN/calibration.json" \
-    "$@" -o "$O/$name.jsonl" > "$O/$name.log" 2>&1
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout -k 15 "$RUN_LIMIT_S" python3 -m harmony.cli "$@" \
+    --iters 4 --warmup 2 --device cuda --precision tf32 --gpu-memory 11GiB -o "$O/$name.jsonl" > "$O/$name.log" 2>&1
   local rc=$?
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
   # a launcher killed past its SIGTERM grace can leave its spawned workers holding both GPUs, which would
@@ -35,15 +33,15 @@ run() {   # run NAME MODEL [harmony baseline arguments]: swap-pp at D = 64, N = 
   if [ $rc = 124 ] || [ $rc = 137 ]; then pkill -9 -f 'multiprocessing.spawn' 2>/dev/null; sleep 3; fi
   echo "[$SECONDS s] $name: rc $rc$([ $rc = 124 ] && echo ' (timed out: a hang)')"
 }
-run cl-u8-a resnet1026-cl --schedule-out "$O/swap-pp-cl-u8.json"
-run nchw-u8 resnet1026
-run cl-u8-b resnet1026-cl
+swap_pp() {   # swap_pp MODEL: `harmony baseline` arguments for swap-pp at D = 64, N = 2, u = 8 on MODEL's record
+  echo baseline swap-pp "$IN/models/$1.json" --minibatch 64 --gpus 2 --ubatch 8 \
+    --profile "$IN/profiles/$1.json" --calibration "$IN/calibration.json"
+}
+run cl-u8-a $(swap_pp resnet1026-cl) --schedule-out "$O/swap-pp-cl-u8.json"
+run nchw-u8 $(swap_pp resnet1026)
+run cl-u8-b $(swap_pp resnet1026-cl)
 # the same schedule with --keep-layout (entry 107: no NCHW copy of each sent activation), if time is left
-if [ -s "$O/swap-pp-cl-u8.json" ] && [ $(( $(date +%s) + RUN_LIMIT_S )) -le "$DEADLINE" ]; then
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout -k 15 "$RUN_LIMIT_S" python3 -m harmony.cli run \
-    "$O/swap-pp-cl-u8.json" --data synthetic --precision tf32 --device cuda --gpu-memory 11GiB --iters 4 \
-    --warmup 2 --memcpy-trace --keep-layout -o "$O/cl-u8-keep.jsonl" > "$O/cl-u8-keep.log" 2>&1
-  rc=$?; echo "[$SECONDS s] cl-u8-keep: rc $rc$([ $rc = 124 ] && echo ' (timed out: a hang)')"
-  if [ $rc = 124 ] || [ $rc = 137 ]; then pkill -9 -f 'multiprocessing.spawn' 2>/dev/null; fi
-else echo "[$SECONDS s] cl-u8-keep: skipped (no schedule, or the deadline)"; fi
+if [ -s "$O/swap-pp-cl-u8.json" ]; then
+  run cl-u8-keep run "$O/swap-pp-cl-u8.json" --data synthetic --memcpy-trace --keep-layout
+else echo "[$SECONDS s] cl-u8-keep: skipped (no schedule)"; fi
 PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

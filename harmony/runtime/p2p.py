@@ -143,24 +143,28 @@ class Channels:
         return dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
 
 
+def crossing_format(keep_layout: bool, dim: int) -> torch.memory_format:
+    """The memory format a `dim`-d tensor crosses a pack boundary in: channels-last for an image batch
+    with keep_layout, else NCHW-contiguous. Sender, receiver and the group buffers all decide by it."""
+    return torch.channels_last if keep_layout and dim == 4 else torch.contiguous_format
+
+
 def to_wire(x: torch.Tensor, keep_layout: bool) -> torch.Tensor:
     """What goes on the wire for x: NCHW-contiguous, or with keep_layout a 4-d tensor's NHWC view (a copy
     only when x is not channels-last already)."""
-    if keep_layout and x.dim() == 4:
-        return x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1)
+    fmt = crossing_format(keep_layout, x.dim())
+    if fmt is torch.channels_last:
+        return x.contiguous(memory_format=fmt).permute(0, 2, 3, 1)
     return x.contiguous()
 
 
 def wire_buffer(n: int, shape: tuple, dtype, device, keep_layout: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(the buffer receives land in, the tensor the consumer reads) for n samples of per-sample `shape`:
-    the same tensor, or with keep_layout for an image (C, H, W) an (n, H, W, C) buffer read as
-    channels-last (n, C, H, W). A row slice of either is what `to_wire` sends for those rows."""
-    if keep_layout and len(shape) == 3:
-        c, h, w = shape
-        wire = torch.empty((n, h, w, c), dtype=dtype, device=device)
-        return wire, wire.permute(0, 3, 1, 2)
-    t = torch.empty((n, *shape), dtype=dtype, device=device)
-    return t, t
+    the same tensor, or with keep_layout for an image a channels-last (n, C, H, W) tensor and its NHWC
+    view. A row slice of the first is what `to_wire` sends for those rows."""
+    fmt = crossing_format(keep_layout, 1 + len(shape))
+    t = torch.empty((n, *shape), dtype=dtype, device=device, memory_format=fmt)
+    return to_wire(t, keep_layout), t
 
 
 def tag(producer_id: int, kind: str, i: int, j: int) -> int:

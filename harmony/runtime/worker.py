@@ -43,7 +43,7 @@ from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
-from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, tag, to_wire
+from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, crossing_format, tag, to_wire
 from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
                                       check_allreduce, check_weight_copies, host_view, wait_marks)
@@ -548,8 +548,8 @@ class Worker:
     def _rows_like(self, n: int, x: torch.Tensor) -> torch.Tensor:
         """An n-row buffer for a task's rows of x (a microbatch's): NCHW, or with keep_layout a 4-d x's
         rows channels-last, the layout its sends and stashes keep."""
-        fmt = torch.channels_last if self.keep_layout and x.dim() == 4 else torch.contiguous_format
-        return torch.empty((n, *x.shape[1:]), dtype=x.dtype, device=self.device, memory_format=fmt)
+        return torch.empty((n, *x.shape[1:]), dtype=x.dtype, device=self.device,
+                           memory_format=crossing_format(self.keep_layout, x.dim()))
 
     def _fwd_microbatch(self, t, it: int, inp, lo: int, hi: int, specs) -> list:
         """Forward of one microbatch (no grad); its outputs in the dtypes the next pack takes."""

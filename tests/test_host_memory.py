@@ -321,7 +321,8 @@ def test_cli_budget_defaults_to_the_profiled_host(mlp_dir, capsys):
     rows = list(csv.DictReader(open(d / "h.json.csv")))
     assert {r["host_fits"] for r in rows} == {"True", "False"}
     assert all(int(r["host_bytes"]) > budget for r in rows if r["host_fits"] == "False")
-    assert "host arena" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "host arena" in err and "needs a" in err and "over the budget" in err
     # --host-memory none: unchecked, the fastest schedule again
     assert schedule(d, "--model", str(d / "model.json"), "--host-memory", "none", profile="host.profile.json",
                     out="n.json") == 0
@@ -335,6 +336,7 @@ def test_cli_budget_defaults_to_the_profiled_host(mlp_dir, capsys):
     hm = load_schedule(d / "x.json")[0]["search"]["host_memory"]
     assert hm["budget_bytes"] == 10 * h0 and hm["source"] == "--host-memory" and hm["chosen_bytes"] == h0
     assert hm["reserve_bytes"] == 0          # --host-memory is the arena's own budget
+    assert "over the budget" not in capsys.readouterr().err    # every candidate fits: no host-memory notice
     # a profiled host too small for every candidate: refused, naming host memory
     write_json(d / "small.profile.json", dict(mlp_setup()[1], host_memory_available_bytes=1000))
     capsys.readouterr()

@@ -35,6 +35,16 @@ host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charg
   CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
+keep_layout() {   # items 64 and 65 (entry 107): TAG [PLANS]: the channels-last GPU test (--keep-layout's cases
+  # too) into results/probes/keep-layout/$HW/TAG/, then keep-layout-ab.sh there (PLANS: its default when empty)
+  local T=$1 K=results/probes/keep-layout/$HW/$1
+  mkdir -p "$K"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last -rA \
+    > "$K/gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$K/gpu-test.log"
+  PLANS=${2:-} DEADLINE_S=$((560 - SECONDS)) bash experiments/device/keep-layout-ab.sh "$K" 2>&1 | tee "$K/console.log"
+  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$K/gpu.csv"
+  tar czf "$OUT/$T.tgz" "$K"
+}
 point_ab() {   # items 50, 51, 53: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL with the H100's profile and cap,
   # today's code: $BASELINE (swap-pp unless set) at U_ONCE once (does it fit? 2 iterations, 1 timed), then
   # at U against Harmony's SCHEDULES, interleaved over two rounds (runtime-gap-ab-1gpu.sh), each run ITERS
@@ -89,15 +99,8 @@ case "$HW" in
     # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log; HANG_CHECK=1 first runs
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
     # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz. ITEM=64: the channels-last GPU test (with
-    # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab-2xH200.sh there
-    if [ "${ITEM:-63}" = 64 ]; then
-      T=${1:-$(unused_tag x2-keep)}; K=results/probes/keep-layout/2xH200/$T; mkdir -p "$K"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last -rA \
-        > "$K/gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$K/gpu-test.log"
-      DEADLINE_S=$((560 - SECONDS)) bash experiments/device/keep-layout-ab-2xH200.sh "$K" 2>&1 | tee "$K/console.log"
-      nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$K/gpu.csv"
-      tar czf "$OUT/$T.tgz" "$K"; exit 0
-    fi
+    # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
+    if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
     elif [ "${ITEM:-63}" = 63 ]; then
@@ -122,6 +125,10 @@ case "$HW" in
     # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
     # 7 and 8 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    if [ "${ITEM:-49}" = 65 ]; then   # item 65: --keep-layout on one GPU, where only stashes cross (entry 108)
+      keep_layout "${1:-keep1}" "experiments/device/schedules/resnet1026-cl.D1024.N1.vPP.schedule.json experiments/device/schedules/vgg416-cl.D64.N1.vPP.schedule.json"
+      exit 0
+    fi
     H=results/paper/1xH100-80GB-HBM3/schedules/gpt2-xl
     if [ "${ITEM:-49}" = 50 ]; then   # item 50 (done, fifty-eighth session): D = 64, swap-pp u = 32 once, then u = 16
       I=results/probes/runtime-gap/item50    # against the committed plan and the 2% one

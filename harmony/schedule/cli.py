@@ -295,7 +295,7 @@ def main(args) -> int:
           f"{'' if cap or not plan_cap else f', planned under {format_bytes(plan_cap)} of the profiled GPU'}); "
           f"host arena {format_bytes(host.total)} (budget "
           f"{format_bytes(host_budget) if host_budget is not None else 'unchecked'}, {host_src})", file=sys.stderr)
-    if fastest is not res.best:
+    if not fastest.host_fits:   # (a faster plan that fits the host is a bottom cut the search did not keep)
         print(f"host memory: the fastest schedule that fits the GPU (candidate {fastest.index}, "
               f"{fastest.iter_time_s:.4f} s/iteration) needs a {format_bytes(fastest.host_bytes)} host arena, over "
               f"the budget; chose the fastest that fits", file=sys.stderr)

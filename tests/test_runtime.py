@@ -420,7 +420,8 @@ def test_arena_prefault_is_a_set_up_phase_and_changes_no_number():
 def test_p2p_max_ctas_is_checked_recorded_and_an_nccl_setting_only(monkeypatch):
     """--p2p-max-ctas caps the NCCL blocks of the GPU-to-GPU channels (docs/performance.md entry 46): it is
     checked, recorded in the summary, passed to each channel's new_group as an NCCL config, and on the CPU
-    (gloo, no thread blocks) changes nothing. Its effect on CUDA: tests/test_runtime_gpu.py."""
+    (gloo, no thread blocks) changes nothing. Its effect on CUDA: tests/test_runtime_gpu.py. Each new
+    channel is also connected once when it is made (`p2p.connect`, entry 108)."""
     import types
 
     import harmony.runtime.p2p as p2p
@@ -438,12 +439,17 @@ def test_p2p_max_ctas_is_checked_recorded_and_an_nccl_setting_only(monkeypatch):
                         types.SimpleNamespace(Options=lambda: types.SimpleNamespace(config=cfg)), raising=False)
     assert p2p.group_options(None) == {}
     assert p2p.group_options(4)["pg_options"].config.max_ctas == 4
-    made = []
+    made, connected = [], []
     monkeypatch.setattr(p2p.dist, "new_group", lambda ranks, **kw: made.append((ranks, kw)) or len(made))
+    monkeypatch.setattr(p2p, "connect", lambda group, ch, rank, cpu: connected.append((group, ch, rank)))
     monkeypatch.setattr(p2p.Channels, "_groups", {})
     ch = p2p.Channels(g, 0, cpu=False, max_ctas=4)
     assert [r for r, _ in made] == [sorted(c) for c in ch.channels] and ch.channels
     assert all(kw["pg_options"].config.max_ctas == 4 for _, kw in made)
+    # each new group is connected once, in channel order, by the ranks it joins (entry 108); a cached one is not
+    assert connected == [(ch.groups[c], c, 0) for c in ch.channels if 0 in c] and connected
+    p2p.Channels(g, 0, cpu=False, max_ctas=4)
+    assert len(connected) == len([c for c in ch.channels if 0 in c])
     assert p2p.Channels(g, 0, cpu=True, max_ctas=4).max_ctas is None        # gloo: not passed on
 
 

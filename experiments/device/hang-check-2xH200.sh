@@ -10,6 +10,7 @@
 # writes every worker's stacks into its log (docs/runtime.md), and SIGKILL 15 s later; no run starts past
 # the deadline.
 #   bash experiments/device/hang-check-2xH200.sh OUTDIR     (RUN_LIMIT_S=120, DEADLINE_S=300)
+# ONLY='cl-u8-a ...': just those runs (item 66: the hung candidate once, after entry 108's fix)
 set -uo pipefail
 O=${1:?usage: hang-check-2xH200.sh OUTDIR}
 IN=results/paper/2xH200
@@ -20,6 +21,7 @@ mkdir -p "$O"
 python3 -m harmony.cli env --device cuda --precision tf32 > "$O/env.json"
 run() {   # run NAME HARMONY_CLI_ARGS...: one run, its record NAME.jsonl, log NAME.log, GPU samples NAME.smi.csv
   local name=$1; shift
+  case " ${ONLY:-$name} " in *" $name "*) ;; *) return ;; esac
   if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] $name: skipped (deadline)"; return; fi
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,power.draw --format=csv -lms 500 \
     > "$O/$name.smi.csv" 2>&1 &

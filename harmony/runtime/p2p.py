@@ -12,6 +12,10 @@ serialises unbatched P2P with every other op of that group). With both direction
 send of its 2nd chunk can queue behind its receive of a chunk that B sends only after receiving A's 2nd
 chunk: a deadlock. One group per direction makes each channel a FIFO with one sender and one receiver.
 
+Connections: NCCL connects two ranks on their first send/receive, and the sender's host waits there for
+the receiver's; `connect` makes every channel's connection when the channels are made, before any task runs
+(docs/performance.md entry 108: without it a first gradient send deadlocked with its peer's full launch queue).
+
 Receives (`RECEIVE_MODES`): `lazy` posts each microbatch's receive just before the microbatch that needs it;
 `eager` posts all of a task's receives when the task starts (its input buffer is allocated then either way)
 and still waits for each only before its microbatch. A send stays on the GPU until its receive is posted,
@@ -111,6 +115,23 @@ def group_options(max_ctas: int | None) -> dict:
     return {"pg_options": opts}
 
 
+def connect(group, ch: tuple[int, int], rank: int, cpu: bool) -> None:
+    """Send one message over a new channel (src, dst) at start-up, and wait for it. NCCL makes a P2P
+    connection on the first send/receive between two ranks, and the sender's host waits in that call until
+    the receiver's host posts its side (docs/performance.md entry 108). Left to the first real message, a
+    gradient's first send could wait on a peer whose host was held in a kernel launch, its queue full
+    behind its own activation send, which waited on a receive the blocked sender had yet to post: swap-pp's
+    channels-last ResNet1026 hung so, every time, in its first iteration. Made here, when no rank has work
+    queued, the connections cannot wait on anything. Gloo needs no such set-up; it gets the same message so
+    that the CPU runs this path too (tag 0 is free: the message is received before any other is posted)."""
+    x = torch.zeros(1, device="cpu" if cpu else torch.device("cuda", torch.cuda.current_device()))
+    kw = {"tag": 0} if cpu else {}
+    work = dist.isend(x, dst=ch[1], group=group, **kw) if rank == ch[0] else dist.irecv(x, src=ch[0], group=group, **kw)
+    work.wait()
+    if not cpu:
+        torch.cuda.current_stream().synchronize()
+
+
 class Channels:
     """The directional process groups of a graph (created collectively: every rank calls in the same
     order; cached across the jobs of one worker process) and the send/receive ops on them."""
@@ -126,11 +147,16 @@ class Channels:
         self.max_ctas = None if cpu else max_ctas       # an NCCL setting: gloo has no thread blocks
         self.groups: dict[tuple[int, int], object] = {}
         if graph.config.gpus > 1:
+            made = []
             for ch in self.channels:
                 key = (ch, self.max_ctas)
                 if key not in Channels._groups:
                     Channels._groups[key] = dist.new_group(ranks=sorted(ch), **group_options(self.max_ctas))
+                    made.append(ch)
                 self.groups[ch] = Channels._groups[key]
+            for ch in made:          # every rank in the same (sorted) order, so each pair meets
+                if rank in ch:
+                    connect(self.groups[ch], ch, rank, cpu)
 
     def isend(self, x: torch.Tensor, dst: int, tag: int):
         g = self.groups[(self.rank, dst)]

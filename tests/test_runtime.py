@@ -162,16 +162,17 @@ def _run_batch(N: int):
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4], **OVERRIDES.get(case[0], {}))
         runs.append((rec, g, {"iters": ITERS, "p2p_receive": "lazy"}))
         meta.append(((case[0] + "+lazy-receive", *case[1:]), spec, rec, g, False))
+    # --no-keep-layout: channels-last models whose activations are sent and stashed reordered to NCHW
     for case in CHANNELS_LAST_CASES:
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4],
                                 **{**OVERRIDES.get(case[0], {}), "channels_last": True})
-        runs.append((rec, g, {"iters": ITERS}))
-        meta.append(((case[0] + "+channels-last", *case[1:]), spec, rec, g, False))
-    # --keep-layout: the same models' activations sent and stashed as NHWC views, not reordered to NCHW
+        runs.append((rec, g, {"iters": ITERS, "keep_layout": False}))
+        meta.append(((case[0] + "+channels-last+nchw-crossings", *case[1:]), spec, rec, g, False))
+    # the default for them: sent and stashed as NHWC views (keep_layout)
     for case in KEEP_LAYOUT_CASES:
         spec, rec, g = schedule(case[0], case[1], N, case[2], case[3], case[4],
                                 **{**OVERRIDES.get(case[0], {}), "channels_last": True})
-        runs.append((rec, g, {"iters": ITERS, "keep_layout": True}))
+        runs.append((rec, g, {"iters": ITERS}))
         meta.append(((case[0] + "+channels-last+keep-layout", *case[1:]), spec, rec, g, False))
     return list(zip(meta, train_many(runs)))
 
@@ -183,10 +184,10 @@ PER_PACK_CASES = [("resnet-tiny", "vDP", 2, 2, "P2"), ("gpt2-tiny", "vPP", 4, 3,
 COMPUTE_STREAM_CASES = [("gpt2-tiny", "vPP", 4, 3, "P1"), ("resnet-tiny", "vDP", 2, 2, "P2")]
 ONE_MICROBATCH_CASES = [("bert-tiny", "vPP", D, D, "P1")]
 LAZY_RECEIVE_CASES = [("gpt2-tiny", "vPP", 4, 3, "P2"), ("resnet-tiny", "vPP", 2, 2, "P1")]
-# the convolutional models with channels-last activations (ResNetConfig.channels_last): stashed, sent and
-# received activations arrive NCHW-contiguous and each vLayer converts its input
+# the convolutional models with channels-last activations (ResNetConfig.channels_last) under
+# --no-keep-layout: stashed, sent and received activations arrive NCHW-contiguous and each vLayer converts
 CHANNELS_LAST_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 2, 2, "P1")]
-# and with --keep-layout (docs/performance.md entry 107): u_fwd != u_bwd, so a FWD task's stash is a group
+# and as they run by default (keep_layout, docs/performance.md entries 107-108): u_fwd != u_bwd, so a FWD task's stash is a group
 # buffer that its microbatches are copied into, and vPP sends every pack's output and input gradient, in
 # the producer's microbatches, which the consumer reads in its own
 KEEP_LAYOUT_CASES = [("resnet-tiny", "vPP", 2, 2, "P2"), ("vgg-tiny", "vDP", 4, 2, "P1"),
@@ -282,6 +283,29 @@ def test_a_gradient_from_another_pack_takes_its_outputs_memory_format():
     assert laid_out_like(g, y.contiguous()) is g                      # NCHW output: untouched
     flat = torch.randn(6, 4)
     assert laid_out_like(flat, flat.t().contiguous().t()) is flat     # not 4-d: untouched
+
+
+def test_keep_layout_is_a_channels_last_models_default_and_recorded():
+    """keep_layout is on unless turned off (`harmony run --no-keep-layout`), and a channels-last model's
+    summary says which way its crossings went; the numbers are the same either way (a reorder is a copy).
+    Other models' summaries leave it out: it cannot concern them."""
+    import argparse
+
+    from harmony.runtime import run_schedule
+    from harmony.runtime.cli import add_arguments
+    _, rec, g = schedule("resnet-tiny", "vPP", 2, 2, 2, "P1", **{**OVERRIDES.get("resnet-tiny", {}), "channels_last": True})
+    on = run_schedule(rec, g, iters=2, device="cpu")
+    off = run_schedule(rec, g, iters=2, device="cpu", keep_layout=False)
+    assert on["status"] == off["status"] == "ok"
+    assert on["keep_layout"] is True and off["keep_layout"] is False
+    assert on["losses"] == off["losses"]
+    _, rec, g = schedule("mlp-tiny", "vPP", 2, 2, 2, "P1")
+    assert "keep_layout" not in run_schedule(rec, g, iters=2, device="cpu")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = ["s.json", "--iters", "2", "-o", "r.jsonl"]
+    assert p.parse_args(args).keep_layout is True
+    assert p.parse_args(args + ["--no-keep-layout"]).keep_layout is False
 
 
 def test_keep_layout_moves_channels_last_tensors_without_reordering_them():

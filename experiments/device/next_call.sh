@@ -98,7 +98,8 @@ case "$HW" in
     # from experiments/device/jobs-variant-2xH200.sh (make-jobs-variant.sh writes it), several calls;
     # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log; HANG_CHECK=1 first runs
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
-    # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz. ITEM=64: the channels-last GPU test (with
+    # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz; HANG_FIX=1 (item 66) instead runs the two N = 2
+    # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=64: the channels-last GPU test (with
     # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
@@ -108,6 +109,14 @@ case "$HW" in
       if [ "${GPU_TEST:-0}" = 1 ]; then
         mkdir -p "$C"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last \
           > "$C/$T.gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$C/$T.gpu-test.log"
+      fi
+      if [ "${HANG_FIX:-0}" = 1 ]; then   # item 66: entry 108's p2p.connect, on the candidate that hung
+        H=results/probes/hang/2xH200/$T; mkdir -p "$H"
+        timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k "channels_last and vPP-2" -rA \
+          > "$H/gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -1 "$H/gpu-test.log"
+        ONLY=cl-u8-a RUN_LIMIT_S=100 DEADLINE_S=110 bash experiments/device/hang-check-2xH200.sh "$H" 2>&1 \
+          | tee "/tmp/$T-hang.console"
+        cp "/tmp/$T-hang.console" "$H/console.log"; tar czf "$OUT/$T-hang.tgz" "$H"
       fi
       if [ "${HANG_CHECK:-0}" = 1 ]; then
         H=results/probes/hang/2xH200/$T

@@ -15,6 +15,7 @@ import time
 import torch
 
 from harmony.runtime.optim import COALESCE_BELOW
+from harmony.runtime.p2p import channels_last_model
 from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES
 from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
 from harmony.units import format_bytes
@@ -102,7 +103,7 @@ class Prepared:
                  first_timed_iteration: int = 1, run_ahead: int | None = RUN_AHEAD,
                  arena_prefault: bool = False, p2p_max_ctas: int | None = None,
                  p2p_receive: str = DEFAULT_RECEIVE_MODE, deterministic: bool = False,
-                 ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE, keep_layout: bool = False):
+                 ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE, keep_layout: bool = True):
         from harmony.runtime.host_store import HostArena, plan_layout, check_fits
         from harmony.schedule.host_memory import process_reserve_bytes
         from harmony.runtime.transfer import resolve_load_buffers
@@ -277,7 +278,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
                  run_ahead: int | None = RUN_AHEAD, arena_prefault: bool | None = None,
                  p2p_max_ctas: int | None = None, p2p_receive: str | None = None,
                  deterministic: bool = False, ordered_reduce: bool = False, allreduce: str = DEFAULT_ALLREDUCE,
-                 keep_layout: bool = False) -> dict:
+                 keep_layout: bool = True) -> dict:
     """Run `iters` iterations (the first `warmup` excluded from the medians) of the schedule; returns the
     summary record, and writes run.jsonl (iteration lines as they finish, then the summary) if `output`.
     memcpy_trace: every worker traces iteration `warmup` with torch.profiler (CUDA memcpy activity); that
@@ -313,8 +314,9 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
     the gradients' copy to the host waits for it; the next task computes meanwhile); the same sums either
     way (docs/runtime.md, "The all-reduce"; docs/performance.md entry 77).
     keep_layout: a channels-last model's activations and their gradients cross pack boundaries in their own
-    layout (sends and stashes as NHWC views) instead of NCHW, which costs a reorder on each side; the same
-    numbers either way (harmony/runtime/p2p.py; docs/performance.md entry 107). No effect on other models."""
+    layout (sends and stashes as NHWC views), the default; off, they cross as NCHW, which costs a reorder on
+    each side (4-7% of the iteration, docs/performance.md entry 108). The same numbers either way
+    (harmony/runtime/p2p.py). No effect on other models; a channels-last model's summary records it."""
     from harmony.jsonio import JsonlWriter
     from harmony.metrics import env_record, make_summary
     from harmony.runtime.host_store import HostMemoryError
@@ -394,7 +396,7 @@ def run_schedule(record: dict, graph: TaskGraph, *, iters: int, device: str = "c
             coalesce_below=coalesce_below, run_ahead=run_ahead, arena_prefault=arena_prefault,
             **({"p2p_max_ctas": p2p_max_ctas} if p2p_max_ctas is not None else {}), p2p_receive=p2p_receive,
             deterministic=deterministic, ordered_reduce=ordered_reduce, allreduce=allreduce,
-            **({"keep_layout": True} if keep_layout else {}),
+            **({"keep_layout": bool(keep_layout)} if channels_last_model(record["model"]) else {}),
             bytes_by_kind=_median_by_kind(merged, warmup), host_phases=_median_host_phases(merged, warmup),
             task_spans=_median_per_task(merged, warmup, "task_spans"),
             task_issued=_median_per_task(merged, warmup, "task_issued"),

@@ -83,11 +83,12 @@ def add_arguments(p) -> None:
                         "all-reduce before the next task; overlap, only the gradients' copy to the host waits "
                         "for it and the next task computes meanwhile (SimParams.allreduce models either). The same sums "
                         "either way (docs/runtime.md, The all-reduce; docs/performance.md entry 77)")
-    p.add_argument("--keep-layout", action="store_true",
+    p.add_argument("--keep-layout", action=argparse.BooleanOptionalAction, default=True,
                    help="a channels-last model (--set channels_last=true): its activations and their gradients "
                         "cross pack boundaries, to another GPU or to the host's stash, in their own layout (as "
-                        "NHWC views) instead of NCHW, which the sender and the receiving vLayer each reorder "
-                        "otherwise. The same numbers; no effect on other models (docs/performance.md entry 107)")
+                        "NHWC views), the default; --no-keep-layout sends and stashes them NCHW, which the sender "
+                        "and the receiving vLayer each reorder (4-7%% slower on ResNet1026 and VGG416, "
+                        "docs/performance.md entry 108). The same numbers either way; no effect on other models")
     p.add_argument("--ordered-reduce", action="store_true",
                    help="vDP: sum the ranks' gradients in rank order on every rank (an all-gather, then the "
                         "additions), as `python -m harmony.workflow reference --shares N` does, instead of the "

@@ -29,9 +29,10 @@ Senders post in (producer task, microbatch) order, receivers in (consumer task, 
 agree when producer order and consumer order agree on every channel, which `check_channel_order`
 verifies before anything runs. (Gloo, used on CPU, also gets a tag per message.)
 
-Layout (`keep_layout`, docs/performance.md entry 107): a channels-last activation or gradient goes out as
-NCHW by default (the sender's `contiguous()` copies it, and the receiving vLayer converts it back). With
-keep_layout every 4-d tensor travels as its NHWC permutation instead, which is a contiguous view of a
+Layout (`keep_layout`, docs/performance.md entries 107 and 108): a channels-last model's 4-d activations
+and gradients travel as their NHWC permutation, the default; without keep_layout (`--no-keep-layout`) they
+go out as NCHW (the sender's `contiguous()` copies each, and the receiving vLayer converts it back), 4-7%
+slower on ResNet1026 and VGG416 (entry 108). The NHWC permutation which is a contiguous view of a
 channels-last tensor (no copy), and is received into an (n, H, W, C) buffer that the consumer reads as
 channels-last. Both ends decide by the tensor's rank alone, so they agree without a message. Gloo refuses
 a channels-last tensor itself ("input tensor has to be contiguous"), and the NHWC view passes on either
@@ -167,6 +168,12 @@ class Channels:
         stream, so the receive cannot write x before the kernels issued ahead of it are done with the memory."""
         g = self.groups[(src, self.rank)]
         return dist.irecv(x, src=src, group=g, tag=tag) if self.cpu else dist.irecv(x, src=src, group=g)
+
+
+def channels_last_model(model_json: dict) -> bool:
+    """Whether a model.json's model computes channels-last (`--set channels_last=true`): the models whose
+    crossings `keep_layout` concerns."""
+    return bool(model_json.get("config", {}).get("channels_last"))
 
 
 def crossing_format(keep_layout: bool, dim: int) -> torch.memory_format:

@@ -43,7 +43,7 @@ from harmony.runtime.gc_clock import GC_CLOCK
 from harmony.runtime.host_store import HostArena, layer_slots
 from harmony.runtime.launch import print_stacks_on_sigterm
 from harmony.runtime.optim import COALESCE_BELOW, PackUpdater
-from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, crossing_format, tag, to_wire
+from harmony.runtime.p2p import Channels, LocalInput, StreamedInput, channels_last_model, crossing_format, tag, to_wire
 from harmony.runtime.task_clock import TaskClock
 from harmony.runtime.transfer import (DEFAULT_WEIGHT_COPIES, BlockViews, Copier, Counters, StashInput,
                                       check_allreduce, check_weight_copies, host_view, wait_marks)
@@ -169,9 +169,10 @@ class Worker:
         clock.lap("device")              # CUDA context, precision, memory cap
         self.ctrl = _CTRL.get("group")
         self.spec = spec_from_model_json(job["model"])
-        # harmony run --keep-layout: a channels-last model's activations and their gradients cross pack
-        # boundaries (sends, stashes) in their own layout, as NHWC views, not NCHW (docs/performance.md entry 107)
-        self.keep_layout = bool(job.get("keep_layout")) and bool(getattr(self.spec.config, "channels_last", False))
+        # keep_layout (the default; harmony run --no-keep-layout turns it off): a channels-last model's activations
+        # and their gradients cross pack boundaries (sends, stashes) in their own layout, as NHWC views, not
+        # NCHW (docs/performance.md entries 107 and 108)
+        self.keep_layout = bool(job.get("keep_layout", True)) and channels_last_model(job["model"])
         self.layers = self.spec.build("meta")
         self.layers.train()
         self.slots = [layer_slots(l) for l in self.layers]

@@ -32,8 +32,8 @@ verifies before anything runs. (Gloo, used on CPU, also gets a tag per message.)
 Layout (`keep_layout`, docs/performance.md entries 107 and 108): a channels-last model's 4-d activations
 and gradients travel as their NHWC permutation, the default; without keep_layout (`--no-keep-layout`) they
 go out as NCHW (the sender's `contiguous()` copies each, and the receiving vLayer converts it back), 4-7%
-slower on ResNet1026 and VGG416 (entry 108). The NHWC permutation which is a contiguous view of a
-channels-last tensor (no copy), and is received into an (n, H, W, C) buffer that the consumer reads as
+slower on ResNet1026 and VGG416 (entry 108). The NHWC permutation is a contiguous view of a
+channels-last tensor (no copy), received into an (n, H, W, C) buffer that the consumer reads as
 channels-last. Both ends decide by the tensor's rank alone, so they agree without a message. Gloo refuses
 a channels-last tensor itself ("input tensor has to be contiguous"), and the NHWC view passes on either
 backend.

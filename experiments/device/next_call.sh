@@ -134,6 +134,13 @@ case "$HW" in
     # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
     # 7 and 8 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    if [ "${ITEM:-49}" = 67 ]; then   # item 67: ResNet1026 D = 1024 at N = 1, Harmony and swap-dp, NCHW and channels-last
+      T=${1:-n1cl1}; P=results/probes/channels-last/1xH200/$T
+      DEADLINE_S=$((560 - SECONDS)) bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"
+      cp "/tmp/$T.console" "$P/console.log"
+      nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$P/gpu.csv"
+      tar czf "$OUT/$T.tgz" "$P"; exit 0
+    fi
     if [ "${ITEM:-49}" = 65 ]; then   # item 65: --keep-layout on one GPU, where only stashes cross (entry 108)
       keep_layout "${1:-keep1}" "experiments/device/schedules/resnet1026-cl.D1024.N1.vPP.schedule.json experiments/device/schedules/vgg416-cl.D64.N1.vPP.schedule.json"
       exit 0

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Device README item 67 (docs/performance.md entry 108): figure 10's ResNet1026 D = 1024 point at N = 1,
+# where the H100's C10 ratio is 1.36x swap-dp (11.03 against 14.98 s), measured on one H200 in both layouts:
+# Harmony's one-GPU plan (searched from 2x H200's profiles at N = 1, experiments/device/schedules/) and swap-dp
+# at u = 256 (the H100's best, and the simulator's best that fits here), NCHW then channels-last, so one host
+# gives both ratios. Paper settings (11 GiB cap, TF32), ITERS iterations, the first a warm-up, as figure 10's
+# records. No run starts past the deadline.
+#   bash experiments/device/n1-variant-probe-1gpu.sh OUTDIR     (ITERS=4, RUN_LIMIT_S=150, DEADLINE_S=540)
+set -uo pipefail
+O=${1:?usage: n1-variant-probe-1gpu.sh OUTDIR}
+IN=results/paper/2xH200; S=experiments/device/schedules
+ITERS=${ITERS:-4}; RUN_LIMIT_S=${RUN_LIMIT_S:-150}
+DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-540} ))
+export PYTHONUNBUFFERED=1
+mkdir -p "$O"
+python3 -m harmony.cli env --device cuda --precision tf32 > "$O/env.json"
+run() {   # run NAME HARMONY_CLI_ARGS...: its record NAME.jsonl and log NAME.log
+  local name=$1; shift
+  if [ $(( $(date +%s) + RUN_LIMIT_S )) -gt "$DEADLINE" ]; then echo "[$SECONDS s] $name: skipped (deadline)"; return; fi
+  timeout -k 15 "$RUN_LIMIT_S" python3 -m harmony.cli "$@" --iters "$ITERS" --device cuda --precision tf32 \
+    --gpu-memory 11GiB -o "$O/$name.jsonl" > "$O/$name.log" 2>&1 || echo "[$SECONDS s] $name: FAILED (rc $?)"
+  echo "[$SECONDS s] $name"
+}
+for m in resnet1026 resnet1026-cl; do
+  run "$m-harmony" run "$S/$m.D1024.N1.vPP.schedule.json" --data synthetic --warmup 1
+  run "$m-swap-dp-u256" baseline swap-dp "$IN/models/$m.json" --minibatch 1024 --gpus 1 --ubatch 256 \
+    --profile "$IN/profiles/$m.json" --calibration "$IN/calibration.json"
+done
+PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

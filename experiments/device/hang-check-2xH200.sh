@@ -5,8 +5,8 @@
 # control, each with NCCL's INIT and P2P logging (when each channel's communicator is made, and how) and
 # the GPUs' utilisation sampled every 0.5 s beside it: a hang with both GPUs busy is kernels spinning on a
 # peer, one with both idle is a wait on the host. Paper settings (11 GiB cap, TF32), 4 iterations, 2 of
-# them warm-up, as the search ran it; then, if time is left, the hung candidate's schedule with `harmony run
-# --keep-layout`. A run that outlasts RUN_LIMIT_S gets SIGTERM, on which the launcher
+# them warm-up, as the search ran it; then, if time is left, the hung candidate's schedule with the other crossing
+# layout (`harmony run --no-keep-layout` since entry 108). A run that outlasts RUN_LIMIT_S gets SIGTERM, on which the launcher
 # writes every worker's stacks into its log (docs/runtime.md), and SIGKILL 15 s later; no run starts past
 # the deadline.
 #   bash experiments/device/hang-check-2xH200.sh OUTDIR     (RUN_LIMIT_S=120, DEADLINE_S=300)
@@ -42,8 +42,9 @@ swap_pp() {   # swap_pp MODEL: `harmony baseline` arguments for swap-pp at D = 6
 run cl-u8-a $(swap_pp resnet1026-cl) --schedule-out "$O/swap-pp-cl-u8.json"
 run nchw-u8 $(swap_pp resnet1026)
 run cl-u8-b $(swap_pp resnet1026-cl)
-# the same schedule with --keep-layout (entry 107: no NCHW copy of each sent activation), if time is left
+# the same schedule with the other crossing layout, if time is left: --keep-layout was the other one until
+# entry 108 made it the default (x2-cl7's runs crossed NCHW); since then it is --no-keep-layout
 if [ -s "$O/swap-pp-cl-u8.json" ]; then
-  run cl-u8-keep run "$O/swap-pp-cl-u8.json" --data synthetic --memcpy-trace --keep-layout
-else echo "[$SECONDS s] cl-u8-keep: skipped (no schedule)"; fi
+  run cl-u8-nchw-crossings run "$O/swap-pp-cl-u8.json" --data synthetic --memcpy-trace --no-keep-layout
+else echo "[$SECONDS s] cl-u8-nchw-crossings: skipped (no schedule)"; fi
 PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harmony.runtime.p2p import crossing_format
 from harmony.schedule.tasks import ALLREDUCE_MODES, TRANSFER_KINDS
 
 
@@ -249,12 +250,12 @@ class Copier:
 
 
 def host_view(v: torch.Tensor, keep_layout: bool) -> torch.Tensor:
-    """A stash's host tensor as the runtime reads and writes it: as it is, or with keep_layout (a
-    channels-last model, `harmony run --keep-layout`) a 4-d one's bytes read in NHWC order, i.e. the same
-    (n, C, H, W) tensor laid out channels-last. Its row slices stay channels-last, so a stash moves between
-    a channels-last activation and the host without being reordered on either side (docs/performance.md
-    entry 107)."""
-    if not keep_layout or v.dim() != 4:
+    """A stash's host tensor as the runtime reads and writes it: in the layout it crosses in
+    (`p2p.crossing_format`), i.e. as it is, or with keep_layout (a channels-last model's default) a 4-d
+    one's bytes read in NHWC order, the same (n, C, H, W) tensor laid out channels-last. Its row slices stay
+    channels-last, so a stash moves between a channels-last activation and the host without being reordered
+    on either side (docs/performance.md entries 107 and 108)."""
+    if crossing_format(keep_layout, v.dim()) is not torch.channels_last:
         return v
     n, c, h, w = v.shape
     return v.view(n, h, w, c).permute(0, 3, 1, 2)

@@ -1960,6 +1960,31 @@ def test_pending_jobs_refuses_a_like_folder_that_is_not_on_disk(tmp_path):
     assert "slim_tree.sh off" in p.stdout
 
 
+def test_unpack_call_pending_names_the_last_calls_tarball_that_is_not_unpacked(tmp_path):
+    """`unpack_call.sh --pending` before a device call: a tarball of the newest call folder with a file this
+    tree lacks is named and the exit status is 1 (a call started then runs the last call's jobs again, as
+    the seventy-fifth session's second x2-cl8 did); unpacked, it exits 0; an older call folder is not read."""
+    import tarfile
+    tree, dev = tmp_path / "tree", tmp_path / "device"
+    (tree / "results/x").mkdir(parents=True)
+    (dev / "1").mkdir(parents=True)
+    (dev / "2").mkdir()
+    rec = tmp_path / "rec.jsonl"
+    rec.write_text("{}\n")
+    with tarfile.open(dev / "1" / "old.tgz", "w:gz") as tf:        # an older call's, never unpacked here
+        tf.add(rec, arcname="results/x/old.jsonl")
+    with tarfile.open(dev / "2" / "c2.tgz", "w:gz") as tf:
+        tf.add(rec, arcname="results/x/new.jsonl")
+    os.utime(dev / "1", (1, 1))                                      # folder 2 is the last call's
+    script = str(ROOT / "experiments/device/unpack_call.sh")
+    p = subprocess.run(["bash", script, "--pending", str(dev)], cwd=tree, capture_output=True, text=True)
+    assert p.returncode == 1 and "c2.tgz" in p.stdout and "results/x/new.jsonl" in p.stdout, p.stdout + p.stderr
+    assert "old.tgz" not in p.stdout
+    (tree / "results/x/new.jsonl").write_text("{}\n")
+    p = subprocess.run(["bash", script, "--pending", str(dev)], cwd=tree, capture_output=True, text=True)
+    assert p.returncode == 0 and "unpacked here" in p.stdout, p.stdout + p.stderr
+
+
 def test_predict_swap_search_simulates_each_candidate_of_the_workflows_search():
     """experiments/predict_swap_search.py on the committed 2x H200 folder: swap-dp's graph at each u the
     workflow's search tries for D = 16 at N = 2 (1, 2, 4, 8), the one the search picked (u = 8) simulated

@@ -6,13 +6,14 @@
 # Also: restores tracked files the tarball's slim tree lacked (experiments/device/slim_tree.sh), deletes the
 # `.partial` records of runs the call's end cut off (their next call starts them afresh), and prints the
 # call's GPU UUIDs and the last lines of its console, for the results' NOTES.md entry.
-#   experiments/device/unpack_call.sh --pending [DEVICE_DIR]   before a call: names each tarball of the
-#                                               last call (the newest folder under DEVICE_DIR, /work/.device)
-#                                               with a file not in this tree, and exits 1 if there is one (the seventy-fifth session's second
-#                                               call ran x2-cl8's jobs again: its tarball was not unpacked)
+#   experiments/device/unpack_call.sh --pending [DEVICE_DIR]
+#          before a call: names each tarball of the last call (the newest folder under DEVICE_DIR, by default
+#          /work/.device) with a file not in this tree, and exits 1 if there is one (the seventy-fifth
+#          session's second call ran x2-cl8's jobs again: x2-cl8's tarball was not unpacked)
 set -euo pipefail
 if [ "${1:-}" = --pending ]; then
-    pending=0 last=$(ls -td "${2:-/work/.device}"/*/ 2>/dev/null | head -1)
+    pending=0 last=$(ls -td "${2:-/work/.device}"/*/ 2>/dev/null | head -1 || true)
+    [ -n "$last" ] || { echo "no call folder under ${2:-/work/.device}"; exit 0; }
     for tgz in "$last"*.tgz; do
         [ -s "$tgz" ] || continue
         while read -r f; do
@@ -20,7 +21,7 @@ if [ "${1:-}" = --pending ]; then
             if [ ! -e "$f" ]; then echo "not unpacked: $tgz (no $f here)"; pending=1; break; fi
         done < <(tar tzf "$tgz")
     done
-    [ $pending = 0 ] && echo "the last call's tarballs (${last:-none}) are unpacked here"
+    [ $pending = 0 ] && echo "the last call's tarballs ($last) are unpacked here"
     exit $pending
 fi
 [ $# -ge 1 ] || { echo "usage: $0 FILES_AT/TAG.tgz [...] | --pending [DEVICE_DIR]" >&2; exit 2; }

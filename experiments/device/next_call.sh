@@ -99,13 +99,23 @@ case "$HW" in
     # GPU_TEST=1 first runs the channels-last GPU test into calls/TAG.gpu-test.log; HANG_CHECK=1 first runs
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
     # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz; HANG_FIX=1 (item 66) instead runs the two N = 2
-    # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=64: the channels-last GPU test (with
+    # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
+    # repeats first, then the list. ITEM=64: the channels-last GPU test (with
     # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
-    elif [ "${ITEM:-63}" = 63 ]; then
+    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ]; then
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
+      if [ "${ITEM:-63}" = 68 ]; then   # item 68 (entry 109): VGG416-cl D = 16's Harmony plans and swap-pp's
+        # u = 4 candidate, 4 runs each, interleaved (about 300 s), into results/probes/reproduce/2xH200/TAG-d16/;
+        # then the list, as item 63
+        P=results/probes/reproduce/2xH200/$T-d16; mkdir -p "$P"
+        SCHEDULES=. REPEATS=4 RUN_LIMIT_S=90 HARMONY_DEADLINE=$(( $(date +%s) + 330 )) PLANS="results/paper/2xH200/schedules/vgg416-cl/vDP-N2-D16-auto results/paper/2xH200/schedules/vgg416-cl/vPP-N2-D16-auto experiments/device/schedules/vgg416-cl.D16.N2.swap-pp-u4.schedule" \
+          bash experiments/device/repeat-plans-2xH200.sh "$P" 2>&1 | tee "$P/console.log"
+        nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$P/gpu.csv"
+        tar czf "$OUT/$T-d16.tgz" "$P"
+      fi
       if [ "${GPU_TEST:-0}" = 1 ]; then
         mkdir -p "$C"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last \
           > "$C/$T.gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$C/$T.gpu-test.log"

@@ -1948,6 +1948,32 @@ def test_pending_jobs_takes_off_an_unfinished_searchs_candidates_on_record(tmp_p
     assert row.split()[0] == "45" and "25 s spent on this one already" in row, out      # 70 s - 25 s
 
 
+def test_pending_jobs_names_a_record_moved_to_superseded_that_no_job_makes_again(tmp_path):
+    """A job list holds jobs only for the records missing when it was written; pending_jobs.py names a final
+    record of the list's models that a later move left only under superseded/ with no job to write it
+    (entry 108's move of swap-dp resnet1026-cl D = 1024, found in entry 109), and nothing else."""
+    own = Path("results/paper/hw")
+    made = own / "runs/harmony-vDP/m/N2-D8-auto.jsonl"
+    listed = own / "runs/swap-pp/m/N2-D8-best.jsonl"
+    for rel in ("runs/swap-dp/m/N2-D8-best.jsonl",         # moved, no job: named
+                "runs/swap-pp/m/N2-D8-best.jsonl",         # moved, the list writes it again
+                "runs/harmony-vDP/m/N2-D8-auto.jsonl",     # moved and made again since
+                "runs/swap-dp/m/N2-D8-best.u4.jsonl",      # a search's candidate, not a final record
+                "runs/swap-dp/other/N2-D8-best.jsonl"):    # a model the list does not run
+        f = tmp_path / own / "superseded/old" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("{}\n")
+    (tmp_path / made).parent.mkdir(parents=True)
+    (tmp_path / made).write_text("{}\n")
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"job baseline 'harmony baseline -o {listed}' '{listed}'\n"
+                       f"job run_harmony 'harmony run -o {made}' '{made}'\n")
+    out = sh([sys.executable, str(ROOT / "experiments/device/pending_jobs.py"), str(joblist),
+              "--root", str(tmp_path)]).stdout
+    named = [line for line in out.splitlines() if line.startswith("not made again:")]
+    assert len(named) == 1 and f"{own}/runs/swap-dp/m/N2-D8-best.jsonl is only under superseded/" in named[0], out
+
+
 def test_pending_jobs_refuses_a_like_folder_that_is_not_on_disk(tmp_path):
     """pending_jobs.py with --like naming a folder that `slim_tree.sh on HW` took off the disk says so and
     exits 1, instead of listing every baseline search as never run (the forty-second session read that)."""

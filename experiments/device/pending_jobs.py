@@ -20,6 +20,8 @@ A job is left when one of its outputs is missing or empty (the list's own rule).
     variant's job that has no basis of its own takes its base model's: the base's search, or its plan's
     prediction where the variant's plan is not searched yet (channels-last runs faster: an upper bound).
 A job with no basis is listed as unknown. Estimates say where the time goes, not what a call will finish.
+Last, it names each final record of the list's models that a move left only under the folder's
+`superseded/` with no job of the list to make it again (write the list again if it should be).
 
     python experiments/device/pending_jobs.py experiments/device/jobs-2xH200.sh \
         --like results/paper/1xH100-80GB-HBM3 [--skip zero-offload] [--call-s 545] [--variant BASE=VARIANT ...]
@@ -239,7 +241,28 @@ def main(argv=None) -> int:
     calls = math.ceil(total / args.call_s) if total else 0
     print(f"about {total:.0f} s of job time ({total / 60:.0f} min) for the {len(left) - unknown} jobs with an "
           f"estimate, {unknown} without; at least {calls} call(s) of {args.call_s:.0f} s")
+    for rel in moved_without_a_job(jobs, args.root, own_dir):
+        print(f"not made again: {rel} is only under superseded/ and no job of this list writes it "
+              f"(write the list again if it should be)")
     return 0
+
+
+def moved_without_a_job(jobs: list[Job], root: Path, own_dir: Path) -> list[str]:
+    """The final records (N*-D*-auto|best.jsonl) of the list's models that a move to `superseded/` took out of
+    `runs/` and that no job of the list writes again: a list holds jobs only for the records missing when it
+    was written, so a move after that leaves a point with no record and no job (entry 108's move of swap-dp
+    resnet1026-cl D = 1024, found in entry 109)."""
+    outputs = {o for j in jobs for o in j.outputs}
+    models = {m.group("model") for o in outputs if (m := RUN_PATH.search(o))}
+    found = set()
+    for old in sorted((root / own_dir / "superseded").glob("*/runs/*/*/N*-D*-*.jsonl")):
+        system, model, name = old.parts[-3:]
+        if model not in models or not re.fullmatch(r"N\d+-D\d+-(auto|best)\.jsonl", name):
+            continue
+        rel = str(own_dir / "runs" / system / model / name)
+        if not (root / rel).exists() and rel not in outputs:
+            found.add(rel)
+    return sorted(found)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ host_task() {   # item 42 (done on 2x H200, HISTORY.md): the per-task host charg
   CUDA_VISIBLE_DEVICES=0 python3 -m harmony.cli env --device cuda > /tmp/ht/env.json
   tail -8 /tmp/ht/overhead.log; tail -8 /tmp/ht/overhead-bert.log; tar czf "$OUT/${1:-ht1}.tgz" -C /tmp ht
 }
+pack_probe() {   # TAG DIR: the GPUs' identity into DIR (a folder under results/), DIR tarred into $OUT/TAG.tgz
+  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$2/gpu.csv"
+  tar czf "$OUT/$1.tgz" "$2"
+}
 keep_layout() {   # items 64 and 65 (entry 107): TAG [PLANS]: the channels-last GPU test (--keep-layout's cases
   # too) into results/probes/keep-layout/$HW/TAG/, then keep-layout-ab.sh there (PLANS: its default when empty)
   local T=$1 K=results/probes/keep-layout/$HW/$1
@@ -42,8 +46,7 @@ keep_layout() {   # items 64 and 65 (entry 107): TAG [PLANS]: the channels-last 
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last -rA \
     > "$K/gpu-test.log" 2>&1; echo "gpu test rc=$?"; tail -2 "$K/gpu-test.log"
   PLANS=${2:-} DEADLINE_S=$((560 - SECONDS)) bash experiments/device/keep-layout-ab.sh "$K" 2>&1 | tee "$K/console.log"
-  nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$K/gpu.csv"
-  tar czf "$OUT/$T.tgz" "$K"
+  pack_probe "$T" "$K"
 }
 point_ab() {   # items 50, 51, 53: TAG D U_ONCE U ITERS WARMUP SCHEDULES on GPT2-XL with the H100's profile and cap,
   # today's code: $BASELINE (swap-pp unless set) at U_ONCE once (does it fit? 2 iterations, 1 timed), then
@@ -113,8 +116,7 @@ case "$HW" in
         P=results/probes/reproduce/2xH200/$T-d16; mkdir -p "$P"
         SCHEDULES=. REPEATS=4 RUN_LIMIT_S=90 HARMONY_DEADLINE=$(( $(date +%s) + 330 )) PLANS="results/paper/2xH200/schedules/vgg416-cl/vDP-N2-D16-auto results/paper/2xH200/schedules/vgg416-cl/vPP-N2-D16-auto experiments/device/schedules/vgg416-cl.D16.N2.swap-pp-u4.schedule" \
           bash experiments/device/repeat-plans-2xH200.sh "$P" 2>&1 | tee "$P/console.log"
-        nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$P/gpu.csv"
-        tar czf "$OUT/$T-d16.tgz" "$P"
+        pack_probe "$T-d16" "$P"
       fi
       if [ "${GPU_TEST:-0}" = 1 ]; then
         mkdir -p "$C"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_runtime_gpu.py -k channels_last \
@@ -148,8 +150,7 @@ case "$HW" in
       T=${1:-n1cl1}; P=results/probes/channels-last/1xH200/$T
       DEADLINE_S=$((560 - SECONDS)) bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"
       cp "/tmp/$T.console" "$P/console.log"
-      nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$P/gpu.csv"
-      tar czf "$OUT/$T.tgz" "$P"; exit 0
+      pack_probe "$T" "$P"; exit 0
     fi
     if [ "${ITEM:-49}" = 65 ]; then   # item 65: --keep-layout on one GPU, where only stashes cross (entry 108)
       keep_layout "${1:-keep1}" "experiments/device/schedules/resnet1026-cl.D1024.N1.vPP.schedule.json experiments/device/schedules/vgg416-cl.D64.N1.vPP.schedule.json"

@@ -255,9 +255,10 @@ def moved_without_a_job(jobs: list[Job], root: Path, own_dir: Path) -> list[str]
     outputs = {o for j in jobs for o in j.outputs}
     models = {m.group("model") for o in outputs if (m := RUN_PATH.search(o))}
     found = set()
-    for old in sorted((root / own_dir / "superseded").glob("*/runs/*/*/N*-D*-*.jsonl")):
+    moved = root / own_dir / "superseded"
+    for old in sorted([*moved.glob("*/runs/*/*/N*-D*-auto.jsonl"), *moved.glob("*/runs/*/*/N*-D*-best.jsonl")]):
         system, model, name = old.parts[-3:]
-        if model not in models or not re.fullmatch(r"N\d+-D\d+-(auto|best)\.jsonl", name):
+        if model not in models:
             continue
         rel = str(own_dir / "runs" / system / model / name)
         if not (root / rel).exists() and rel not in outputs:

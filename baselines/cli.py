@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import functools
 import importlib
 import json
 import math
@@ -268,13 +269,23 @@ def main(args) -> int:
         rec = done[i][1]
         return (rec["samples_per_s"] or 0.0) if rec["status"] == "ok" else 0.0
 
-    arena_grows_with_u = getattr(system_module(args.name), "HOST_ARENA_GROWS_WITH_UBATCH", False)
+    @functools.cache
+    def host_need(i: int) -> int | None:
+        from baselines.predicted_start import host_need_of
+        return host_need_of(settings[i])
+
+    @functools.cache
+    def host_available() -> int:
+        from harmony.runtime.host_store import host_available_bytes
+        return host_available_bytes()
 
     def no_lower(i: int) -> str | None:
         """Why no candidate below i is tried, if none is (the skipped ones are listed as not tried): i ran
-        slower per iteration than --max-iter-s (a smaller u moves the weights more often per sample), or
-        was infeasible for host memory in a system whose host arena holds every sample's stash whatever u is
-        (the module's HOST_ARENA_GROWS_WITH_UBATCH is False: swap-pp; swap-dp's stash is one microbatch's)."""
+        slower per iteration than --max-iter-s (a smaller u moves the weights more often per sample), or i
+        was infeasible for host memory and the next u down is forecast not to fit either. Whether a smaller u
+        needs less host memory depends on the graph (baselines.predicted_start.host_need_of), so the search
+        asks it rather than assume it: swap-pp VGG416 D = 256 at N = 2 was infeasible at u = 16 and left
+        u = 4 untried, which fits (docs/performance.md entry 110). A system without a graph to ask tries it."""
         if i not in done:
             return None
         s, rec = done[i]
@@ -282,11 +293,14 @@ def main(args) -> int:
             return "a larger u ran slower than --max-iter-s"
         if rec["status"] == "over-time":   # a smaller u moves the weights more often: slower still
             return "a larger u could not time an iteration in a whole device call"
-        if rec["status"] == "infeasible" and not arena_grows_with_u and (
+        if i > 0 and rec["status"] == "infeasible" and (
                 rec.get("infeasible_reason") == "host-memory"
                 # records from before the field (H100 swap-pp resnet1026 D=1024) say so in the message
                 or (rec.get("message") or "").startswith("host memory too small")):
-            return "a larger u was infeasible for host memory, which a smaller u does not need less of"
+            need = host_need(i - 1)
+            if need is not None and need > host_available():
+                return (f"a larger u was infeasible for host memory, and u={settings[i - 1].ubatch} would need "
+                        f"{format_bytes(need)} of the {format_bytes(host_available())} available")
         return None
 
     hint, prediction = ubatch_start_hint(args, settings)

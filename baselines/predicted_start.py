@@ -48,6 +48,30 @@ def host_need(graph, model_json: dict, gpus: int) -> int:
     return arena + process_reserve_bytes(gpus, arena)
 
 
+def host_need_of(s) -> int | None:
+    """What a run of these Settings (swap-dp or swap-pp) would ask of host memory (`host_need` of the graph it
+    trains), worked out on the CPU in seconds, before any set-up; None for another system, or a u that the
+    baseline's own check refuses for another reason. The microbatch search asks this of the next smaller u
+    when a larger one was infeasible for host memory (baselines/cli.py `no_lower`): whether a smaller u
+    needs less depends on the graph. swap-dp stashes one microbatch per rank, so its arena shrinks with u;
+    swap-pp's can shrink by far more, since at a small u a whole stage fits the cap and stashes only its input,
+    where at a larger u it swaps layer by layer and stashes every layer's (VGG416 D = 256 at N = 2: 11 GiB at
+    u = 4, 491 GiB at u = 16; docs/performance.md entry 110)."""
+    if s.system not in SYSTEMS:
+        return None
+    import importlib
+    from baselines.common import Infeasible, load_model
+    from baselines.swap_dp import _load_aux
+    from harmony.schedule.tasks import build_task_graph
+    _, model_json = load_model(s.model, s.overrides)
+    profile, _ = _load_aux(s)
+    try:
+        cfg = importlib.import_module("baselines." + s.system.replace("-", "_")).config_for(s, model_json, profile)
+    except Infeasible:
+        return None
+    return host_need(build_task_graph(cfg, model_json["num_vlayers"]), model_json, s.gpus)
+
+
 def config_builder(system: str):
     """The function that lays out `system`'s graph at one u (one of SYSTEMS)."""
     from baselines.swap_dp import swap_dp_config

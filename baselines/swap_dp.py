@@ -24,12 +24,6 @@ from harmony.schedule.tasks import _spec_bytes, Range, ScheduleConfig, ScheduleE
 
 PACKINGS = ("layer", "fit")
 
-# Microbatch by microbatch, each rank's stashes of one microbatch share a region with the next one's
-# (harmony.schedule.host_memory.plan_stash), so the host arena's X grows with u: a u whose arena does not fit
-# the host says nothing of a smaller u (vgg416 D = 256 at N = 2: X 127.7 GB at u = 32, 255.3 GB at u = 64).
-# The microbatch search reads this (baselines/cli.py `no_lower`).
-HOST_ARENA_GROWS_WITH_UBATCH = True
-
 
 # ------------------------------------------------------------------------------------------------
 # Memory: the scheduler's pack rule with a profile (harmony.schedule.memory), else a lower bound
@@ -223,16 +217,21 @@ def amend_last_line(path: str, summary: dict) -> None:
         p.write_text("\n".join(lines) + "\n")
 
 
+def config_for(s: Settings, mj: dict, profile: dict | None) -> ScheduleConfig:
+    """The ScheduleConfig a run of these settings trains (raises Infeasible): `run`'s, and the microbatch
+    search's host-memory forecast (baselines.predicted_start.host_need_of)."""
+    return swap_dp_config(mj, s.minibatch, s.gpus, s.ubatch_or_default(), cap=s.gpu_memory_cap, profile=profile,
+                          packing=s.extra.get("packs", "layer"))
+
+
 def run(s: Settings) -> dict:
     spec, mj = load_model(s.model, s.overrides)
-    u = s.ubatch_or_default()
     profile, calibration = _load_aux(s)
-    packing = s.extra.get("packs", "layer")
     try:
-        cfg = swap_dp_config(mj, s.minibatch, s.gpus, u, cap=s.gpu_memory_cap, profile=profile, packing=packing)
+        cfg = config_for(s, mj, profile)
     except Infeasible as e:
         return status_only(s, spec.name, "infeasible", str(e), mode="vDP")
-    return _finish(s, spec.name, mj, cfg, profile, calibration, packing)
+    return _finish(s, spec.name, mj, cfg, profile, calibration, s.extra.get("packs", "layer"))
 
 
 def _finish(s: Settings, name: str, mj: dict, cfg: ScheduleConfig, profile, calibration, packing: str) -> dict:

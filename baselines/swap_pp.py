@@ -28,11 +28,6 @@ from baselines.common import Infeasible, Settings, load_model, status_only
 from baselines.swap_dp import TaskMemory, _finish, _load_aux, fit_packs, single_layer_packs
 from harmony.schedule.tasks import Range, ScheduleConfig
 
-# GPipe order (every forward of an iteration before its backwards): every sample's stash is in host memory at
-# once whatever u is, so a u whose arena does not fit the host rules out every smaller u too (the microbatch
-# search, baselines/cli.py `no_lower`).
-HOST_ARENA_GROWS_WITH_UBATCH = False
-
 
 def layer_weights(model_json: dict, profile: dict | None, u: int) -> list[float]:
     """Per-vLayer cost used to balance stages: profiled fwd+bwd time at u, else forward FLOPs, else bytes."""
@@ -98,14 +93,19 @@ def swap_pp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
                           placement="stages", pin_shared=True, stages=tuple(stages))
 
 
+def config_for(s: Settings, mj: dict, profile: dict | None) -> ScheduleConfig:
+    """The ScheduleConfig a run of these settings trains (raises Infeasible): `run`'s, and the microbatch
+    search's host-memory forecast (baselines.predicted_start.host_need_of)."""
+    return swap_pp_config(mj, s.minibatch, s.gpus, s.ubatch_or_default(), cap=s.gpu_memory_cap, profile=profile,
+                          stage_packing=s.extra.get("packs", "layer"))
+
+
 def run(s: Settings) -> dict:
     spec, mj = load_model(s.model, s.overrides)
-    u = s.ubatch_or_default()
     profile, calibration = _load_aux(s)
     packing = s.extra.get("packs", "layer")
     try:
-        cfg = swap_pp_config(mj, s.minibatch, s.gpus, u, cap=s.gpu_memory_cap, profile=profile,
-                             stage_packing=packing)
+        cfg = config_for(s, mj, profile)
     except Infeasible as e:
         return status_only(s, spec.name, "infeasible", str(e), mode="vPP")
     s.extra["stages"] = [list(x) for x in cfg.stages]

@@ -103,13 +103,18 @@ case "$HW" in
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
     # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz; HANG_FIX=1 (item 66) instead runs the two N = 2
     # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
-    # repeats first, then the list. ITEM=64: the channels-last GPU test (with
+    # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the channels-last GPU test (with
     # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
-    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ]; then
+    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ] || [ "${ITEM:-63}" = 69 ]; then
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
+      if [ "${ITEM:-63}" = 69 ]; then   # item 69 (entry 110): swap-pp VGG416 D = 256's search, which had stopped
+        # at an infeasible u = 16, made again (jobs-records-2xH200.sh, about 300 s) as TAG-rec; then the list
+        BUDGET_S=$((585 - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
+          results/paper/2xH200 "$T-rec"
+      fi
       if [ "${ITEM:-63}" = 68 ]; then   # item 68 (entry 109): VGG416-cl D = 16's Harmony plans and swap-pp's
         # u = 4 candidate, 4 runs each, interleaved (about 300 s), into results/probes/reproduce/2xH200/TAG-d16/;
         # then the list, as item 63
@@ -329,6 +334,11 @@ case "$HW" in
     # experiments/device/make-jobs-samehost.sh --move bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
     if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
     if [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-$(unused_tag h100-rtrerun)}"; exit 0; fi
+    if [ "${ITEM:-47}" = 69 ]; then   # item 69 (entry 110): the two swap-pp searches that had stopped at an
+      # infeasible u = 16 (ResNet1026 D = 1024, VGG416 D = 256), made again from jobs-records-1xH100.sh
+      BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-1xH100.sh \
+        results/paper/1xH100-80GB-HBM3 "${1:-$(unused_tag h100-rec)}"; exit 0
+    fi
     if ! grep -q -- "--out results/paper/1xH100-80GB-HBM3/profiles/bert96.json " experiments/device/jobs-samehost-1xH100.sh; then
       echo "jobs-samehost-1xH100.sh has no bert96 profile job: write it first (device README, item 39)"; exit 2
     fi

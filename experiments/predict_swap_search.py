@@ -12,8 +12,10 @@ the peak called all five GPT2-XL points items 49-52 ran, but an older profile ca
 H200's does by 3.4 GiB at GPT2-XL's loss pack at u = 16). A u whose host arena (what `harmony run` pins:
 weights, gradients, optimizer state and the activation stash, plus the processes' reserve) is over the
 folder's host memory (env.json) prints that need, and is left out of the best under the cap too: the run
-refuses it as `infeasible` (item 57: swap-pp stashes every microbatch's activations, so at VGG416 D = 64 it
-needs 129.8 GiB at any u, and swap-dp's stash grows with u).
+refuses it as `infeasible` (item 57: swap-pp at VGG416 D = 64 on the H100 needs 129.8 GiB at every u from 4,
+where its stages swap layer by layer and stash every vLayer's input, but 10.5 GiB at u <= 2, where each
+stage fits the cap whole and stashes only its input, docs/performance.md entry 110; swap-dp's stash grows
+with u).
 
 usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULTS swap-dp|swap-pp N MODEL:D [MODEL:D ...]
        [--calibration FILE] [--measured] [--cap BYTES] [--profiles DIR] [--issue-in-pack]

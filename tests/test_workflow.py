@@ -2179,8 +2179,9 @@ def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_
 
 
 def test_predict_swap_search_names_a_candidate_whose_host_arena_is_over_the_hosts_memory():
-    """Item 57: swap-pp stashes every microbatch's activations in host memory, so at VGG416 D = 64 its arena
-    is the same at every u that stashes them, and on the H100's 125.87 GiB host the run refuses it. The
+    """Item 57: swap-pp stashes every vLayer's input of every microbatch in host memory where its stages swap
+    layer by layer, so at VGG416 D = 64 its arena is the same at every such u (from 4; entry 110: at u <= 2 a
+    stage fits whole and the arena is 10.5 GiB), and on the H100's 125.87 GiB host the run refuses it. The
     script prints the need the runtime printed when it refused (129.84 GiB, in i57a's record and in the H100's
     own), leaves the candidate out of the best that fits, and says that swap-dp's u = 32 (half the stash)
     fits where its u = 64 does not (i57b, i57c)."""

@@ -55,8 +55,8 @@ def host_need_of(s) -> int | None:
     when a larger one was infeasible for host memory (baselines/cli.py `no_lower`): whether a smaller u
     needs less depends on the graph. swap-dp stashes one microbatch per rank, so its arena shrinks with u;
     swap-pp's can shrink by far more, since at a small u a whole stage fits the cap and stashes only its input,
-    where at a larger u it swaps layer by layer and stashes every layer's (VGG416 D = 256 at N = 2: 11 GiB at
-    u = 4, 491 GiB at u = 16; docs/performance.md entry 110)."""
+    where at a larger u it swaps layer by layer and stashes every layer's (VGG416 D = 256 at N = 2: 12.5 GiB
+    at u <= 8, 491 GiB at u = 16; docs/performance.md entry 110)."""
     if s.system not in SYSTEMS:
         return None
     import importlib

@@ -103,8 +103,8 @@ case "$HW" in
     # entry 107's hung swap-pp candidate again (hang-check-2xH200.sh, at most 300 s) into
     # results/probes/hang/2xH200/TAG/, tarred as TAG-hang.tgz; HANG_FIX=1 (item 66) instead runs the two N = 2
     # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
-    # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the channels-last GPU test (with
-    # --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
+    # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the
+    # channels-last GPU test (with --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"

@@ -269,12 +269,7 @@ def predicted_time(res: Results, scale: str):
 def _recorded_prediction_bytes(res: Results, row: dict) -> dict:
     """The simulator's bytes that a run record carries: its schedule's prediction when it ran (the schedule
     file may since hold a re-searched plan, `stale_schedules.py --rewrite-runs`); {} when it has none."""
-    src = row.get("source")          # relative to the repository root, as the figures write it
-    repo = res.root.parents[2] if len(res.root.parents) > 2 else Path(".")     # results/<scale>/<hardware>
-    for path in ((Path(src), repo / src) if src else ()):
-        if path.is_file() and path.suffix == ".jsonl":
-            return (read_run(str(path))[0] or {}).get("predicted_bytes") or {}
-    return {}
+    return (_record_of(res, row) or {}).get("predicted_bytes") or {}
 
 
 def predicted_bytes(res: Results, scale: str):
@@ -493,6 +488,38 @@ def vpp_swap_flat_in_n(res: Results, scale: str):
                       + "; ".join(notes)), worst[0] <= 1.10
 
 
+def _record_of(res: Results, row: dict) -> dict | None:
+    """The summary of the run record a figure row was drawn from (its `source`, relative to the repository
+    root or to the working directory), None without one."""
+    src = row.get("source")
+    repo = res.root.parents[2] if len(res.root.parents) > 2 else Path(".")     # results/<scale>/<hardware>
+    for path in ((Path(src), repo / src) if src else ()):
+        if path.is_file() and path.suffix == ".jsonl":
+            return read_run(str(path))[0]
+    return None
+
+
+# a not-tried candidate the search ruled out because its own graph's host arena is forecast not to fit
+# (baselines/cli.py `no_lower`): the run would refuse it the same way, so the failed mark stands
+FORECAST_NOT_TRIED = re.compile(r"infeasible for host memory, and u=\d+ would need")
+
+
+def untried_below(summ: dict) -> str | None:
+    """Why a baseline's `oom` or `infeasible` mark does not show that its point cannot train, if it does not:
+    the record ran one u above 1 (the workflow before the search), or its search left a smaller u untried
+    for a reason other than the forecast that it does not fit the host either. docs/performance.md entry
+    110: three swap-pp points marked infeasible at u = 16, their smaller u untried, fit at u <= 8."""
+    if summ.get("status") not in ("oom", "infeasible") or str(summ.get("system", "")).startswith("harmony"):
+        return None
+    u = summ.get("ubatch")
+    search = summ.get("ubatch_search")
+    if not search:
+        return f"one u run (u={u})" if isinstance(u, int) and u > 1 else None
+    untried = [x["ubatch"] for x in search if x.get("status") == "not tried" and isinstance(u, int)
+               and x["ubatch"] < u and not FORECAST_NOT_TRIED.search(str(x.get("message") or ""))]
+    return f"u={', '.join(map(str, untried))} not tried" if untried else None
+
+
 def nothing_dropped(res: Results, scale: str):
     """Grid points without a record, each counted once (figure 12 shows figure 10's points again), and
     listed by system, so that the detail says what is left to run."""
@@ -513,7 +540,11 @@ def nothing_dropped(res: Results, scale: str):
                 unfinished.add(point)
     if not figs:
         return None, "no figure CSV", None
-    bad = sum(1 for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok", "missing"))
+    failed = [r for fig in ("figure10", "figure12") for r in res.rows(fig) if r.get("status") not in ("ok", "missing")]
+    bad = len(failed)
+    # a failed mark counts as shown only if a smaller u could not change it (untried_below)
+    open_marks = [f"{r.get('system')} {r.get('model')} D={r.get('minibatch')} N={r.get('gpus')}: {why}"
+                  for r in _distinct_runs(failed) if (why := untried_below(_record_of(res, r) or {}))]
     by_system: dict[str, list[str]] = {}
     for system, model, d, n, _ in sorted(missing, key=lambda k: tuple(str(x) for x in k)):
         by_system.setdefault(str(system), []).append(f"{model} D={d} N={n}")
@@ -525,7 +556,9 @@ def nothing_dropped(res: Results, scale: str):
                           + (f" ({listed})" if listed else "")
                           + (f", {len(unfinished)} of them a microbatch search with candidates on record"
                              if unfinished else "")
-                          + f", {bad} failed points shown as such"), not missing
+                          + f", {bad} failed points shown as such"
+                          + (f", {len(open_marks)} of them with a smaller u untried ({'; '.join(open_marks)})"
+                             if open_marks else "")), not missing and not open_marks
 
 
 

@@ -1588,6 +1588,44 @@ def test_a_baseline_point_whose_search_is_unfinished_says_how_far_it_got(tmp_pat
     assert other["status"] == "missing" and other["message"] == "not run: no record"
 
 
+def test_c8_fails_a_failed_mark_that_a_smaller_u_could_change(tmp_path):
+    """C8: an `oom` or `infeasible` baseline point counts as shown only when no smaller u could train: a record
+    that ran one u above 1, or whose search left a smaller u untried for any reason but the forecast that its
+    host arena does not fit either, is named (docs/performance.md entry 110: swap-pp VGG416 D = 256 at u = 16)."""
+    from harmony.checks import Results, nothing_dropped, untried_below
+    from harmony.figures import COLUMNS
+
+    def search(message):
+        return [{"ubatch": 4, "status": "not tried", "message": message}, {"ubatch": 8, "status": "infeasible"}]
+    old = "skipped by the climb: a larger u was infeasible for host memory, which a smaller u does not need less of"
+    forecast = ("skipped by the climb: a larger u was infeasible for host memory, and u=4 would need 300 GiB of "
+                "the 250 GiB available")
+    assert untried_below({"system": "zero-offload", "status": "oom", "ubatch": 8}) == "one u run (u=8)"
+    assert untried_below({"system": "zero-offload", "status": "oom", "ubatch": 1}) is None
+    assert untried_below({"system": "swap-pp", "status": "infeasible", "ubatch": 8,
+                          "ubatch_search": search(old)}) == "u=4 not tried"
+    assert untried_below({"system": "swap-pp", "status": "infeasible", "ubatch": 8,
+                          "ubatch_search": search(forecast)}) is None
+    assert untried_below({"system": "swap-pp", "status": "ok", "ubatch": 8, "ubatch_search": search(old)}) is None
+    R = tmp_path / "results" / "paper" / "1xTEST"
+    R.mkdir(parents=True)
+
+    def c8(summary):
+        rec = R / "runs" / "r.jsonl"
+        rec.parent.mkdir(exist_ok=True)
+        rec.write_text(json.dumps({"record": "summary", **summary}) + "\n")
+        with open(R / "figure10.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerow({"figure": "figure10", "model": "m", "minibatch": 64, "system": summary["system"], "gpus": 1,
+                        "cfg": "best", "kind": "measured", "status": summary["status"], "source": str(rec)})
+        return nothing_dropped(Results(R), "paper")
+    n, detail, ok = c8({"system": "swap-pp", "status": "infeasible", "ubatch": 8, "ubatch_search": search(old)})
+    assert n == 0 and not ok and "1 of them with a smaller u untried (swap-pp m D=64 N=1: u=4 not tried)" in detail
+    n, detail, ok = c8({"system": "swap-pp", "status": "infeasible", "ubatch": 8, "ubatch_search": search(forecast)})
+    assert n == 0 and ok and "untried" not in detail
+
+
 def test_a_curve_on_more_gpus_than_present_is_unavailable_and_one_that_could_run_is_missing(tmp_path):
     """Figures 13/21 list curves at N = 4; a two-GPU machine cannot make them, and a loss curve cannot be
     predicted as a throughput point can. Such a curve is `unavailable` with the reason (C8 does not count it

@@ -11,7 +11,7 @@ CONF=(scale=paper hardware=$HW gpus_present=$NGPU iters=4)
 [ $# -gt 0 ] || { sed -n 2,7p "$0" >&2; exit 2; }
 for f in "$@"; do [ ! -e "$f" ] || { echo "$0: $f exists: move it aside first, or it is not made again" >&2; exit 2; }; done
 source "$(dirname "$0")/joblist_lib.sh"
-listing -- "$@"
+for f in "$@"; do listing -- "$f"; done     # one listing each: the list keeps the order given
 out=${OUT:-experiments/device/jobs-records-${HW%%-*}.sh}
 write_joblist "$out"
 for f in "$@"; do grep -qF -- "--out $f " "$out" || { echo "$0: $out has no job for $f" >&2; exit 1; }; done

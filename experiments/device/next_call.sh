@@ -334,8 +334,8 @@ case "$HW" in
     # experiments/device/make-jobs-samehost.sh --move bert96=pre-seed-dropout (then `slim_tree.sh on 1xH100-80GB-HBM3`)
     if [ "${ITEM:-47}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
     if [ "${ITEM:-47}" = 47 ]; then runtime_rerun "${1:-$(unused_tag h100-rtrerun)}"; exit 0; fi
-    if [ "${ITEM:-47}" = 69 ]; then   # item 69 (entry 110): the four baseline records that had stopped at u = 16
-      # (swap-pp VGG416 D = 64 and 256 and ResNet1026 D = 1024, fsdp-offload VGG416 D = 64), from jobs-records-1xH100.sh
+    if [ "${ITEM:-47}" = 69 ]; then   # item 69 (entry 110): the five baseline records that left a smaller u untried
+      # (swap-pp VGG416 D = 64 and 256 and ResNet1026 D = 1024, fsdp- and zero-offload VGG416 D = 64), jobs-records-1xH100.sh
       BUDGET_S=585 TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-1xH100.sh \
         results/paper/1xH100-80GB-HBM3 "${1:-$(unused_tag h100-rec)}"; exit 0
     fi

@@ -1397,13 +1397,15 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     n = [sum(1 for t in graph.tasks if t.kind != "UPD" and t.rank == r) for r in range(2)]
     assert all(f"{k} of {k} tasks ended within 1 ms of their issue (host-bound)" in out for k in n), out
     # then per rank and kind the medians: how many tasks, their spans, how often the host issued one, and
-    # the model's host lane for one (the CPU calibration charges no runtime work: the profile's issue)
+    # the model's host lane for one (the CPU calibration charges no runtime work: the profile's issue); a kind
+    # whose tasks never follow another issue on their rank has no interval (a plan with one FWD a rank, first)
     kinds = re.findall(r"^rank (\d) (FWD|BWD): (\d+) tasks, span median ([\d.]+) ms \(simulated ([\d.]+)\); "
-                       r"issued every ([\d.]+) ms \(median\); the model's host lane ([\d.]+) ms a task$", out, re.M)
+                       r"(?:issued every ([\d.]+) ms \(median\); )?the model's host lane ([\d.]+) ms a task$", out, re.M)
     want = {(str(r), k): sum(1 for t in graph.tasks if t.kind == k and t.rank == r) for r in range(2)
             for k in ("FWD", "BWD")}
     assert {(r, k): int(c) for r, k, c, *_ in kinds} == {rk: c for rk, c in want.items() if c}, out
-    assert all(float(m) > 0 and float(sim) > 0 and float(every) > 0 for *_, m, sim, every, _ in kinds), out
+    assert all(float(m) > 0 and float(sim) > 0 for *_, m, sim, _, _ in kinds), out
+    assert all(float(every) > 0 for *_, every, _ in kinds if every) and any(every for *_, every, _ in kinds), out
     table = sh([sys.executable, script, str(R)]).stdout           # the folder's table: its `host-b` column
     row = next(line.split() for line in table.splitlines() if line.startswith("gpt2-tiny") and " vPP " in line)
     assert row[-1] == "1.00", table

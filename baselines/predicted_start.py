@@ -59,14 +59,14 @@ def host_need_of(s) -> int | None:
     at u <= 8, 491 GiB at u = 16; docs/performance.md entry 110)."""
     if s.system not in SYSTEMS:
         return None
-    import importlib
+    from baselines.cli import system_module
     from baselines.common import Infeasible, load_model
     from baselines.swap_dp import _load_aux
     from harmony.schedule.tasks import build_task_graph
     _, model_json = load_model(s.model, s.overrides)
     profile, _ = _load_aux(s)
     try:
-        cfg = importlib.import_module("baselines." + s.system.replace("-", "_")).config_for(s, model_json, profile)
+        cfg = system_module(s.system).config_for(s, model_json, profile)
     except Infeasible:
         return None
     return host_need(build_task_graph(cfg, model_json["num_vlayers"]), model_json, s.gpus)

@@ -512,11 +512,13 @@ def untried_below(summ: dict) -> str | None:
     if summ.get("status") not in ("oom", "infeasible") or str(summ.get("system", "")).startswith("harmony"):
         return None
     u = summ.get("ubatch")
+    if not isinstance(u, int):
+        return None
     search = summ.get("ubatch_search")
     if not search:
-        return f"one u run (u={u})" if isinstance(u, int) and u > 1 else None
-    untried = [x["ubatch"] for x in search if x.get("status") == "not tried" and isinstance(u, int)
-               and x["ubatch"] < u and not FORECAST_NOT_TRIED.search(str(x.get("message") or ""))]
+        return f"one u run (u={u})" if u > 1 else None
+    untried = [x["ubatch"] for x in search if x.get("status") == "not tried" and x["ubatch"] < u
+               and not FORECAST_NOT_TRIED.search(str(x.get("message") or ""))]
     return f"u={', '.join(map(str, untried))} not tried" if untried else None
 
 

@@ -141,6 +141,36 @@ def test_a_stalled_run_ends_with_every_worker_threads_stack_in_its_log(tmp_path,
     assert _no_children_left()
 
 
+def test_the_stall_window_after_set_up_follows_the_predicted_iteration():
+    from harmony.runtime.launch import STALL_MIN_S, iteration_stall_s
+    assert iteration_stall_s({"timeout_s": 300}) == 330                  # no prediction: the set-up window
+    assert iteration_stall_s({"timeout_s": 300, "predicted_iter_s": 6.7}) == STALL_MIN_S
+    assert iteration_stall_s({"timeout_s": 300, "predicted_iter_s": 20.0}) == 200
+    assert iteration_stall_s({"timeout_s": 100, "predicted_iter_s": 20.0}) == 130   # never longer than it
+
+
+def test_a_run_that_stalls_after_set_up_ends_after_its_predicted_window(tmp_path, monkeypatch):
+    """Once every rank is ready, a hang ends after STALL_ITERATIONS predicted iterations (here a floor of
+    2 s), not after timeout_s + 30 s (here 90 s): entry 111's deadlock at the GPU memory cap cost 330 s."""
+    import harmony.runtime.launch as launch_mod
+    from harmony.runtime import Prepared
+    monkeypatch.setattr(launch_mod, "STALL_MIN_S", 2.0)
+    _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1")
+    prep = Prepared(rec, g, iters=2, timeout_s=60, fault={"kind": "hang", "iteration": 0})
+    # the CPU run gets no prediction (Prepared sets it on CUDA only); a GPU schedule's is set here
+    assert prep.job["predicted_iter_s"] is None
+    prep.job["predicted_iter_s"] = 0.01
+    try:
+        t0 = time.monotonic()
+        out = launch_mod.launch(prep.job, 2)
+        took = time.monotonic() - t0
+    finally:
+        prep.close()
+    assert out.status == "error" and "no progress from the workers for 2 s" in out.message
+    assert took < 45, took
+    assert _no_children_left()
+
+
 def _cli(tmp_path, rec, extra_env=None, iters=3, extra_args=(), new_group=False):
     sched = tmp_path / "schedule.json"
     save_schedule(sched, rec)

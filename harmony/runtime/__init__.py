@@ -138,6 +138,9 @@ class Prepared:
                     "run_ahead": run_ahead, "p2p_max_ctas": p2p_max_ctas, "p2p_receive": p2p_receive,
                     "deterministic": deterministic, "ordered_reduce": ordered_reduce, "allreduce": allreduce,
                     "keep_layout": keep_layout,
+                    # the launcher's stall window once every rank is ready (launch.iteration_stall_s)
+                    "predicted_iter_s": (record.get("prediction") or {}).get("iter_time_s") if device == "cuda"
+                    else None,    # a CPU run of a GPU profile's schedule is far slower than its prediction
                     "launcher_pid": os.getpid()}   # the process that holds the arena (host PSS, rank 0)
         self.records = []
 

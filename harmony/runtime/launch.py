@@ -4,7 +4,8 @@ The launcher (the process that calls `run_schedule`) owns the host arena and nev
 spawns one worker per GPU (torch.multiprocessing, start method 'spawn'), which rendezvous over TCP on
 localhost (gloo on CPU, NCCL on CUDA) and report through one queue: `ready`, one `iteration` record per
 rank and iteration, then `done` or `error` (with the failing task, its microbatch and the GPU memory).
-On the first error, a worker that dies without a word (crash, kill), no progress for `timeout_s`, or
+On the first error, a worker that dies without a word (crash, kill), no progress for `timeout_s` (once
+every rank is ready, for `iteration_stall_s` when the schedule predicts its iteration time), or
 Ctrl-C/SIGTERM, the launcher ends every worker (SIGKILL) and returns what it has, marked; collectives in
 the workers have timeouts too, so no process is left waiting. Before it ends them on a stall or on SIGTERM
 (a time limit), every worker thread's Python stack goes to stderr, so the log says where a hung run sat.
@@ -21,6 +22,25 @@ import time
 from dataclasses import dataclass, field
 
 import torch.multiprocessing as mp
+
+
+# Once every rank is ready, a run whose schedule predicts its iteration time is ended after this many
+# predicted iterations without a report from the workers (at least STALL_MIN_S): a deadlocked candidate
+# costs a device call 2-3 minutes, not the set-up window's 330 s (entry 111: swap-pp VGG416 D = 256 at
+# u = 8 hung at the GPU memory cap in x2-cl13-rec). None of the 10,791 iterations of the 1,308 committed GPU
+# records with a prediction outlasted this window, first iterations (cuDNN's autotuning, the memcpy trace)
+# included: the largest ratio, 30x, was a 4 s iteration; the longest, 239 s and 167 s, were 5.1 and 6.5
+# predicted iterations.
+STALL_ITERATIONS, STALL_MIN_S = 10.0, 120.0
+
+
+def iteration_stall_s(job: dict) -> float:
+    """The launcher's window without progress once every rank of `job` is ready: its `timeout_s` (+30 s, so
+    the workers' own timeouts name the wait first), or STALL_ITERATIONS predicted iterations (at least
+    STALL_MIN_S) when that is shorter. `predicted_iter_s` is set on CUDA runs only (Prepared)."""
+    window = float(job.get("timeout_s", 300)) + 30
+    pred = job.get("predicted_iter_s")
+    return min(window, max(STALL_MIN_S, STALL_ITERATIONS * pred)) if pred else window
 
 
 @dataclass
@@ -197,8 +217,10 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
                             out.failure = {"rank": r, "exitcode": p.exitcode}
                             fail_rest(current)
                             return outs
-                if now - last_progress > timeout + 30:
-                    out.status, out.message = "error", f"no progress from the workers for {timeout + 30:.0f} s"
+                window = (iteration_stall_s(jobs[current]) if len(ready.get(current, ())) == nprocs
+                          else timeout + 30)
+                if now - last_progress > window:
+                    out.status, out.message = "error", f"no progress from the workers for {window:.0f} s"
                     if dump_stacks(procs):
                         out.message += "; every worker thread's stack is in the log (stderr), above"
                     if jobs[current].get("device") == "cuda":

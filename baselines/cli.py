@@ -356,7 +356,10 @@ NOT_RUN_THROUGH = ("oom", "infeasible", "over-time")
 def finished_candidate(s: Settings) -> dict | None:
     """The summary of candidate `s` when its record file already holds a finished run of these same
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
-    Error records are run again; a candidate with --set overrides always runs (they are not recorded). A run
+    Error records are run again, except a GPU stall (the launcher's watchdog ended it: failure.stalled_gpus),
+    which costs minutes of a call each time and came back the same (entry 111: swap-pp VGG416 D = 256 at
+    u = 8, at the memory cap); delete its record file to run it again. A candidate with --set overrides
+    always runs (they are not recorded). A run
     that --max-iter-s cut short counts as finished with fewer iterations; an over-time one (it had a whole
     call) too, until a call with a longer window than its own comes; so does an oom or infeasible one,
     whose iteration count is where it stopped, not --iters (x2-grid31 ran zero-offload resnet1026 D=256's
@@ -369,10 +372,11 @@ def finished_candidate(s: Settings) -> dict | None:
     except (ValueError, IndexError):   # a torn or empty file: run the candidate again
         return None
     env = rec.get("env") or {}
+    stalled = rec.get("status") == "error" and (rec.get("failure") or {}).get("stalled_gpus") is not None
     same = (rec.get("record") == "summary" and rec.get("system") == s.system
             and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
             and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch
-            and (rec.get("iterations") == s.iters or rec.get("status") in NOT_RUN_THROUGH
+            and (rec.get("iterations") == s.iters or rec.get("status") in NOT_RUN_THROUGH or stalled
                  or (rec.get("cut_short") and rec.get("iterations", 0) < s.iters))
             and env.get("device") == s.device
             and env.get("precision") == s.precision and env.get("gpu_memory_cap") == s.gpu_memory_cap)
@@ -380,7 +384,7 @@ def finished_candidate(s: Settings) -> dict | None:
     window = call_window_s()
     longer = (rec.get("status") == "over-time" and window is not None
               and window > (rec.get("call_window_s") or 0) + FRESH_CALL_SLACK_S)
-    return rec if same and rec.get("status") in ("ok", *NOT_RUN_THROUGH) and not longer else None
+    return rec if same and (rec.get("status") in ("ok", *NOT_RUN_THROUGH) or stalled) and not longer else None
 
 
 def ubatch_start_arg(value: str) -> int | str:

@@ -486,6 +486,24 @@ def test_a_run_that_had_the_whole_call_and_cannot_time_an_iteration_is_recorded_
         train_loop(late, RunWriter(late, "mlp-tiny"), step, [()] * 3, devices=[torch.device("cpu")])
 
 
+def test_a_candidate_that_stalled_on_the_gpu_is_not_run_again_but_other_errors_are(tmp_path):
+    """A GPU stall (the launcher's watchdog: failure.stalled_gpus) cost x2-cl13-rec 330 s; the search reads
+    it as a candidate that did not run instead of spending that again. Any other error runs again."""
+    import json
+    from baselines.cli import finished_candidate
+    out = tmp_path / "r.u8.jsonl"
+    s = Settings(system="swap-pp", model="mlp-tiny", minibatch=4, ubatch=8, iters=3, output=str(out))
+    rec = {"record": "summary", "system": "swap-pp", "model": "mlp-tiny", "gpus": 1, "minibatch": 4,
+           "ubatch": 8, "status": "error", "iterations": 0, "message": "no progress from the workers for 330 s",
+           "env": {"device": s.device, "precision": s.precision, "gpu_memory_cap": s.gpu_memory_cap}}
+    out.write_text(json.dumps(rec) + "\n")
+    assert finished_candidate(s) is None                           # an error: run again
+    out.write_text(json.dumps(dict(rec, failure={"stalled_gpus": [{"index": 0}]})) + "\n")
+    assert finished_candidate(s)["status"] == "error"             # a GPU stall: taken as finished
+    out.write_text(json.dumps(dict(rec, failure={"stalled_gpus": [{"index": 0}]}, minibatch=8)) + "\n")
+    assert finished_candidate(s) is None                           # not these settings
+
+
 def test_search_hands_each_candidate_its_nearest_finished_candidates_first_iteration_ratio(tmp_path,
                                                                                          monkeypatch):
     """The search reads each finished candidate's second iteration over its first from its record (at most

@@ -105,6 +105,7 @@ case "$HW" in
     # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
     # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the
     # channels-last GPU test (with --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
+    # CALL_BUDGET_S (default 585): the seconds items 63, 68 and 69 plan for, less when less device time is left
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
@@ -112,7 +113,7 @@ case "$HW" in
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
       if [ "${ITEM:-63}" = 69 ]; then   # item 69 (entry 110): swap-pp VGG416 D = 256's search, which had stopped
         # at an infeasible u = 16, made again (jobs-records-2xH200.sh, about 300 s) as TAG-rec; then the list
-        BUDGET_S=$((585 - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
+        BUDGET_S=$((${CALL_BUDGET_S:-585} - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
           results/paper/2xH200 "$T-rec"
       fi
       if [ "${ITEM:-63}" = 68 ]; then   # item 68 (entry 109): VGG416-cl D = 16's Harmony plans and swap-pp's
@@ -140,7 +141,7 @@ case "$HW" in
         DEADLINE_S=300 bash experiments/device/hang-check-2xH200.sh "$H" 2>&1 | tee "/tmp/$T-hang.console"
         cp "/tmp/$T-hang.console" "$H/console.log"; tar czf "$OUT/$T-hang.tgz" "$H"
       fi
-      BUDGET_S=$((585 - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-variant-2xH200.sh \
+      BUDGET_S=$((${CALL_BUDGET_S:-585} - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-variant-2xH200.sh \
         results/paper/2xH200 "$T"
     else BUDGET_S=585 bash experiments/device/grid_gpu.sh experiments/device/repredicted-fixed-2xH200.sh \
       results/paper/2xH200 "${1:-x2-repredfix1}"; fi ;;

@@ -356,9 +356,9 @@ NOT_RUN_THROUGH = ("oom", "infeasible", "over-time")
 def finished_candidate(s: Settings) -> dict | None:
     """The summary of candidate `s` when its record file already holds a finished run of these same
     settings (a search cut short by a device call's time limit goes on where it stopped), else None.
-    Error records are run again, except a GPU stall (the launcher's watchdog ended it: failure.stalled_gpus),
-    which costs minutes of a call each time and came back the same (entry 111: swap-pp VGG416 D = 256 at
-    u = 8, at the memory cap); delete its record file to run it again. A candidate with --set overrides
+    Error records are run again, except a GPU stall (the launcher's watchdog ended a CUDA run: its failure
+    has `stalled_gpus`, null without NVML), which would cost minutes of a call again (entry 111: swap-pp
+    VGG416 D = 256 at u = 8, at the memory cap, 330 s); delete its record file to run it again. A candidate with --set overrides
     always runs (they are not recorded). A run
     that --max-iter-s cut short counts as finished with fewer iterations; an over-time one (it had a whole
     call) too, until a call with a longer window than its own comes; so does an oom or infeasible one,
@@ -372,7 +372,7 @@ def finished_candidate(s: Settings) -> dict | None:
     except (ValueError, IndexError):   # a torn or empty file: run the candidate again
         return None
     env = rec.get("env") or {}
-    stalled = rec.get("status") == "error" and (rec.get("failure") or {}).get("stalled_gpus") is not None
+    stalled = rec.get("status") == "error" and "stalled_gpus" in (rec.get("failure") or {})
     same = (rec.get("record") == "summary" and rec.get("system") == s.system
             and rec.get("model") == Path(s.model).stem and rec.get("gpus") == s.gpus
             and rec.get("minibatch") == s.minibatch and rec.get("ubatch") == s.ubatch

@@ -500,6 +500,8 @@ def test_a_candidate_that_stalled_on_the_gpu_is_not_run_again_but_other_errors_a
     assert finished_candidate(s) is None                           # an error: run again
     out.write_text(json.dumps(dict(rec, failure={"stalled_gpus": [{"index": 0}]})) + "\n")
     assert finished_candidate(s)["status"] == "error"             # a GPU stall: taken as finished
+    out.write_text(json.dumps(dict(rec, failure={"stalled_gpus": None})) + "\n")     # no NVML: still a stall
+    assert finished_candidate(s)["status"] == "error"
     out.write_text(json.dumps(dict(rec, failure={"stalled_gpus": [{"index": 0}]}, minibatch=8)) + "\n")
     assert finished_candidate(s) is None                           # not these settings
 

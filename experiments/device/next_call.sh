@@ -105,16 +105,25 @@ case "$HW" in
     # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
     # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the
     # channels-last GPU test (with --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
-    # CALL_BUDGET_S (default 585): the seconds items 63, 68 and 69 plan for, less when less device time is left
+    # ITEM=70: item 70's repeats first (entry 111), then the list.
+    # CALL_BUDGET_S (default 585): the seconds items 63, 68, 69 and 70 plan for, less when less device time is left
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
-    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ] || [ "${ITEM:-63}" = 69 ]; then
+    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ] || [ "${ITEM:-63}" = 69 ] || [ "${ITEM:-63}" = 70 ]; then
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
       if [ "${ITEM:-63}" = 69 ]; then   # item 69 (entry 110): swap-pp VGG416 D = 256's search, which had stopped
         # at an infeasible u = 16, made again (jobs-records-2xH200.sh, about 300 s) as TAG-rec; then the list
         BUDGET_S=$((${CALL_BUDGET_S:-585} - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
           results/paper/2xH200 "$T-rec"
+      fi
+      if [ "${ITEM:-63}" = 70 ]; then   # item 70 (entry 111): VGG416 D = 256's vDP plan and swap-pp's u = 4
+        # schedule three times each, interleaved (about 450 s), into results/probes/reproduce/2xH200/TAG-d256/;
+        # then the list, with what is left. Keep the vDP schedule in the slim tree (device README item 70)
+        P=results/probes/reproduce/2xH200/$T-d256; mkdir -p "$P"
+        SCHEDULES=. REPEATS=3 RUN_LIMIT_S=130 HARMONY_DEADLINE=$(( $(date +%s) + 400 )) PLANS="results/paper/2xH200/schedules/vgg416/vDP-N2-D256-auto experiments/device/schedules/vgg416.D256.N2.swap-pp-u4.schedule" \
+          bash experiments/device/repeat-plans-2xH200.sh "$P" 2>&1 | tee "$P/console.log"
+        pack_probe "$T-d256" "$P"
       fi
       if [ "${ITEM:-63}" = 68 ]; then   # item 68 (entry 109): VGG416-cl D = 16's Harmony plans and swap-pp's
         # u = 4 candidate, 4 runs each, interleaved (about 300 s), into results/probes/reproduce/2xH200/TAG-d16/;

@@ -105,17 +105,31 @@ case "$HW" in
     # channels-last GPU tests and that candidate once, about 150 s, into the same folder. ITEM=68: item 68's
     # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the
     # channels-last GPU test (with --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
-    # ITEM=70: item 70's repeats first (entry 111), then the list.
+    # ITEM=70: item 70's repeats first (entry 111), then the list. ITEM=71: item 71's two runs at the cap first.
     # CALL_BUDGET_S (default 585): the seconds items 63, 68, 69 and 70 plan for, less when less device time is left
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
-    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ] || [ "${ITEM:-63}" = 69 ] || [ "${ITEM:-63}" = 70 ]; then
+    elif [ "${ITEM:-63}" = 63 ] || [ "${ITEM:-63}" = 68 ] || [ "${ITEM:-63}" = 69 ] || [ "${ITEM:-63}" = 70 ] \
+         || [ "${ITEM:-63}" = 71 ]; then
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
       if [ "${ITEM:-63}" = 69 ]; then   # item 69 (entry 110): swap-pp VGG416 D = 256's search, which had stopped
         # at an infeasible u = 16, made again (jobs-records-2xH200.sh, about 300 s) as TAG-rec; then the list
         BUDGET_S=$((${CALL_BUDGET_S:-585} - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
           results/paper/2xH200 "$T-rec"
+      fi
+      if [ "${ITEM:-63}" = 71 ]; then   # item 71 (entry 111): swap-pp VGG416 D = 256's u = 8 schedule, which hung
+        # at the memory cap in x2-cl13-rec, once with eager receives (as it ran) and once lazy (each posted just
+        # before its microbatch), 3 iterations each, at most 250 s each, into results/probes/hang/2xH200/TAG-cap/;
+        # on a hang the launcher's new window (120 s after set-up) ends the run. Then the list with what is left
+        P=results/probes/hang/2xH200/$T-cap; mkdir -p "$P"
+        for mode in eager lazy; do
+          timeout 250 python3 -m harmony.cli run experiments/device/schedules/vgg416.D256.N2.swap-pp-u8.schedule.json \
+            --data synthetic --iters 3 --warmup 1 --gpu-memory 11GiB --precision tf32 --device cuda \
+            --p2p-receive "$mode" -o "$P/$mode.jsonl" > "$P/$mode.log" 2>&1; echo "[$SECONDS s] $mode rc=$?"
+          tail -2 "$P/$mode.log" | cut -c1-300
+        done
+        pack_probe "$T-cap" "$P"
       fi
       if [ "${ITEM:-63}" = 70 ]; then   # item 70 (entry 111): VGG416 D = 256's vDP plan and swap-pp's u = 4
         # schedule three times each, interleaved (about 450 s), into results/probes/reproduce/2xH200/TAG-d256/;

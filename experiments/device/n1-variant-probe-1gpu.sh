@@ -4,12 +4,14 @@
 # Harmony's one-GPU plan (searched from 2x H200's profiles at N = 1, experiments/device/schedules/) and swap-dp
 # at u = 256 (the H100's best, and the simulator's best that fits here), NCHW then channels-last, so one host
 # gives both ratios. Paper settings (11 GiB cap, TF32), ITERS iterations, the first a warm-up, as figure 10's
-# records. No run starts past the deadline.
-#   bash experiments/device/n1-variant-probe-1gpu.sh OUTDIR     (ITERS=4, RUN_LIMIT_S=150, DEADLINE_S=540)
+# records. No run starts past the deadline. Item 72 (entry 112) runs the same pair at D = 256 (D=256), where
+# the plans are shorter, in ROUNDS rounds (the second round's records end in -r2), so one host gives a spread.
+#   bash experiments/device/n1-variant-probe-1gpu.sh OUTDIR     (ITERS=4, RUN_LIMIT_S=150, DEADLINE_S=540,
+#                                                                 D=1024, U=256, ROUNDS=1)
 set -uo pipefail
 O=${1:?usage: n1-variant-probe-1gpu.sh OUTDIR}
 IN=results/paper/2xH200; S=experiments/device/schedules
-ITERS=${ITERS:-4}; RUN_LIMIT_S=${RUN_LIMIT_S:-150}
+ITERS=${ITERS:-4}; RUN_LIMIT_S=${RUN_LIMIT_S:-150}; D=${D:-1024}; U=${U:-256}; ROUNDS=${ROUNDS:-1}
 DEADLINE=$(( $(date +%s) + ${DEADLINE_S:-540} ))
 export PYTHONUNBUFFERED=1
 mkdir -p "$O"
@@ -21,9 +23,15 @@ run() {   # run NAME HARMONY_CLI_ARGS...: its record NAME.jsonl and log NAME.log
     --gpu-memory 11GiB -o "$O/$name.jsonl" > "$O/$name.log" 2>&1 || echo "[$SECONDS s] $name: FAILED (rc $?)"
   echo "[$SECONDS s] $name"
 }
-for m in resnet1026 resnet1026-cl; do
-  run "$m-harmony" run "$S/$m.D1024.N1.vPP.schedule.json" --data synthetic --warmup 1
-  run "$m-swap-dp-u256" baseline swap-dp "$IN/models/$m.json" --minibatch 1024 --gpus 1 --ubatch 256 \
-    --profile "$IN/profiles/$m.json" --calibration "$IN/calibration.json"
+for r in $(seq 1 "$ROUNDS"); do
+  sfx=""; [ "$r" -gt 1 ] && sfx="-r$r"
+  for m in resnet1026 resnet1026-cl; do
+    [ -f "$S/$m.D$D.N1.vPP.schedule.json" ] || { echo "no schedule $S/$m.D$D.N1.vPP.schedule.json" >&2; exit 2; }
+    # D = 1024's records keep their names (item 67); other D's carry it in theirs
+    tag=$m; [ "$D" != 1024 ] && tag=$m-D$D
+    run "$tag-harmony$sfx" run "$S/$m.D$D.N1.vPP.schedule.json" --data synthetic --warmup 1
+    run "$tag-swap-dp-u$U$sfx" baseline swap-dp "$IN/models/$m.json" --minibatch "$D" --gpus 1 --ubatch "$U" \
+      --profile "$IN/profiles/$m.json" --calibration "$IN/calibration.json"
+  done
 done
 PYTHONPATH=.:experiments/device python3 experiments/device/run_files.py "$O"

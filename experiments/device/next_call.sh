@@ -180,6 +180,13 @@ case "$HW" in
       cp "/tmp/$T.console" "$P/console.log"
       pack_probe "$T" "$P"; exit 0
     fi
+    if [ "${ITEM:-49}" = 72 ]; then   # item 72: the same at D = 256, two rounds of six iterations (entry 112)
+      T=${1:-n1cl2}; P=results/probes/channels-last/1xH200/$T
+      D=256 ROUNDS=2 ITERS=6 RUN_LIMIT_S=110 DEADLINE_S=$((560 - SECONDS)) \
+        bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"
+      cp "/tmp/$T.console" "$P/console.log"
+      pack_probe "$T" "$P"; exit 0
+    fi
     if [ "${ITEM:-49}" = 65 ]; then   # item 65: --keep-layout on one GPU, where only stashes cross (entry 108)
       keep_layout "${1:-keep1}" "experiments/device/schedules/resnet1026-cl.D1024.N1.vPP.schedule.json experiments/device/schedules/vgg416-cl.D64.N1.vPP.schedule.json"
       exit 0

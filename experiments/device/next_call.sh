@@ -188,10 +188,10 @@ case "$HW" in
       pack_probe "$T" "$P"; exit 0
     fi
     if [ "${ITEM:-49}" = 73 ]; then   # item 73: swap-pp and fsdp-offload beside Harmony at item 72's point (entry 112)
-      T=${1:-n1cl3}; P=results/probes/channels-last/1xH200/$T; E=560
-      { D=256 LAYOUTS="resnet1026-cl resnet1026" BASELINES="swap-pp:256" RUN_LIMIT_S=110 DEADLINE_S=$((E - SECONDS)) \
+      T=${1:-n1cl3}; P=results/probes/channels-last/1xH200/$T
+      { D=256 LAYOUTS="resnet1026-cl resnet1026" BASELINES="swap-pp:256" RUN_LIMIT_S=110 DEADLINE_S=$((560 - SECONDS)) \
           bash experiments/device/n1-variant-probe-1gpu.sh "$P"
-        D=256 LAYOUTS=resnet1026-cl HARMONY=0 BASELINES="fsdp-offload:32" ITERS=3 RUN_LIMIT_S=200 DEADLINE_S=$((E - SECONDS)) \
+        D=256 LAYOUTS=resnet1026-cl HARMONY=0 BASELINES="fsdp-offload:32" ITERS=3 RUN_LIMIT_S=200 DEADLINE_S=$((560 - SECONDS)) \
           bash experiments/device/n1-variant-probe-1gpu.sh "$P"; } 2>&1 | tee "/tmp/$T.console"
       cp "/tmp/$T.console" "$P/console.log"
       pack_probe "$T" "$P"; exit 0

@@ -2803,3 +2803,51 @@ def test_a_figures_variants_replace_a_models_id_on_the_folders_named_only(tmp_pa
     assert any("/resnet-tiny-cl/" in r for r in runs) and not any("/resnet-tiny/" in r for r in runs)
     with pytest.raises(ValueError, match="not models of its smoke grid"):
         grid_of({**exp, "variants": {"smoke": {"1xTEST": {"resnet1026": "resnet1026-cl"}}}}, "smoke", "1xTEST")
+
+
+def test_n1_variant_probe_runs_each_layouts_plan_and_baselines_under_names_that_say_d_system_u_and_round(tmp_path):
+    """experiments/device/n1-variant-probe-1gpu.sh (device README items 67, 72 and 73): D = 1024 keeps item
+    67's record names; another D carries it in them, a second round ends in -r2, each BASELINES pair runs that
+    system at that u with the layout's model, profile and calibration, and HARMONY=0 leaves the plan out. A
+    stub stands for python3 and records each command, so the device call's plumbing is checked before it
+    costs GPU time; a D without a committed plan is refused by name."""
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.txt\n')
+    stub.chmod(0o755)
+    script = str(ROOT / "experiments/device/n1-variant-probe-1gpu.sh")
+
+    def probe(out: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        (tmp_path / "calls.txt").unlink(missing_ok=True)
+        p = subprocess.run(["bash", script, str(tmp_path / out)], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}", **env})
+        calls = (tmp_path / "calls.txt").read_text().splitlines() if (tmp_path / "calls.txt").exists() else []
+        return p, [c for c in calls if " -o " in c]
+
+    def named(calls: list[str]) -> list[tuple[str, str]]:   # (the record's name, the command before its options)
+        return [(c.split(" -o ")[1].rsplit("/", 1)[1], c.split(" --iters ")[0].split("harmony.cli ")[1]) for c in calls]
+
+    p, calls = probe("d1024")
+    assert p.returncode == 0, p.stderr
+    m, s = "results/paper/2xH200", "experiments/device/schedules"
+    assert named(calls) == [
+        ("resnet1026-harmony.jsonl", f"run {s}/resnet1026.D1024.N1.vPP.schedule.json --data synthetic --warmup 1"),
+        ("resnet1026-swap-dp-u256.jsonl", f"baseline swap-dp {m}/models/resnet1026.json --minibatch 1024 --gpus 1 "
+         f"--ubatch 256 --profile {m}/profiles/resnet1026.json --calibration {m}/calibration.json"),
+        ("resnet1026-cl-harmony.jsonl", f"run {s}/resnet1026-cl.D1024.N1.vPP.schedule.json --data synthetic --warmup 1"),
+        ("resnet1026-cl-swap-dp-u256.jsonl", f"baseline swap-dp {m}/models/resnet1026-cl.json --minibatch 1024 "
+         f"--gpus 1 --ubatch 256 --profile {m}/profiles/resnet1026-cl.json --calibration {m}/calibration.json")]
+    assert all("--device cuda --precision tf32 --gpu-memory 11GiB" in c for c in calls)
+
+    p, calls = probe("d256", D="256", ROUNDS="2", LAYOUTS="resnet1026-cl", BASELINES="swap-pp:256 fsdp-offload:32")
+    assert p.returncode == 0, p.stderr
+    assert [n for n, _ in named(calls)] == [
+        f"resnet1026-cl-D256-{r}{sfx}.jsonl" for sfx in ("", "-r2")
+        for r in ("harmony", "swap-pp-u256", "fsdp-offload-u32")]
+    assert "baseline fsdp-offload results/paper/2xH200/models/resnet1026-cl.json --minibatch 256 --gpus 1 --ubatch 32" \
+        in named(calls)[2][1]
+
+    p, calls = probe("noplan", D="256", HARMONY="0", LAYOUTS="resnet1026")
+    assert p.returncode == 0 and [n for n, _ in named(calls)] == ["resnet1026-D256-swap-dp-u256.jsonl"], p.stderr
+    p, calls = probe("d512", D="512")
+    assert p.returncode == 2 and f"no schedule {s}/resnet1026.D512.N1.vPP.schedule.json" in p.stderr and not calls

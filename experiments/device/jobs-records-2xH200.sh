@@ -51,8 +51,8 @@ job() {  # job RULE 'SHELL' OUTPUT...
   echo "[$SECONDS s] $rule: $1"
   local rc=0; bash -c "$cmd" || rc=$?; counted $rc "$rule ($1)"
 }
-mkdir -p 'results/paper/2xH200/logs/baseline/swap-pp/vgg416'
-job baseline 'python -m harmony.workflow guard --out results/paper/2xH200/runs/swap-pp/vgg416/N2-D256-best.jsonl --system swap-pp --model vgg416 --gpus 2 --minibatch 256 --device cuda --precision tf32 -- harmony baseline swap-pp results/paper/2xH200/models/vgg416.json --minibatch 256 --gpus 2 --gpu-memory 11GiB --ubatch 1,2,4,8,16,32,64,128 --ubatch-start predicted --max-iter-s 60 --iters 4 --device cuda --precision tf32 --profile results/paper/2xH200/profiles/vgg416.json --calibration results/paper/2xH200/calibration.json -o results/paper/2xH200/runs/swap-pp/vgg416/N2-D256-best.jsonl > results/paper/2xH200/logs/baseline/swap-pp/vgg416/N2-D256-best.log 2>&1' 'results/paper/2xH200/runs/swap-pp/vgg416/N2-D256-best.jsonl'
+mkdir -p 'results/paper/2xH200/logs/baseline/swap-pp/resnet1026'
+job baseline 'python -m harmony.workflow guard --out results/paper/2xH200/runs/swap-pp/resnet1026/N2-D1024-best.jsonl --system swap-pp --model resnet1026 --gpus 2 --minibatch 1024 --device cuda --precision tf32 -- harmony baseline swap-pp results/paper/2xH200/models/resnet1026.json --minibatch 1024 --gpus 2 --gpu-memory 11GiB --ubatch 1,2,4,8,16,32,64,128,256 --ubatch-start predicted --max-iter-s 60 --iters 4 --device cuda --precision tf32 --profile results/paper/2xH200/profiles/resnet1026.json --calibration results/paper/2xH200/calibration.json -o results/paper/2xH200/runs/swap-pp/resnet1026/N2-D1024-best.jsonl > results/paper/2xH200/logs/baseline/swap-pp/resnet1026/N2-D1024-best.log 2>&1' 'results/paper/2xH200/runs/swap-pp/resnet1026/N2-D1024-best.jsonl'
 drain
 echo "ran $n_run, skipped $n_skip (done before), failed $n_fail, left $n_left (time budget), left out $n_out (JOB_SKIP)"
 [ $n_fail -eq 0 ] && [ $n_left -eq 0 ]

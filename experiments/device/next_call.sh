@@ -106,14 +106,17 @@ case "$HW" in
     # repeats first, then the list. ITEM=69: item 69's search first (entry 110), then the list. ITEM=64: the
     # channels-last GPU test (with --keep-layout's cases) into results/probes/keep-layout/2xH200/TAG/, then keep-layout-ab.sh there
     # ITEM=70: item 70's repeats first (entry 111), then the list. ITEM=71: item 71's two runs at the cap first.
-    # CALL_BUDGET_S (default 585): the seconds items 63, 68, 69, 70 and 71 plan for, less when less device time is left
+    # ITEM=74: jobs-records-2xH200.sh first (swap-pp ResNet1026 D = 1024's search again, entry 113), then the list.
+    # CALL_BUDGET_S (default 585): the seconds items 63, 68, 69, 70, 71 and 74 plan for, less when less device time is left
     if [ "${ITEM:-63}" = 64 ]; then keep_layout "${1:-$(unused_tag x2-keep)}"; exit 0; fi
     if [ "${ITEM:-63}" = 42 ]; then host_task "${1:-ht1}"
     elif [ "${ITEM:-63}" = 47 ]; then runtime_rerun "${1:-$(unused_tag x2-rtrerun)}"
-    elif [[ " 63 68 69 70 71 " == *" ${ITEM:-63} "* ]]; then   # item 63's list, after the item's own work
+    elif [[ " 63 68 69 70 71 74 " == *" ${ITEM:-63} "* ]]; then   # item 63's list, after the item's own work
       T=${1:-$(unused_tag x2-cl)}; C=results/paper/2xH200/calls
-      if [ "${ITEM:-63}" = 69 ]; then   # item 69 (entry 110): swap-pp VGG416 D = 256's search, which had stopped
-        # at an infeasible u = 16, made again (jobs-records-2xH200.sh, about 300 s) as TAG-rec; then the list
+      if [[ " 69 74 " == *" ${ITEM:-63} "* ]]; then   # the superseded records of jobs-records-2xH200.sh made
+        # again as TAG-rec, then the list. Item 69 (done, entry 110): swap-pp VGG416 D = 256's search, which had
+        # stopped at an infeasible u = 16; item 74 (entry 113): swap-pp ResNet1026 D = 1024's, which had stopped
+        # at u = 16, a local peak (about 400 s from the predicted start, u = 256)
         BUDGET_S=$((${CALL_BUDGET_S:-585} - SECONDS)) TAIL_S=70 bash experiments/device/grid_gpu.sh experiments/device/jobs-records-2xH200.sh \
           results/paper/2xH200 "$T-rec"
       fi

@@ -2728,14 +2728,16 @@ def test_variant_job_list_asks_for_every_record_the_base_has_under_the_variants_
     out = tmp_path / "list.sh"
     env = {**os.environ, "HW": "2xH200", "NGPU": "2", "OUT": str(out)}
     script = ["bash", "experiments/device/make-jobs-variant.sh"]
-    p = subprocess.run(script + ["resnet1026=resnet1026-cl:swap-pp,resident@1024"], cwd=ROOT, env=env,
+    # D = 256: the base has both records there (its swap-pp D = 1024 record is superseded, entry 113)
+    p = subprocess.run(script + ["resnet1026=resnet1026-cl:swap-pp,resident@256"], cwd=ROOT, env=env,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     text = out.read_text()
     for system, n in (("swap-pp", 2), ("resident", 1)):
-        rel = f"results/paper/2xH200/runs/{system}/resnet1026-cl/N{n}-D1024-best.jsonl"
+        assert (ROOT / f"results/paper/2xH200/runs/{system}/resnet1026/N{n}-D256-best.jsonl").exists()
+        rel = f"results/paper/2xH200/runs/{system}/resnet1026-cl/N{n}-D256-best.jsonl"
         assert (ROOT / rel).exists() or f"--out {rel} " in text, (rel, p.stdout)
-    assert "D256" not in text and "harmony-v" not in text and "swap-dp" not in text
+    assert "D1024" not in text and "harmony-v" not in text and "swap-dp" not in text
     bad = subprocess.run(script + ["resnet1026=resnet1026-nhwc:harmony"], cwd=ROOT, env=env, capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "no 'resnet1026-nhwc: {base: resnet1026, ...}' alias" in bad.stderr

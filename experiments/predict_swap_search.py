@@ -34,6 +34,10 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
   tensor of them (docs/performance.md entry 97; needs --profiles from merge_issue_factors.py --param-tensors)
   --cap BYTES (e.g. 11GiB) plans a point that has no Harmony run under this cap, and prints its candidates
   alone (a point off figure 10's grid, predicted before any run of it: docs/performance.md entry 95)
+  --untried-below F (with --measured) names each candidate the search did not run, that fits, and is predicted
+  under F times the search's best measured time (e.g. 0.8): where a climb may have stopped at a local peak
+  (docs/performance.md entry 113: swap-pp ResNet1026 D = 1024 on 2x H200 stopped at u = 16, with u = 128 and
+  256 untried); the last line counts the points so named
 """
 from __future__ import annotations
 
@@ -75,6 +79,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("point", nargs="+", help="MODEL:D")
     ap.add_argument("--calibration", type=Path, help="simulate with this calibration, not ROOT/calibration.json")
     ap.add_argument("--measured", action="store_true", help="each candidate's record beside its prediction")
+    ap.add_argument("--untried-below", type=float, metavar="F",
+                    help="with --measured: name the untried candidates that fit and are predicted under F x the "
+                         "search's best measured time (a climb that may have stopped at a local peak)")
     ap.add_argument("--cap", type=parse_bytes, help="the GPU memory cap for a point with no Harmony run (e.g. 11GiB)")
     ap.add_argument("--profiles", type=Path, help="simulate with MODEL.json from this folder, not ROOT/profiles")
     ap.add_argument("--issue-in-pack", action="store_true",
@@ -85,6 +92,9 @@ def main(argv: list[str]) -> int:
                          "experiments/merge_issue_factors.py --param-tensors)")
     args = ap.parse_args(argv)
     root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
+    if args.untried_below is not None and not measured:
+        print("--untried-below compares with the search's measured candidates: add --measured", file=sys.stderr)
+        return 2
     points = [p.split(":") for p in args.point]
     bad = [":".join(p) for p in points if len(p) != 2 or not p[1].isdigit()]
     if bad:
@@ -97,6 +107,7 @@ def main(argv: list[str]) -> int:
     print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured"
           + (f" (calibration {cal_file})" if cal_file else ""))
     misses: list[float] = []
+    flagged: list[str] = []          # points with an untried candidate under --untried-below
     for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads(((args.profiles or root / "profiles") / f"{name}.json").read_text())
@@ -119,11 +130,24 @@ def main(argv: list[str]) -> int:
         cells = [f"u={c.ubatch} infeasible" if c.iter_time_s is None
                  else f"u={c.ubatch} {c.iter_time_s:.3f}" + (f" ({c.why_not})" if c.why_not else "") for c in cands]
         if measured:
+            ran: dict[int, float] = {}
             for i, c in enumerate(cands):
                 m = measured_candidate(root, system, name, n, d, c.ubatch)
+                if m is not None:
+                    ran[c.ubatch] = m
                 if m is not None and c.iter_time_s:
                     cells[i] += f" [measured {m:.3f}, {m / c.iter_time_s:.2f}x]"
                     misses.append(m / c.iter_time_s - 1)
+            if args.untried_below is not None and ran:
+                u_best = min(ran, key=ran.get)
+                under = [c for c in cands if c.ubatch not in ran and c.iter_time_s is not None and not c.why_not
+                         and c.iter_time_s < args.untried_below * ran[u_best]]
+                if under:
+                    flagged.append(f"{name}:{d}")
+                    print(f"# {name} D={d}: untried " + ", ".join(f"u={c.ubatch} ({c.iter_time_s:.3f} s predicted)"
+                                                                  for c in under)
+                          + f" under {args.untried_below:g}x the best measured, u={u_best} {ran[u_best]:.3f} s:"
+                          " the search may have stopped at a local peak")
         best = min((c.iter_time_s for c in cands if c.iter_time_s is not None), default=None)
         fastest = fastest_fitting(cands)           # the candidate `--ubatch-start predicted` starts at
         best_fit = fastest.iter_time_s if fastest else None
@@ -141,6 +165,9 @@ def main(argv: list[str]) -> int:
                   f"{statistics.median(abs(x) for x in misses):.3f}, {sum(abs(x) <= 0.10 for x in misses)} within 10%")
         else:
             print("# no candidate of these points has a record")
+    if args.untried_below is not None:
+        print(f"# {len(flagged)} point(s) with an untried candidate predicted under {args.untried_below:g}x the "
+              f"best measured" + (f": {', '.join(flagged)}" if flagged else ""))
     return 0
 
 

@@ -2197,6 +2197,39 @@ def test_predict_swap_search_sets_the_searchs_measured_candidates_beside_the_mod
     assert abs(float(m.group(2)) - statistics.median(misses)) < 0.002, out
     assert int(m.group(3)) == sum(x <= 0.1 for x in misses), out
 
+def test_predict_swap_search_names_a_search_that_left_faster_candidates_untried(tmp_path):
+    """`--untried-below F` (docs/performance.md entry 113): swap-pp ResNet1026 D = 1024 on 2x H200's model,
+    profile and calibration, with a search that ran u = 8, 16 and 32 and stopped at u = 16 (19.473 s, as the
+    superseded record): u = 128 and 256, predicted 13.1 and 8.2 s and within host memory, are named; once
+    they have records under the best, nothing is. Without --measured the option is refused."""
+    src = ROOT / "results/paper/2xH200"
+    root = tmp_path / "hw"
+    for rel in ("models/resnet1026.json", "profiles/resnet1026.json", "calibration.json", "env.json"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, root / rel)
+
+    def record(folder: str, name: str, t: float, **extra) -> None:
+        path = root / "runs" / folder / "resnet1026" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"record": "summary", "status": "ok", "iter_time_s": t, **extra}) + "\n")
+    record("harmony-vDP", "N2-D1024-auto.jsonl", 4.914, gpu_memory_cap=11 * 2 ** 30)
+    for u, t in ((8, 36.843), (16, 19.473), (32, 47.913)):
+        record("swap-pp", f"N2-D1024-best.u{u}.jsonl", t, ubatch=u)
+    cmd = [sys.executable, str(ROOT / "experiments/predict_swap_search.py"), str(root), "swap-pp", "2",
+           "resnet1026:1024", "--measured", "--untried-below", "0.8"]
+    out = sh(cmd).stdout
+    named = re.search(r"^# resnet1026 D=1024: untried (.*) under 0.8x the best measured, u=16 19.473 s", out, re.M)
+    assert named and re.findall(r"u=(\d+) \(", named.group(1)) == ["128", "256"], out
+    assert out.splitlines()[-1] == ("# 1 point(s) with an untried candidate predicted under 0.8x the best "
+                                    "measured: resnet1026:1024"), out
+    for u, t in ((128, 10.024), (256, 12.286)):      # the channels-last variant's times, standing in
+        record("swap-pp", f"N2-D1024-best.u{u}.jsonl", t, ubatch=u)
+    out = sh(cmd).stdout
+    assert "untried u=" not in out and out.splitlines()[-1].startswith("# 0 point(s)"), out
+    bad = sh(cmd[:-3] + ["--untried-below", "0.8"], check=False)
+    assert bad.returncode == 2 and "add --measured" in bad.stderr
+
+
 def test_predict_swap_search_names_a_candidate_whose_simulated_peak_is_over_the_cap():
     """Entry 83: swap-pp's own check is a lower bound, so at GPT2-XL D = 64 on the H100's folder it lets u = 32
     run; the simulator's peak for it (19.77 GiB; 19.08 since entry 87's rule for a backward task of one

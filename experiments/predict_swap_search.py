@@ -34,7 +34,7 @@ usage: PYTHONPATH=.:experiments python experiments/predict_swap_search.py RESULT
   tensor of them (docs/performance.md entry 97; needs --profiles from merge_issue_factors.py --param-tensors)
   --cap BYTES (e.g. 11GiB) plans a point that has no Harmony run under this cap, and prints its candidates
   alone (a point off figure 10's grid, predicted before any run of it: docs/performance.md entry 95)
-  --untried-below F (with --measured) names each candidate the search did not run, that fits, and is predicted
+  --untried-faster F (with --measured) names each candidate the search did not run, that fits, and is predicted
   under F times the search's best measured time (e.g. 0.8): where a climb may have stopped at a local peak
   (docs/performance.md entry 113: swap-pp ResNet1026 D = 1024 on 2x H200 stopped at u = 16, with u = 128 and
   256 untried); the last line counts the points so named
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("point", nargs="+", help="MODEL:D")
     ap.add_argument("--calibration", type=Path, help="simulate with this calibration, not ROOT/calibration.json")
     ap.add_argument("--measured", action="store_true", help="each candidate's record beside its prediction")
-    ap.add_argument("--untried-below", type=float, metavar="F",
+    ap.add_argument("--untried-faster", type=float, metavar="F",
                     help="with --measured: name the untried candidates that fit and are predicted under F x the "
                          "search's best measured time (a climb that may have stopped at a local peak)")
     ap.add_argument("--cap", type=parse_bytes, help="the GPU memory cap for a point with no Harmony run (e.g. 11GiB)")
@@ -92,8 +92,8 @@ def main(argv: list[str]) -> int:
                          "experiments/merge_issue_factors.py --param-tensors)")
     args = ap.parse_args(argv)
     root, system, n, cal_file, measured = args.root, args.system, args.n, args.calibration, args.measured
-    if args.untried_below is not None and not measured:
-        print("--untried-below compares with the search's measured candidates: add --measured", file=sys.stderr)
+    if args.untried_faster is not None and not measured:
+        print("--untried-faster compares with the search's measured candidates: add --measured", file=sys.stderr)
         return 2
     points = [p.split(":") for p in args.point]
     bad = [":".join(p) for p in points if len(p) != 2 or not p[1].isdigit()]
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     print(f"# {root}, {system} at N = {n}: simulated s/iteration per microbatch candidate; Harmony's best measured"
           + (f" (calibration {cal_file})" if cal_file else ""))
     misses: list[float] = []
-    flagged: list[str] = []          # points with an untried candidate under --untried-below
+    flagged: list[str] = []          # points with an untried candidate under --untried-faster
     for name, d in ((p[0], int(p[1])) for p in points):
         model = json.loads((root / "models" / f"{name}.json").read_text())
         profile = json.loads(((args.profiles or root / "profiles") / f"{name}.json").read_text())
@@ -138,15 +138,15 @@ def main(argv: list[str]) -> int:
                 if m is not None and c.iter_time_s:
                     cells[i] += f" [measured {m:.3f}, {m / c.iter_time_s:.2f}x]"
                     misses.append(m / c.iter_time_s - 1)
-            if args.untried_below is not None and ran:
+            if args.untried_faster is not None and ran:
                 u_best = min(ran, key=ran.get)
                 under = [c for c in cands if c.ubatch not in ran and c.iter_time_s is not None and not c.why_not
-                         and c.iter_time_s < args.untried_below * ran[u_best]]
+                         and c.iter_time_s < args.untried_faster * ran[u_best]]
                 if under:
                     flagged.append(f"{name}:{d}")
                     print(f"# {name} D={d}: untried " + ", ".join(f"u={c.ubatch} ({c.iter_time_s:.3f} s predicted)"
                                                                   for c in under)
-                          + f" under {args.untried_below:g}x the best measured, u={u_best} {ran[u_best]:.3f} s:"
+                          + f" under {args.untried_faster:g}x the best measured, u={u_best} {ran[u_best]:.3f} s:"
                           " the search may have stopped at a local peak")
         best = min((c.iter_time_s for c in cands if c.iter_time_s is not None), default=None)
         fastest = fastest_fitting(cands)           # the candidate `--ubatch-start predicted` starts at
@@ -165,8 +165,8 @@ def main(argv: list[str]) -> int:
                   f"{statistics.median(abs(x) for x in misses):.3f}, {sum(abs(x) <= 0.10 for x in misses)} within 10%")
         else:
             print("# no candidate of these points has a record")
-    if args.untried_below is not None:
-        print(f"# {len(flagged)} point(s) with an untried candidate predicted under {args.untried_below:g}x the "
+    if args.untried_faster is not None:
+        print(f"# {len(flagged)} point(s) with an untried candidate predicted under {args.untried_faster:g}x the "
               f"best measured" + (f": {', '.join(flagged)}" if flagged else ""))
     return 0
 

@@ -2198,7 +2198,7 @@ def test_predict_swap_search_sets_the_searchs_measured_candidates_beside_the_mod
     assert int(m.group(3)) == sum(x <= 0.1 for x in misses), out
 
 def test_predict_swap_search_names_a_search_that_left_faster_candidates_untried(tmp_path):
-    """`--untried-below F` (docs/performance.md entry 113): swap-pp ResNet1026 D = 1024 on 2x H200's model,
+    """`--untried-faster F` (docs/performance.md entry 113): swap-pp ResNet1026 D = 1024 on 2x H200's model,
     profile and calibration, with a search that ran u = 8, 16 and 32 and stopped at u = 16 (19.473 s, as the
     superseded record): u = 128 and 256, predicted 13.1 and 8.2 s and within host memory, are named; once
     they have records under the best, nothing is. Without --measured the option is refused."""
@@ -2216,7 +2216,7 @@ def test_predict_swap_search_names_a_search_that_left_faster_candidates_untried(
     for u, t in ((8, 36.843), (16, 19.473), (32, 47.913)):
         record("swap-pp", f"N2-D1024-best.u{u}.jsonl", t, ubatch=u)
     cmd = [sys.executable, str(ROOT / "experiments/predict_swap_search.py"), str(root), "swap-pp", "2",
-           "resnet1026:1024", "--measured", "--untried-below", "0.8"]
+           "resnet1026:1024", "--measured", "--untried-faster", "0.8"]
     out = sh(cmd).stdout
     named = re.search(r"^# resnet1026 D=1024: untried (.*) under 0.8x the best measured, u=16 19.473 s", out, re.M)
     assert named and re.findall(r"u=(\d+) \(", named.group(1)) == ["128", "256"], out
@@ -2226,7 +2226,7 @@ def test_predict_swap_search_names_a_search_that_left_faster_candidates_untried(
         record("swap-pp", f"N2-D1024-best.u{u}.jsonl", t, ubatch=u)
     out = sh(cmd).stdout
     assert "untried u=" not in out and out.splitlines()[-1].startswith("# 0 point(s)"), out
-    bad = sh(cmd[:-3] + ["--untried-below", "0.8"], check=False)
+    bad = sh(cmd[:-3] + ["--untried-faster", "0.8"], check=False)
     assert bad.returncode == 2 and "add --measured" in bad.stderr
 
 

@@ -3,7 +3,8 @@
 # everything that is derived from the records, for each results folder given, then the results page.
 #   bash experiments/device/after_calls.sh results/paper/2xH200 [results/paper/1xH100-80GB-HBM3 ...]
 # Per folder: every figure (and its CSV) from the records, the claims table (checks.csv), each run's
-# prediction and optimizer rate again (resimulated.txt) and where set-up time went (setup_time.txt).
+# prediction and optimizer rate again (resimulated.txt), where set-up time went (setup_time.txt), and the
+# swap searches that left an untried u predicted much faster than their best (predict_swap_search.py).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 RESULTS [RESULTS ...]" >&2; exit 2; }
 for R in "$@"; do
@@ -14,6 +15,18 @@ for R in "$@"; do
     if [ -f "$R/calibration.json" ]; then python3 experiments/resimulate_runs.py "$R" > "$R/resimulated.txt"
     else echo "$R: no calibration.json (a large-scale folder): resimulated.txt not written"; fi
     python3 experiments/setup_time.py "$R" > "$R/setup_time.txt" || true    # no Harmony record with set-up phases
+    # a swap search whose climb may have stopped at a local peak: an untried u predicted under 0.8x its best
+    # measured time (docs/performance.md entry 113); prints the points so named and their count, per system and N
+    if [ -f "$R/figure10.csv" ] && [ -f "$R/calibration.json" ]; then
+        for sys in swap-dp swap-pp; do
+            for n in $(awk -F, -v s=$sys 'NR > 1 && $7 == s && $10 == "measured" {print $8}' "$R/figure10.csv" | sort -u); do
+                pts=$(awk -F, -v s=$sys -v n=$n 'NR > 1 && $7 == s && $8 == n && $10 == "measured" {print $4 ":" $6}' \
+                    "$R/figure10.csv" | sort -u)
+                PYTHONPATH=.:experiments python3 experiments/predict_swap_search.py "$R" $sys $n $pts --measured \
+                    --untried-faster 0.8 | grep -E "untried u=|point\(s\) with" | sed "s/^# /$sys N = $n: /" || true
+            done
+        done
+    fi
 done
 snakemake results_page --cores 1 > /dev/null 2>&1 && echo "docs/results.md rewritten"
 # README's claims table is written by hand; this names every cell that no longer quotes a checks.csv

@@ -39,6 +39,10 @@ pack_probe() {   # TAG DIR: the GPUs' identity into DIR (a folder under results/
   nvidia-smi --query-gpu=name,uuid,clocks.max.sm,power.limit --format=csv > "$2/gpu.csv"
   tar czf "$OUT/$1.tgz" "$2"
 }
+n1_probe_done() {   # TAG DIR: a one-GPU probe's console (/tmp/TAG.console) into DIR, then pack_probe (items 67, 72, 73)
+  cp "/tmp/$1.console" "$2/console.log"
+  pack_probe "$1" "$2"
+}
 keep_layout() {   # items 64 and 65 (entry 107): TAG [PLANS]: the channels-last GPU test (--keep-layout's cases
   # too) into results/probes/keep-layout/$HW/TAG/, then keep-layout-ab.sh there (PLANS: its default when empty)
   local T=$1 K=results/probes/keep-layout/$HW/$1
@@ -180,15 +184,13 @@ case "$HW" in
     if [ "${ITEM:-49}" = 67 ]; then   # item 67: ResNet1026 D = 1024 at N = 1, Harmony and swap-dp, NCHW and channels-last
       T=${1:-n1cl1}; P=results/probes/channels-last/1xH200/$T
       DEADLINE_S=$((560 - SECONDS)) bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"
-      cp "/tmp/$T.console" "$P/console.log"
-      pack_probe "$T" "$P"; exit 0
+      n1_probe_done "$T" "$P"; exit 0
     fi
     if [ "${ITEM:-49}" = 72 ]; then   # item 72: the same at D = 256, two rounds of six iterations (entry 112)
       T=${1:-n1cl2}; P=results/probes/channels-last/1xH200/$T
       D=256 ROUNDS=2 ITERS=6 RUN_LIMIT_S=110 DEADLINE_S=$((560 - SECONDS)) \
         bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"
-      cp "/tmp/$T.console" "$P/console.log"
-      pack_probe "$T" "$P"; exit 0
+      n1_probe_done "$T" "$P"; exit 0
     fi
     if [ "${ITEM:-49}" = 73 ]; then   # item 73: swap-pp and fsdp-offload beside Harmony at item 72's point (entry 112)
       T=${1:-n1cl3}; P=results/probes/channels-last/1xH200/$T
@@ -196,8 +198,7 @@ case "$HW" in
           bash experiments/device/n1-variant-probe-1gpu.sh "$P"
         D=256 LAYOUTS=resnet1026-cl HARMONY=0 BASELINES="fsdp-offload:32" ITERS=3 RUN_LIMIT_S=200 DEADLINE_S=$((560 - SECONDS)) \
           bash experiments/device/n1-variant-probe-1gpu.sh "$P"; } 2>&1 | tee "/tmp/$T.console"
-      cp "/tmp/$T.console" "$P/console.log"
-      pack_probe "$T" "$P"; exit 0
+      n1_probe_done "$T" "$P"; exit 0
     fi
     if [ "${ITEM:-49}" = 65 ]; then   # item 65: --keep-layout on one GPU, where only stashes cross (entry 108)
       keep_layout "${1:-keep1}" "experiments/device/schedules/resnet1026-cl.D1024.N1.vPP.schedule.json experiments/device/schedules/vgg416-cl.D64.N1.vPP.schedule.json"

@@ -34,11 +34,17 @@ import torch.multiprocessing as mp
 STALL_ITERATIONS, STALL_MIN_S = 10.0, 120.0
 
 
+def setup_window_s(job: dict) -> float:
+    """The launcher's window without progress while `job` sets up: its `timeout_s` + 30 s, so the workers'
+    own timeouts name the wait first."""
+    return float(job.get("timeout_s", 300)) + 30
+
+
 def iteration_stall_s(job: dict) -> float:
-    """The launcher's window without progress once every rank of `job` is ready: its `timeout_s` (+30 s, so
-    the workers' own timeouts name the wait first), or STALL_ITERATIONS predicted iterations (at least
-    STALL_MIN_S) when that is shorter. `predicted_iter_s` is set on CUDA runs only (Prepared)."""
-    window = float(job.get("timeout_s", 300)) + 30
+    """The launcher's window without progress once every rank of `job` is ready: its set-up window, or
+    STALL_ITERATIONS predicted iterations (at least STALL_MIN_S) when that is shorter. `predicted_iter_s` is
+    set on CUDA runs only (Prepared)."""
+    window = setup_window_s(job)
     pred = job.get("predicted_iter_s")
     return min(window, max(STALL_MIN_S, STALL_ITERATIONS * pred)) if pred else window
 
@@ -173,7 +179,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
     init = f"tcp://127.0.0.1:{free_port()}"
     jobs = [dict(j, init_method=init) for j in jobs]
     callbacks = on_iteration or [None] * len(jobs)
-    timeout = max(float(j.get("timeout_s", 300)) for j in jobs)
+    setup_window = max(setup_window_s(j) for j in jobs)
     host_ready = ctx.Event() if while_starting is not None else None
     procs = [ctx.Process(target=worker_main, args=(r, jobs, results, host_ready), name=f"harmony-worker-{r}")
              for r in range(nprocs)]
@@ -218,7 +224,7 @@ def launch_many(jobs: list[dict], nprocs: int, on_iteration: list | None = None,
                             fail_rest(current)
                             return outs
                 window = (iteration_stall_s(jobs[current]) if len(ready.get(current, ())) == nprocs
-                          else timeout + 30)
+                          else setup_window)
                 if now - last_progress > window:
                     out.status, out.message = "error", f"no progress from the workers for {window:.0f} s"
                     if dump_stacks(procs):

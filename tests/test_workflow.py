@@ -2886,3 +2886,35 @@ def test_n1_variant_probe_runs_each_layouts_plan_and_baselines_under_names_that_
     assert p.returncode == 0 and [n for n, _ in named(calls)] == ["resnet1026-D256-swap-dp-u256.jsonl"], p.stderr
     p, calls = probe("d512", D="512")
     assert p.returncode == 2 and f"no schedule {s}/resnet1026.D512.N1.vPP.schedule.json" in p.stderr and not calls
+
+
+def test_gpu_suite_writes_the_log_its_last_line_the_environment_and_the_code_and_tests_that_ran(tmp_path):
+    """experiments/device/gpu_suite.sh (the GPU suite as a device record; suite79's hand-typed command wrote no
+    env.json): it runs pytest with the arguments given, ends the log with `rc=N wall=Ss`, exits with pytest's
+    status, and writes suite.json with the tree hashes of harmony/, baselines/ and tests/ as they are on disk,
+    which `harmony provenance` reads. Here on the CPU `harmony env --device cuda` fails; that is written to
+    env.err and the suite still runs. nvidia-smi is a stub."""
+    from harmony.provenance import tree_hash
+    stub = tmp_path / "stubbin" / "nvidia-smi"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\necho 'uuid, name, driver_version'\necho 'GPU-stub, NVIDIA Stub, 0'\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}:{os.environ['PATH']}", "TMPDIR": str(tmp_path),
+           "WHEELS_DIR": str(tmp_path / "no-wheels")}
+
+    def suite(out: str, *pytest_args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(ROOT / "experiments/device/gpu_suite.sh"), str(tmp_path / out), *pytest_args],
+                              cwd=ROOT, capture_output=True, text=True, env=env)
+
+    p = suite("ok", "tests/test_readme_claims.py", "-k", "stale_quote")
+    assert p.returncode == 0, p.stdout + p.stderr
+    log = (tmp_path / "ok/gpu-suite.log").read_text().splitlines()
+    assert "1 passed" in "\n".join(log) and re.fullmatch(r"rc=0 wall=\d+s", log[-1]), log
+    trees = json.loads((tmp_path / "ok/suite.json").read_text())["source_trees"]
+    assert trees == {d: tree_hash(ROOT / d) for d in ("harmony", "baselines", "tests")} and all(trees.values())
+    assert "GPU-stub" in (tmp_path / "ok/gpus.txt").read_text()
+    assert (tmp_path / "ok/env.json").exists() and (tmp_path / "ok/env.err").exists()
+    assert (tmp_path / "bin/harmony").exists() and not (tmp_path / "ok/pip.log").exists()
+
+    p = suite("fail", "tests/test_readme_claims.py", "-k", "no_test_has_this_name")   # pytest exits 5: nothing ran
+    assert p.returncode == 5 and (tmp_path / "fail/gpu-suite.log").read_text().splitlines()[-1].startswith("rc=5 ")

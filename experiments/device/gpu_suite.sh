@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole GPU test suite on a lent machine, written as a record (suite70, suite78 and suite79 were typed
+# by hand, and suite79's command lost its environment record):
+#   bash experiments/device/gpu_suite.sh OUTDIR [PYTEST_ARGS...]      e.g. OUTDIR=results/probes/gpu-suite/1xH200/suite80
+# OUTDIR gets
+#   gpu-suite.log   pytest's output (`-m gpu -rs tests/` unless PYTEST_ARGS are given), then `rc=N wall=Ss`
+#   env.json        `harmony env --device cuda`: GPUs, driver, torch, host, and source_trees (the code's git
+#                   tree hashes from the files: the .git the device tool carries can lag them)
+#   suite.json      the tree hashes of harmony/, baselines/ and tests/, so `harmony provenance OUTDIR/suite.json`
+#                   names the commit whose code and tests ran
+#   gpus.txt        nvidia-smi's GPU ids; pip.log when wheels were carried
+# Carry `.whl` (DeepSpeed and the small packages the image lacks; WHEELS_DIR names another folder) and
+# zero-offload's cases run too. The wheels go to $TMPDIR/site and the `harmony` wrapper to $TMPDIR/bin (/tmp).
+# SUITE_S bounds pytest (default 540 s, to leave a 600 s device command time to copy the results out).
+set -uo pipefail
+O=${1:?usage: gpu_suite.sh OUTDIR [PYTEST_ARGS...]}; shift
+mkdir -p "$O"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+W=${WHEELS_DIR:-.whl}; T=${TMPDIR:-/tmp}
+wheels=$(ls "$W"/*.whl "$W"/deepspeed/*.whl 2>/dev/null)
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$T/site" $wheels \
+    > "$O/pip.log" 2>&1 && export PYTHONPATH="$PYTHONPATH:$T/site"
+fi
+# tests that start `harmony` as a process need it on the PATH; the image has the project as a source tree only
+mkdir -p "$T/bin" && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > "$T/bin/harmony" && chmod +x "$T/bin/harmony"
+export PATH="$T/bin:$PATH"
+nvidia-smi --query-gpu=uuid,name,driver_version --format=csv > "$O/gpus.txt" 2>&1
+python3 -m harmony.cli env --device cuda > "$O/env.json" 2> "$O/env.err" || echo "harmony env failed: $O/env.err" >&2
+python3 - "$O/suite.json" <<'EOF'
+import json, sys
+from harmony.provenance import SOURCE_DIRS, tree_hash
+json.dump({"source_trees": {d: tree_hash(d) for d in (*SOURCE_DIRS, "tests")}}, open(sys.argv[1], "w"), indent=1)
+EOF
+[ $# -gt 0 ] || set -- -m gpu -rs tests/
+start=$(date +%s)
+timeout "${SUITE_S:-540}" python3 -m pytest -q -p no:cacheprovider "$@" > "$O/gpu-suite.log" 2>&1
+rc=$?
+echo "rc=$rc wall=$(( $(date +%s) - start ))s" >> "$O/gpu-suite.log"
+tail -n 3 "$O/gpu-suite.log"
+exit $rc

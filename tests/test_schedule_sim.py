@@ -3,6 +3,7 @@ import copy
 import dataclasses
 import itertools
 import random
+import re
 
 import pytest
 
@@ -907,6 +908,10 @@ def test_bad_inputs_are_clear():
     with pytest.raises(ScheduleError, match=r"vLayer 0 alone needs [0-9.]+ GiB .* more than the 953.67 MiB a task "
                                             r"may use .*raise --gpu-memory"):
         search(costs, params, minibatch=8, gpus=2, mode="vPP", cap=1e9)
+    # one reason, counting the others, not the same sentence once per microbatch size
+    with pytest.raises(ScheduleError) as e:
+        search(costs, params, minibatch=8, gpus=2, mode="vPP", cap=1e9)
+    assert str(e.value).count("alone needs") == 1 and re.search(r"\(and \d+ more for the other microbatch", str(e.value))
     with pytest.raises(ScheduleError, match="smaller than the number of GPUs"):
         search(costs, params, minibatch=2, gpus=4, mode="vDP", cap=None)
     with pytest.raises(ScheduleError, match="u_fwd"):

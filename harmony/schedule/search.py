@@ -352,7 +352,11 @@ def search(costs: LayerCosts, params: SimParams, *, minibatch: int, gpus: int, m
         over_host = [c for c in cands if c.gpu_feasible]
         if over_host:
             raise ScheduleError(host_memory_message(over_host, host_memory, minibatch))
-        why = "; ".join(dict.fromkeys(errors)) or "every candidate exceeds the GPU memory cap"
+        # the first reason, not one per microbatch size and mode: the smallest u is tried first and needs the least
+        reasons = list(dict.fromkeys(errors))
+        why = reasons[0] if reasons else "every candidate exceeds the GPU memory cap"
+        if len(reasons) > 1:
+            why += f" (and {len(reasons) - 1} more for the other microbatch sizes and modes)"
         raise ScheduleError(f"no schedule fits: {why}")
     g = build_task_graph(best.config, L)
     best_sim = simulate(g, costs, replace(params, p2p_receive=best.p2p_receive), cap, record=True)

@@ -9,23 +9,13 @@
 #   suite.json      the tree hashes of harmony/, baselines/ and tests/, so `harmony provenance OUTDIR/suite.json`
 #                   names the commit whose code and tests ran
 #   gpus.txt        nvidia-smi's GPU ids; pip.log when wheels were carried
-# Carry `.whl` (DeepSpeed and the small packages the image lacks; WHEELS_DIR names another folder) and
-# zero-offload's cases run too. The wheels go to $TMPDIR/site and the `harmony` wrapper to $TMPDIR/bin (/tmp).
+# Carry `.whl` (DeepSpeed and the small packages the image lacks) and zero-offload's cases run too
+# (device_env.sh: WHEELS_DIR, TMPDIR).
 # SUITE_S bounds pytest (default 540 s, to leave a 600 s device command time to copy the results out).
 set -uo pipefail
 O=${1:?usage: gpu_suite.sh OUTDIR [PYTEST_ARGS...]}; shift
 mkdir -p "$O"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-W=${WHEELS_DIR:-.whl}; T=${TMPDIR:-/tmp}
-wheels=$(ls "$W"/*.whl "$W"/deepspeed/*.whl 2>/dev/null)
-if [ -n "$wheels" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$T/site" $wheels \
-    > "$O/pip.log" 2>&1 && export PYTHONPATH="$PYTHONPATH:$T/site"
-fi
-# tests that start `harmony` as a process need it on the PATH; the image has the project as a source tree only
-mkdir -p "$T/bin" && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > "$T/bin/harmony" && chmod +x "$T/bin/harmony"
-export PATH="$T/bin:$PATH"
+PIP_LOG=$O/pip.log source "$(dirname "$0")/device_env.sh"   # PYTHONPATH, NCCL settings, `harmony`, the wheels
 nvidia-smi --query-gpu=uuid,name,driver_version --format=csv > "$O/gpus.txt" 2>&1
 python3 -m harmony.cli env --device cuda > "$O/env.json" 2> "$O/env.err" || echo "harmony env failed: $O/env.err" >&2
 python3 - "$O/suite.json" <<'EOF'

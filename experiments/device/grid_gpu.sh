@@ -22,23 +22,8 @@ BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-60}
 if [ -e "$RESULTS/calls/$TAG.console.log" ]; then
   echo "[$TAG] $RESULTS/calls/$TAG.console.log exists: that tag is an earlier call's; give this call a new TAG" >&2; exit 2
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING=false
-# The job list calls `harmony`; the GPU image has the project only as a source tree.
-mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m harmony.cli "$@"\n' > /tmp/bin/harmony && chmod +x /tmp/bin/harmony
-export PATH="/tmp/bin:$PATH"
-# PyYAML, psutil, nvidia-ml-py where the image lacks them; DeepSpeed (zero-offload) and its dependencies
-wheels=$(ls .whl/*.whl .whl/deepspeed/*.whl 2>/dev/null)   # either folder (docs/baselines.md: .whl/deepspeed/)
-if [ -n "$wheels" ]; then
-  # once per warm machine: a second install into the same --target prints a warning per package, and
-  # those fill the device tool's output tail (12,000 characters) when two grids share a call
-  stamp=/tmp/site/.installed-$(echo "$wheels" | md5sum | cut -c1-12)
-  if [ -e "$stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target /tmp/site $wheels && touch "$stamp"; }; then
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
-  fi
-fi
+# PYTHONPATH, NCCL settings, the `harmony` wrapper and the carried wheels (sets `wheels`)
+source "$(dirname "$0")/device_env.sh"
 # Without the wheels (the call did not carry `.whl`) a zero-offload job would record itself `unavailable`, a
 # result that says DeepSpeed cannot run here when it only was not carried (x4-base3, fifty-fifth session):
 # leave those jobs for a call that carries them
@@ -46,9 +31,6 @@ if [ -z "$wheels" ] && ! python3 -c 'import deepspeed' 2>/dev/null && grep -q 'z
   echo "[$TAG] no DeepSpeed wheels under .whl (carry .whl): the list's zero-offload jobs are left out" >&2
   export JOB_SKIP="${JOB_SKIP:+$JOB_SKIP|}zero-offload"
 fi
-# zero-offload builds DeepSpeed's CPU Adam op on its first run; kept in /tmp while the machine stays warm
-export TORCH_EXTENSIONS_DIR=/tmp/ds-ext MAX_JOBS=${MAX_JOBS:-16}
-mkdir -p "$TORCH_EXTENSIONS_DIR" && find "$TORCH_EXTENSIONS_DIR" -name lock -delete   # a killed build's lock hangs the next
 # The environment record, once: it names the hardware for RESULTS `auto` and for the check below.
 env_json=$(mktemp)
 python3 -m harmony.cli env --device cuda --precision tf32 > "$env_json" 2>/dev/null

@@ -2,7 +2,7 @@
 # gpu_suite.sh): the environment every call's processes need, set up once per warm machine.
 #   WHEELS_DIR  the carried wheels (default .whl; `carry: [".whl"]`): PyYAML, psutil and nvidia-ml-py where the
 #               image lacks them, DeepSpeed (zero-offload) and its dependencies, under .whl/ or .whl/deepspeed/
-#   PIP_LOG     where pip's output goes (default: standard error)
+#   PIP_OUT     where pip's output goes (default: standard error; not PIP_LOG, which pip itself reads as --log)
 #   TMPDIR      where the wheels ($TMPDIR/site) and the `harmony` wrapper ($TMPDIR/bin) go (default /tmp)
 # Sets `wheels` (the wheel files found, empty when none was carried).
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -19,7 +19,7 @@ if [ -n "$wheels" ]; then
   # those fill the device tool's output tail (12,000 characters) when two grids share a call
   _dev_stamp=$_dev_tmp/site/.installed-$(echo "$wheels" | md5sum | cut -c1-12)
   if [ -e "$_dev_stamp" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target "$_dev_tmp/site" $wheels >> "${PIP_LOG:-/dev/stderr}" 2>&1 && touch "$_dev_stamp"; }; then
+      --target "$_dev_tmp/site" $wheels >> "${PIP_OUT:-/dev/stderr}" 2>&1 && touch "$_dev_stamp"; }; then
     export PYTHONPATH="$PYTHONPATH:$_dev_tmp/site"
   fi
 fi

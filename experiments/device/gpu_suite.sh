@@ -15,7 +15,7 @@
 set -uo pipefail
 O=${1:?usage: gpu_suite.sh OUTDIR [PYTEST_ARGS...]}; shift
 mkdir -p "$O"
-PIP_LOG=$O/pip.log source "$(dirname "$0")/device_env.sh"   # PYTHONPATH, NCCL settings, `harmony`, the wheels
+PIP_OUT=$O/pip.log source "$(dirname "$0")/device_env.sh"   # PYTHONPATH, NCCL settings, `harmony`, the wheels
 nvidia-smi --query-gpu=uuid,name,driver_version --format=csv > "$O/gpus.txt" 2>&1
 python3 -m harmony.cli env --device cuda > "$O/env.json" 2> "$O/env.err" || echo "harmony env failed: $O/env.err" >&2
 python3 - "$O/suite.json" <<'EOF'

@@ -128,13 +128,16 @@ def test_worker_crash_ends_every_process_and_keeps_the_partial_record(tmp_path):
     assert _no_children_left()
 
 
-def test_a_stalled_run_ends_with_every_worker_threads_stack_in_its_log(tmp_path, capfd):
+def test_a_stalled_run_ends_with_every_worker_threads_stack_in_its_log(tmp_path, capfd, monkeypatch):
     # every rank hangs in the same task, so no collective times out first: only the launcher's progress
-    # watchdog (timeout_s + 30 s) ends the run, and before it does, the workers' stacks go to stderr
+    # watchdog (timeout_s + SETUP_MARGIN_S, here 1 + 4 s instead of 1 + 30) ends the run, and before it
+    # does, the workers' stacks go to stderr
+    import harmony.runtime.launch as launch_mod
+    monkeypatch.setattr(launch_mod, "SETUP_MARGIN_S", 4.0)
     _, rec, g = schedule("mlp-tiny", "vDP", 2, 2, 2, "P1")
     s = run_schedule(rec, g, iters=2, output=str(tmp_path / "run.jsonl"), timeout_s=1,
                      fault={"kind": "hang", "iteration": 0})      # no rank, no task: each rank's first
-    assert s["status"] == "error" and "no progress from the workers" in s["message"]
+    assert s["status"] == "error" and "no progress from the workers for 5 s" in s["message"], s["message"]
     assert "stack is in the log" in s["message"]
     err = capfd.readouterr().err
     assert "_fault_point" in err and "most recent call first" in err

@@ -32,12 +32,13 @@ import torch.multiprocessing as mp
 # included: the largest ratio, 30x, was a 4 s iteration; the longest, 239 s and 167 s, were 5.1 and 6.5
 # predicted iterations.
 STALL_ITERATIONS, STALL_MIN_S = 10.0, 120.0
+SETUP_MARGIN_S = 30.0   # the set-up window's margin over the job's own timeout_s
 
 
 def setup_window_s(job: dict) -> float:
-    """The launcher's window without progress while `job` sets up: its `timeout_s` + 30 s, so the workers'
-    own timeouts name the wait first."""
-    return float(job.get("timeout_s", 300)) + 30
+    """The launcher's window without progress while `job` sets up: its `timeout_s` + SETUP_MARGIN_S, so the
+    workers' own timeouts name the wait first."""
+    return float(job.get("timeout_s", 300)) + SETUP_MARGIN_S
 
 
 def iteration_stall_s(job: dict) -> float:

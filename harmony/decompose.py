@@ -172,7 +172,7 @@ def add_arguments(p) -> None:
                    help="override a config field, e.g. --set n_layer=8 (repeatable)")
     p.add_argument("--split-at", default=None,
                    help="user modules: comma-separated submodule names that start a new vLayer "
-                        "(default: every top-level submodule)")
+                        "(default: every top-level submodule, a container standing for its children)")
     p.add_argument("--example-input", default=None,
                    help="user modules: per-sample input shape and dtype, e.g. '3x32x32:float32'")
     p.add_argument("--no-flops", action="store_true", help="skip the FLOP count (faster)")

@@ -4,7 +4,8 @@ Named as 'package.module:callable' (or 'path/to/file.py:callable'); `callable(**
 nn.Module (a Module subclass or a factory function; an nn.Module instance is taken as is).
 
 Splitting. The module is traced with torch.fx, treating each *boundary* submodule as one opaque call
-(so its own internals need not be traceable). Boundaries default to every top-level child module; the user
+(so its own internals need not be traceable). Boundaries default to every top-level child module, a
+container child (nn.Sequential, nn.ModuleList, nn.ModuleDict) standing for its children; the user
 may list submodule names instead (`--split-at layer1,layer2.0,head`; nested names are fine). Each boundary
 call starts a new vLayer; operations before the first boundary, if any, form a vLayer of their own (kind
 'user.prologue'); operations after the last boundary join the last vLayer. vLayer i is a GraphModule holding exactly the graph nodes of its segment, in the
@@ -140,10 +141,26 @@ class FxVLayer(nn.Module):
         return (*out, *args[self.n_in:])
 
 
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def default_boundaries(module: nn.Module) -> list[str]:
+    """Every top-level child, with a container child (nn.Sequential, nn.ModuleList, nn.ModuleDict) standing
+    for its own children: a model's stack of blocks is usually held in one, and taken whole it would be one
+    vLayer holding nearly every layer. One level only: a block that is itself an nn.Sequential stays whole."""
+    bounds = []
+    for name, child in module.named_children():
+        if isinstance(child, CONTAINERS) and len(child):
+            bounds += [f"{name}.{sub}" for sub, _ in child.named_children()]
+        else:
+            bounds.append(name)
+    return bounds
+
+
 def _check_boundaries(module: nn.Module, split_at) -> list[str]:
     names = dict(module.named_modules())
     if split_at is None:
-        bounds = [n for n, _ in module.named_children()]
+        bounds = default_boundaries(module)
         if not bounds:
             raise ValueError(f"{type(module).__name__} has no submodules to split at; pass --split-at")
         return bounds
@@ -386,9 +403,13 @@ def resolve_user_module(name: str, overrides: dict | None, split_at=None, exampl
     loss = overrides.pop("loss", "cross_entropy")
     if isinstance(split_at, str):
         split_at = [s.strip() for s in split_at.split(",") if s.strip()] or None
-    if example_input is None:
+    if example_input is None or split_at is None:
         with torch.device("meta"):   # no memory for the weights
-            example_input = getattr(instantiate(name, overrides), "example_input", None)
+            module = instantiate(name, overrides)
+        if example_input is None:
+            example_input = getattr(module, "example_input", None)
+        if split_at is None:        # recorded as resolved, so model.json rebuilds these vLayers whatever the default
+            split_at = default_boundaries(module) or None
     spec = UserModuleSpec(name, overrides, split_at=split_at, example_input=example_input, loss=loss)
     # Fail now, with a clear message, if it cannot be traced, split, or run as a chain (on meta tensors).
     layers = spec.build("meta")

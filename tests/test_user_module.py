@@ -85,6 +85,34 @@ def test_skip_tensors_are_threaded_through_intermediate_vlayers():
     assert len(ids) == len(set(ids)) == len(list(m.parameters()))
 
 
+class Stacked(nn.Module):
+    """Blocks held in containers, as most models hold them: a Sequential of blocks that are themselves
+    Sequentials, a ModuleList iterated in forward, and a head."""
+
+    def __init__(self, d=8, n_classes=3):
+        super().__init__()
+        self.stem = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.ReLU()) for _ in range(3)])
+        self.blocks = nn.ModuleList(Block(d) for _ in range(2))
+        self.head = nn.Linear(d, n_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            x = b(x) + x
+        return self.head(x)
+
+
+def test_default_split_takes_a_containers_children_one_level_deep():
+    from harmony.user_module import default_boundaries
+    m = Stacked()
+    assert default_boundaries(m) == ["stem.0", "stem.1", "stem.2", "blocks.0", "blocks.1", "head"]
+    assert default_boundaries(SkipNet()) == ["inp", "b1", "b2", "drop", "b3", "out"]   # no container: unchanged
+    vlayers = split_module(m)
+    assert len(vlayers) == 6
+    x = torch.randn(4, 8)
+    assert torch.equal(_chain_output(vlayers, x), m(x))
+
+
 def _write(tmp_path, src: str, name="usermod.py"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(src))
@@ -152,6 +180,8 @@ def test_decompose_cli_user_module_roundtrip(tmp_path, capsys):
     assert harmony_main(["decompose", f"{path}:make_net", "-o", str(out), "--set", "width=6"]) == 0
     rec = load_model_json(out)
     assert rec["source"]["kind"] == "module" and rec["num_vlayers"] == 4 + 1
+    # the default boundaries are recorded as resolved, so the file rebuilds these vLayers if the default changes
+    assert rec["source"]["split_at"] and len(rec["source"]["split_at"]) == 4
     assert rec["input"] == [{"shape": [3, 8, 8], "dtype": "float32"}, {"shape": [], "dtype": "int64"}]
     spec = spec_from_model_json(rec)
     layers = spec.build("cpu", seed=0)

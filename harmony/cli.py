@@ -26,7 +26,11 @@ SUBCOMMANDS = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harmony", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="harmony", description="Train DNNs larger than GPU memory: decompose a model into vLayers, profile "
+        "it, search a schedule with the simulator, and run it with weights, gradients, optimizer state and "
+        "activations swapped to host memory. One subcommand per stage, in pipeline order:",
+        epilog="`harmony COMMAND --help` for each; docs/architecture.md for the stages and their files.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in SUBCOMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -87,19 +87,21 @@ def test_skip_tensors_are_threaded_through_intermediate_vlayers():
 
 class Stacked(nn.Module):
     """Blocks held in containers, as most models hold them: a Sequential of blocks that are themselves
-    Sequentials, a ModuleList iterated in forward, and a head."""
+    Sequentials, a ModuleList iterated in forward, a skip past both of its blocks, and a head."""
+    example_input = "8:float32"
 
     def __init__(self, d=8, n_classes=3):
         super().__init__()
-        self.stem = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.ReLU()) for _ in range(3)])
+        self.stem = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(3)])
         self.blocks = nn.ModuleList(Block(d) for _ in range(2))
         self.head = nn.Linear(d, n_classes)
 
     def forward(self, x):
-        x = self.stem(x)
+        h0 = self.stem(x)
+        x = h0
         for b in self.blocks:
             x = b(x) + x
-        return self.head(x)
+        return self.head(x + h0)
 
 
 def test_default_split_takes_a_containers_children_one_level_deep():
@@ -256,39 +258,9 @@ def test_non_tensor_across_a_boundary_is_a_clear_error(tmp_path):
         resolve_user_module(f"{path}:SizeAcross", {}, example_input="4:float32")
 
 
-STACKED_SRC = """
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.fc = nn.Linear(d, d)
-            self.norm = nn.LayerNorm(d)
-
-        def forward(self, x):
-            return self.norm(F.gelu(self.fc(x)))
-
-    class Stacked(nn.Module):
-        example_input = "8:float32"
-
-        def __init__(self, d=8, n_classes=3):
-            super().__init__()
-            self.stem = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.Tanh()) for _ in range(3)])
-            self.blocks = nn.ModuleList(Block(d) for _ in range(2))
-            self.head = nn.Linear(d, n_classes)
-
-        def forward(self, x):
-            h0 = self.stem(x)
-            x = h0
-            for b in self.blocks:
-                x = b(x) + x
-            return self.head(x + h0)               # h0 skips both blocks
-"""
 
 
-def test_the_runtime_trains_a_user_module_as_plain_pytorch_does_in_both_modes(tmp_path):
+def test_the_runtime_trains_a_user_module_as_plain_pytorch_does_in_both_modes():
     """A user's own nn.Module (blocks held in containers, a skip past two of them) through the runtime on two
     CPU workers, vPP with u_fwd != u_bwd and vDP: the workers rebuild it from model.json's source record, and
     its losses and trained parameters equal plain PyTorch's on the same minibatches (to float rounding: the
@@ -298,8 +270,8 @@ def test_the_runtime_trains_a_user_module_as_plain_pytorch_does_in_both_modes(tm
     from harmony.runtime import train_many
     from harmony.schedule.io import make_schedule_record
     from harmony.schedule.tasks import ScheduleConfig, build_task_graph
-    path = _write(tmp_path, STACKED_SRC, "stacked.py")
-    spec, source = resolve_user_module(f"{path}:Stacked", {})
+    # the workers import the module by its file, as they would a user's: this file's Stacked
+    spec, source = resolve_user_module(f"{__file__}:Stacked", {})
     mj = decompose_model(spec, source=source, with_flops=False)
     L = mj["num_vlayers"]
     assert L == 3 + 2 + 1 + 1                                   # stem.0-2, blocks.0-1, head, loss

@@ -258,8 +258,6 @@ def test_non_tensor_across_a_boundary_is_a_clear_error(tmp_path):
         resolve_user_module(f"{path}:SizeAcross", {}, example_input="4:float32")
 
 
-
-
 def test_the_runtime_trains_a_user_module_as_plain_pytorch_does_in_both_modes():
     """A user's own nn.Module (blocks held in containers, a skip past two of them) through the runtime on two
     CPU workers, vPP with u_fwd != u_bwd and vDP: the workers rebuild it from model.json's source record, and

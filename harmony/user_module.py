@@ -217,7 +217,9 @@ def split_module(module: nn.Module, split_at=None) -> list[FxVLayer]:
         stage[n] = cur
     missing = [b for b in bounds if b not in seen]
     if missing:
-        raise ValueError(f"boundary submodule(s) {missing} are never called in {type(module).__name__}.forward")
+        called = ",".join(b for b in bounds if b in seen)
+        raise ValueError(f"boundary submodule(s) {missing} are never called in {type(module).__name__}.forward: "
+                         f"list the ones that are with --split-at, e.g. --split-at {called}")
     n_stages = cur + 1
     placeholders = [n for n in nodes if n.op == "placeholder"]
     output = next(n for n in nodes if n.op == "output")

@@ -234,6 +234,19 @@ def test_boundary_that_is_not_a_submodule(tmp_path):
     path = _write(tmp_path, USER_SRC)
     with pytest.raises(ValueError, match="'conv3' is not a submodule.*Did you mean conv"):
         resolve_user_module(f"{path}:Net", {}, split_at="conv3")
+    # a container's element that forward never calls (a default boundary): the error names the cut to use instead
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x):
+            for b in self.blocks[:2]:
+                x = b(x)
+            return self.head(x)
+    with pytest.raises(ValueError, match=r"\['blocks.2'\] are never called .* --split-at blocks.0,blocks.1,head$"):
+        split_module(Unused())
 
 
 def test_unknown_names(tmp_path):

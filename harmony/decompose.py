@@ -220,4 +220,6 @@ def main(args) -> int:
     print(f"{rec['model']}: {rec['num_vlayers']} vLayers, {rec['total_params']:,} parameters "
           f"({rec['total_params'] / 1e9:.3f} B), {rec['total_param_bytes'] / 2**30:.2f} GiB of weights; "
           f"wrote {args.output} in {dt:.1f} s", file=sys.stderr)
+    if source.get("kind") == "module":   # where a user's module was cut, to check it or change it with --split-at
+        print(f"split at: --split-at {','.join(source['split_at'])}", file=sys.stderr)
     return 0

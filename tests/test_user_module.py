@@ -184,6 +184,7 @@ def test_decompose_cli_user_module_roundtrip(tmp_path, capsys):
     assert rec["source"]["kind"] == "module" and rec["num_vlayers"] == 4 + 1
     # the default boundaries are recorded as resolved, so the file rebuilds these vLayers if the default changes
     assert rec["source"]["split_at"] and len(rec["source"]["split_at"]) == 4
+    assert f"split at: --split-at {','.join(rec['source']['split_at'])}" in capsys.readouterr().err
     assert rec["input"] == [{"shape": [3, 8, 8], "dtype": "float32"}, {"shape": [], "dtype": "int64"}]
     spec = spec_from_model_json(rec)
     layers = spec.build("cpu", seed=0)

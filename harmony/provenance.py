@@ -66,9 +66,9 @@ def tree_hash(folder: str | os.PathLike) -> str | None:
     return oid.hex() if oid is not None else None
 
 
-def source_trees(root: str | os.PathLike = REPO_ROOT) -> dict[str, str | None]:
-    """The tree hash of each code folder of the checkout at `root` (SOURCE_DIRS)."""
-    return {d: tree_hash(Path(root) / d) for d in SOURCE_DIRS}
+def source_trees(root: str | os.PathLike = REPO_ROOT, dirs: tuple[str, ...] = SOURCE_DIRS) -> dict[str, str | None]:
+    """The tree hash of each of `dirs` (by default the code folders, SOURCE_DIRS) of the checkout at `root`."""
+    return {d: tree_hash(Path(root) / d) for d in dirs}
 
 
 def commits_with(trees: dict[str, str | None], repo: str | os.PathLike = REPO_ROOT,

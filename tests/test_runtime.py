@@ -76,8 +76,13 @@ def cases(N: int) -> list[tuple]:
     return out
 
 
+def has_bn(spec) -> bool:
+    """Whether a model's output depends on the whole microbatch (BatchNorm): a spec, zoo or user module."""
+    return any(is_batch_dependent(l) for l in spec.build("meta"))
+
+
 def is_bn(name: str) -> bool:
-    return any(is_batch_dependent(l) for l in get_model(name).build("meta"))
+    return has_bn(get_model(name))
 
 
 def perturbed_divergence(spec, batches, shares, eps: float = 1e-7, seed: int = 0) -> float:
@@ -232,7 +237,7 @@ def _check(entry, N: int):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // N))
     try:
         mb_losses, mb_params = microbatched_reference(spec, batches, loss_microbatches(g), dropout=dropout)
-        bn = any(is_batch_dependent(l) for l in spec.build("meta"))
+        bn = has_bn(spec)
         if dropout or bn:      # the ground truth is the microbatched run itself
             ref_losses, ref_params, inherent = mb_losses, mb_params, [0.0] * len(mb_params)
         else:

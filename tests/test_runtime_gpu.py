@@ -38,9 +38,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")     # before this pr
 from harmony.reference import max_relative_difference, minibatches, train_reference  # noqa: E402
 from harmony.runtime import run_schedule, train_many  # noqa: E402
 from harmony.gpumem import set_deterministic  # noqa: E402
-from harmony.runtime.worker import is_batch_dependent  # noqa: E402
 from harmony.schedule.tasks import count_bytes, layer_sizes_from_model  # noqa: E402
-from test_runtime import (D, FAMILIES, ITERS, OVERRIDES, SENSITIVE, TOL, is_bn, loss_microbatches,  # noqa: E402
+from test_runtime import (D, FAMILIES, ITERS, OVERRIDES, SENSITIVE, TOL, has_bn, is_bn, loss_microbatches,  # noqa: E402
                           microbatched_reference, schedule)
 
 BN_INHERENT_MAX = 1e-4
@@ -161,7 +160,7 @@ def assert_matches_pytorch(case, spec, g, losses, params):
     batches = minibatches(spec, D, ITERS, 1234)
     shares = loss_microbatches(g)
     mb_losses, mb_params = microbatched_reference(spec, batches, shares, device="cuda", host_optimizer=True)
-    if any(is_batch_dependent(layer) for layer in spec.build("meta")):   # from the spec: a user module has no zoo name
+    if has_bn(spec):   # from the spec: a user module has no zoo name
         ref_losses, ref_params = mb_losses, mb_params
         dev_params = microbatched_reference(spec, batches, shares, device="cuda")[1]
         inherent = [max_relative_difference([a], [b]) for a, b in zip(dev_params, mb_params)]
@@ -184,20 +183,11 @@ def test_a_user_module_on_the_gpu_matches_pytorch():
     containers, split block by block, and a skip past two of them, threaded through the vLayers between):
     vPP on one GPU with u_fwd != u_bwd, against plain PyTorch on the same GPU by the module's rule. The
     workers import the module from its file, as they would a user's."""
-    from pathlib import Path
-    from harmony.decompose import decompose_model
-    from harmony.schedule.io import make_schedule_record
-    from harmony.schedule.tasks import ScheduleConfig, build_task_graph
-    from harmony.user_module import resolve_user_module
-    spec, source = resolve_user_module(f"{Path(__file__).with_name('test_user_module.py')}:Stacked", {})
-    mj = decompose_model(spec, source=source, with_flops=False)
-    L = mj["num_vlayers"]
-    cfg = ScheduleConfig(mode="vPP", gpus=1, minibatch=D, ubatch_fwd=4, ubatch_bwd=3,
-                         bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
-    g = build_task_graph(cfg, L)
-    [(losses, params, kinds)] = train_many([(make_schedule_record(mj, g), g, {"iters": ITERS, "device": "cuda"})])
+    from test_user_module import stacked_schedule
+    spec, rec, g = stacked_schedule("vPP", 1, D, 4, 3)
+    [(losses, params, kinds)] = train_many([(rec, g, {"iters": ITERS, "device": "cuda"})])
     assert_matches_pytorch(("user:Stacked", "vPP", 1, 4, 3), spec, g, losses, params)
-    want = count_bytes(g, layer_sizes_from_model(mj))
+    want = count_bytes(g, layer_sizes_from_model(rec["model"]))
     assert all(k == {kind: want[kind] for kind in k} for k in kinds)
 
 

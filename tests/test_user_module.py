@@ -272,28 +272,35 @@ def test_non_tensor_across_a_boundary_is_a_clear_error(tmp_path):
         resolve_user_module(f"{path}:SizeAcross", {}, example_input="4:float32")
 
 
+def stacked_schedule(mode: str, gpus: int, minibatch: int, ubatch_fwd: int, ubatch_bwd: int):
+    """(spec, schedule record, task graph) of this file's Stacked with tests/test_runtime.py's P1 packing. The
+    workers import the module by its file, as they would a user's."""
+    from harmony.decompose import decompose_model
+    from harmony.schedule.io import make_schedule_record
+    from harmony.schedule.tasks import ScheduleConfig, build_task_graph
+    from test_runtime import packings
+    spec, source = resolve_user_module(f"{__file__}:Stacked", {})
+    mj = decompose_model(spec, source=source, with_flops=False)
+    L = mj["num_vlayers"]
+    bwd, fwd = packings(L)["P1"]
+    g = build_task_graph(ScheduleConfig(mode=mode, gpus=gpus, minibatch=minibatch, ubatch_fwd=ubatch_fwd,
+                                        ubatch_bwd=ubatch_bwd, bwd_packs=bwd, fwd_packs=fwd), L)
+    return spec, make_schedule_record(mj, g), g
+
+
 def test_the_runtime_trains_a_user_module_as_plain_pytorch_does_in_both_modes():
     """A user's own nn.Module (blocks held in containers, a skip past two of them) through the runtime on two
     CPU workers, vPP with u_fwd != u_bwd and vDP: the workers rebuild it from model.json's source record, and
     its losses and trained parameters equal plain PyTorch's on the same minibatches (to float rounding: the
     runtime sums microbatch gradients, plain PyTorch takes the minibatch at once)."""
-    from harmony.decompose import decompose_model
     from harmony.reference import max_relative_difference
     from harmony.runtime import train_many
-    from harmony.schedule.io import make_schedule_record
-    from harmony.schedule.tasks import ScheduleConfig, build_task_graph
-    # the workers import the module by its file, as they would a user's: this file's Stacked
-    spec, source = resolve_user_module(f"{__file__}:Stacked", {})
-    mj = decompose_model(spec, source=source, with_flops=False)
-    L = mj["num_vlayers"]
-    assert L == 3 + 2 + 1 + 1                                   # stem.0-2, blocks.0-1, head, loss
     D, iters = 8, 3
     runs = []
     for mode, uf, ub in (("vPP", 4, 2), ("vDP", 2, 2)):
-        cfg = ScheduleConfig(mode=mode, gpus=2, minibatch=D, ubatch_fwd=uf, ubatch_bwd=ub,
-                             bwd_packs=((0, 2), (2, L - 2), (L - 2, L)), fwd_packs=((0, 2), (2, L - 2)))
-        g = build_task_graph(cfg, L)
-        runs.append((make_schedule_record(mj, g), g, {"iters": iters}))
+        spec, rec, g = stacked_schedule(mode, 2, D, uf, ub)
+        assert g.config.bwd_packs[-1][1] == 3 + 2 + 1 + 1      # stem.0-2, blocks.0-1, head, loss
+        runs.append((rec, g, {"iters": iters}))
     ref_losses, ref_layers = train_reference(spec, minibatches(spec, D, iters, 1234), seed=0)
     for (losses, params, _), mode in zip(train_many(runs), ("vPP", "vDP")):
         assert max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True)) <= 1e-5, (mode, losses, ref_losses)

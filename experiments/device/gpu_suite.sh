@@ -20,8 +20,8 @@ nvidia-smi --query-gpu=uuid,name,driver_version --format=csv > "$O/gpus.txt" 2>&
 python3 -m harmony.cli env --device cuda > "$O/env.json" 2> "$O/env.err" || echo "harmony env failed: $O/env.err" >&2
 python3 - "$O/suite.json" <<'EOF'
 import json, sys
-from harmony.provenance import SOURCE_DIRS, tree_hash
-json.dump({"source_trees": {d: tree_hash(d) for d in (*SOURCE_DIRS, "tests")}}, open(sys.argv[1], "w"), indent=1)
+from harmony.provenance import SOURCE_DIRS, source_trees
+json.dump({"source_trees": source_trees(".", (*SOURCE_DIRS, "tests"))}, open(sys.argv[1], "w"), indent=1)
 EOF
 [ $# -gt 0 ] || set -- -m gpu -rs tests/
 start=$(date +%s)

@@ -15,14 +15,15 @@ for R in "$@"; do
     if [ -f "$R/calibration.json" ]; then python3 experiments/resimulate_runs.py "$R" > "$R/resimulated.txt"
     else echo "$R: no calibration.json (a large-scale folder): resimulated.txt not written"; fi
     python3 experiments/setup_time.py "$R" > "$R/setup_time.txt" || true    # no Harmony record with set-up phases
-    # (rows "missing" have no record: a folder being filled, results/paper/1xH200)
     # a swap search whose climb may have stopped at a local peak: an untried u predicted under 0.8x its best
-    # measured time (docs/performance.md entry 113); prints the points so named and their count, per system and N
+    # measured time (docs/performance.md entry 113); prints the points so named and their count, per system and N.
+    # Rows "missing" have no record (a folder being filled, results/paper/1xH200) and are left out.
     if [ -f "$R/figure10.csv" ] && [ -f "$R/calibration.json" ]; then
         for sys in swap-dp swap-pp; do
-            for n in $(awk -F, -v s=$sys 'NR > 1 && $7 == s && $10 == "measured" && $11 != "missing" {print $8}' "$R/figure10.csv" | sort -u); do
-                pts=$(awk -F, -v s=$sys -v n=$n 'NR > 1 && $7 == s && $8 == n && $10 == "measured" && $11 != "missing" {print $4 ":" $6}' \
-                    "$R/figure10.csv" | sort -u)
+            recs=$(awk -F, -v s=$sys 'NR > 1 && $7 == s && $10 == "measured" && $11 != "missing" {print $8, $4 ":" $6}' \
+                "$R/figure10.csv" | sort -u)
+            for n in $(cut -d' ' -f1 <<< "$recs" | sort -u); do
+                pts=$(awk -v n=$n '$1 == n {print $2}' <<< "$recs")
                 PYTHONPATH=.:experiments python3 experiments/predict_swap_search.py "$R" $sys $n $pts --measured \
                     --untried-faster 0.8 | grep -E "untried u=|point\(s\) with" | sed "s/^# /$sys N = $n: /" || true
             done

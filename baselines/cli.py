@@ -241,7 +241,9 @@ def main(args) -> int:
             rec = finished_candidate(s)
             if rec is None:
                 est, left = estimated_cost(i), seconds_left()
-                if est > 0 and left is not None and est > left:
+                # a candidate the host check will refuse (its arena over host memory) is recorded in
+                # seconds whatever its neighbour cost, so no deadline leaves it (harmony.runtime.host_refuses)
+                if est > 0 and left is not None and est > left and not over_host(i):
                     raise Deferred(f"u={s.ubatch} would take about {est:.0f} s (as its nearest candidate on "
                                    f"record), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")
                 j = nearest(ratios, i)
@@ -278,6 +280,11 @@ def main(args) -> int:
     def host_available() -> int:
         from harmony.runtime.host_store import host_available_bytes
         return host_available_bytes()
+
+    def over_host(i: int) -> bool:
+        """Whether candidate i's arena is over the host's memory (host_need: None for a system without one)."""
+        need = host_need(i)
+        return need is not None and need > host_available()
 
     def no_lower(i: int) -> str | None:
         """Why no candidate below i is tried, if none is (the skipped ones are listed as not tried): i ran

@@ -1005,6 +1005,57 @@ def test_search_estimates_a_candidate_by_its_nearest_neighbour_below(tmp_path, m
     assert ran == [4, 8] and "u=16 would take about 60 s" in capsys.readouterr().err
 
 
+def test_search_does_not_leave_a_candidate_the_host_will_refuse(tmp_path, monkeypatch, capsys):
+    """A candidate whose host arena is over the host's memory is refused by the run's host check in seconds,
+    so the search runs it (records `infeasible`) however long its neighbour took, instead of leaving it and
+    the rest of the search for the next call (swap-pp VGG416 D = 256's u = 4 waited a call for a refusal,
+    h200n1-6). A candidate that fits is still left when its neighbour's cost does not fit."""
+    import baselines.cli as bcli
+    from baselines.predicted_start import candidates
+    from harmony.jsonio import DEFERRED_EXIT, write_json
+    from harmony.metrics import IterationRecord
+    from harmony.schedule.synthetic import synthetic_calibration, synthetic_profile
+    _, mj = load_model("mlp-tiny")
+    cal = synthetic_calibration("paper")
+    prof = synthetic_profile(mj, cal, ubatch_sizes=(2, 4))
+    for name, obj in (("model", mj), ("profile", prof), ("calibration", cal)):
+        write_json(tmp_path / f"{name}.json", obj)
+    need = {c.ubatch: c.host_bytes for c in candidates("swap-dp", mj, 16, 1, [2, 4], cap=None, profile=prof,
+                                                        calibration=cal, host_bytes=None)}
+    assert need[4] > need[2]          # swap-dp stashes more at the larger u: a host can hold u=2 and not u=4
+    clock = fake_clock(monkeypatch)
+    ran = []
+
+    def fake_run_one(s):           # u=2 takes 60 s; u=4 is what the host check makes of it
+        ran.append(s.ubatch)
+        if s.ubatch == 2:
+            clock["t"] += 60
+        from harmony.runtime.host_store import host_available_bytes
+        w = RunWriter(s, "mlp-tiny")
+        if s.ubatch == 4 and need[4] > host_available_bytes():
+            return w.summary("infeasible", warmup=1, message="host memory too small")
+        for i in range(2):
+            w.iteration(IterationRecord(iteration=i, time_s=1.0, samples_per_s=16.0 * s.ubatch, loss=1.0))
+        return w.summary("ok", warmup=1)
+    monkeypatch.setattr(bcli, "run_one", fake_run_one)
+    monkeypatch.setenv("HARMONY_DEADLINE", str(1000 + 60 + 30))    # 30 s left after u=2
+    args = ["baseline", "swap-dp", str(tmp_path / "model.json"), "--minibatch", "16", "--ubatch", "2,4",
+            "--profile", str(tmp_path / "profile.json"), "--calibration", str(tmp_path / "calibration.json"),
+            "--iters", "2", "--ubatch-start", "2"]
+    # a host that holds both: u=4 costs u=2's 60 s, more than the 30 s left, so it is left
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(max(need.values())))
+    assert harmony_main([*args, "-o", str(tmp_path / "fits.jsonl")]) == DEFERRED_EXIT
+    assert ran == [2] and "u=4 would take about 60 s" in capsys.readouterr().err
+    # a host that holds u=2's arena and not u=4's: u=4 is run (refused) in this call and the search ends
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(need[2]))
+    ran.clear()
+    clock["t"] = 1000.0
+    assert harmony_main([*args, "-o", str(tmp_path / "over.jsonl")]) == 0
+    assert ran == [2, 4]
+    search = {x["ubatch"]: x["status"] for x in read_jsonl(tmp_path / "over.jsonl")[-1]["ubatch_search"]}
+    assert search == {2: "ok", 4: "infeasible"}
+
+
 def test_resident_draws_its_initial_weights_on_the_cpu_whatever_its_device(monkeypatch):
     """resident builds the model on the CPU and moves it: built on the GPU, the seed's draws were the GPU
     generator's, and mlp-tiny's first loss came out 6.7% off train_reference's (x2-correct1,

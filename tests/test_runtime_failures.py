@@ -68,6 +68,31 @@ def test_host_memory_too_small_is_refused_up_front(monkeypatch, tmp_path):
     assert read_jsonl(out)[-1]["status"] == "infeasible"
 
 
+def test_a_run_the_host_refuses_is_recorded_not_left_for_the_next_call(monkeypatch, tmp_path):
+    """A run whose predicted iterations outlast $HARMONY_DEADLINE but whose arena the host cannot hold is
+    refused by the host check in seconds, before any set-up: it is recorded `infeasible` in this call, not
+    left for the next as minutes of work (swap-pp VGG416 D = 256's u = 4, a 488 GiB arena on a 124 GiB host,
+    was left as 550 s in h200n1-6). The same run on a host that holds it is still left."""
+    from harmony.jsonio import Deferred
+    from harmony.runtime import host_refuses
+    from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
+    _, rec, g = schedule("mlp-tiny", "vPP", 1, 2, 2, "P1")
+    rec = dict(rec, prediction={"iter_time_s": 100.0})        # 4 iterations: far past the deadline below
+    monkeypatch.setenv("HARMONY_DEADLINE", str(time.time() + 60))
+    arena = arena_bytes(g, rec["model"]).total
+    need = arena + process_reserve_bytes(1, arena)
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(need))
+    assert not host_refuses(rec, g)
+    with pytest.raises(Deferred, match="before HARMONY_DEADLINE"):
+        run_schedule(rec, g, iters=4, output=str(tmp_path / "fits.jsonl"))
+    monkeypatch.setenv("HARMONY_HOST_MEMORY_BYTES", str(need - 1))
+    assert host_refuses(rec, g)
+    t0 = time.perf_counter()
+    s = run_schedule(rec, g, iters=4, output=str(tmp_path / "over.jsonl"))
+    assert s["status"] == "infeasible" and s["infeasible_reason"] == "host-memory"
+    assert time.perf_counter() - t0 < 30 and s["iterations"] == 0
+
+
 def test_the_host_check_holds_back_memory_for_the_runs_processes(monkeypatch, tmp_path):
     """An arena that fits host memory alone but not beside the run's processes is refused up front: swap-dp
     vgg416 D = 256 u = 64 on 2x H200 took 244 GiB of 249 available and the kernel killed a worker after a

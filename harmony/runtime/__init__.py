@@ -254,6 +254,23 @@ def run_cost_s(record: dict, iters: int, traced: bool, graph: TaskGraph | None =
     return iter_s, run_overhead_s(record, graph, prefault)
 
 
+def host_refuses(record: dict, graph: TaskGraph | None) -> bool:
+    """Whether the host arena's own check (host_store.check_fits) will refuse this run before any set-up: the
+    search's estimate (harmony.schedule.host_memory.arena_bytes, below the layout by alignment padding only)
+    and the processes' reserve already exceed the memory available. Such a run is recorded `infeasible` in
+    seconds, so no deadline defers it: swap-pp VGG416 D = 256's u = 4 (a 488 GiB arena on a 124 GiB host)
+    was left for the next call as 550 s of iterations and set-up (h200n1-6)."""
+    if graph is None or not isinstance(record.get("model"), dict):
+        return False
+    from harmony.runtime.host_store import host_available_bytes
+    from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
+    try:
+        arena = arena_bytes(graph, record["model"]).total
+    except (KeyError, TypeError, ValueError):      # a record without per-vLayer sizes: let the run check
+        return False
+    return arena + process_reserve_bytes(graph.config.gpus, arena) > host_available_bytes()
+
+
 def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None,
                         prefault: bool = False) -> None:
     """Raise Deferred when the schedule's predicted iterations (10% over, plus its set-up: run_overhead_s)
@@ -265,7 +282,7 @@ def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph
         return
     iter_s, overhead = cost
     per_iter = record["prediction"]["iter_time_s"]
-    if outlasts_deadline(iter_s, left - overhead):
+    if outlasts_deadline(iter_s, left - overhead) and not host_refuses(record, graph):
         need = DEADLINE_MARGIN * iter_s + overhead
         raise Deferred(f"{iters} iterations of {per_iter:.1f} s predicted need about {need:.0f} s with set-up "
                        f"({overhead:.0f} s), {max(left, 0):.0f} s are left before HARMONY_DEADLINE")

@@ -95,10 +95,33 @@ def require_profile(folder: Path, model: str) -> Path:
 PLAN_KEYS = ("ubatch_fwd", "ubatch_bwd", "fwd_packs", "bwd_packs")     # what a run record says it ran
 
 
-def overridden(params, args, receive: str | None, allreduce: str | None = None):
+AS_RUN = "as-run"
+
+
+def run_ahead_arg(value: str) -> int | str | None:
+    """--run-ahead: a number of tasks, `none` (no bound) or `as-run`."""
+    if value in (AS_RUN, "none"):
+        return None if value == "none" else value
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of tasks (0 or more), none or {AS_RUN}")
+    return n
+
+
+def overridden(params, args, receive: str | None, allreduce: str | None = None, run: dict | None = None):
     """The simulator's parameters with the command line's what-ifs (--host-overhead, --beside-nccl,
-    --p2p-receive, --allreduce) applied; `receive` and `allreduce` are the modes used when --p2p-receive and
-    --allreduce are not given (None: the simulator's default)."""
+    --p2p-receive, --allreduce, --run-ahead) applied; `receive` and `allreduce` are the modes used when
+    --p2p-receive and --allreduce are not given (None: the simulator's default), and `run` the run record
+    whose host run-ahead bound is used by default (its `run_ahead`; none recorded: no bound, as the runtime
+    ran before docs/performance.md entry 39)."""
+    ahead = getattr(args, "run_ahead", AS_RUN)
+    if ahead != AS_RUN:
+        params = dataclasses.replace(params, run_ahead=ahead)
+    elif run is not None and params.run_ahead is not None:     # a CUDA calibration: the bound the run had
+        params = dataclasses.replace(params, run_ahead=run.get("run_ahead"))
     if args.host_overhead:
         params = dataclasses.replace(params, host_task_s=args.host_overhead[0] / 1e3,
                                      host_vlayer_s=args.host_overhead[1] / 1e3)
@@ -238,6 +261,9 @@ def main(argv: list[str]) -> int:
                     help="model vDP's all-reduce as the runtime's default runs it (inline: the rank's next "
                          "compute waits for it) or overlapped (`harmony run --allreduce overlap`); default: "
                          "as each run's record says it ran; docs/performance.md entry 77")
+    ap.add_argument("--run-ahead", type=run_ahead_arg, default=AS_RUN, metavar="TASKS",
+                    help="model the host's run-ahead bound (`harmony run --run-ahead`) as TASKS, none (no "
+                         f"bound) or {AS_RUN} (default: each run's recorded bound); docs/performance.md entry 114")
     ap.add_argument("--optimizer-rate-from-run", action="store_true",
                     help="simulate each run with the CPU optimizer rate its slowest worker measured (host "
                          "phases) instead of the calibration's: how much of a miss the calibrated rate "
@@ -276,7 +302,7 @@ def main(argv: list[str]) -> int:
         profile = (profile_path(profiles, s["model"]) if args.profiles else None) \
             or profile_path(Path(run).parent, s["model"]) or require_profile(profiles, s["model"])
         rec, graph, costs, params = sim_inputs(sched, profile, cal, args.issue_in_pack)
-        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
+        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline", s)
         simulated = task_spans(graph, costs, params, planned_cap(rec))
         for line in task_span_lines(s, graph, simulated) + kind_lines(s, graph, simulated,
                                                                       task_issue_seconds(graph, costs, params)):
@@ -312,8 +338,8 @@ def main(argv: list[str]) -> int:
             continue
         rec, graph, costs, params = sim_inputs(sched, prof, cal, args.issue_in_pack)
         # each run as it received and reduced (its summary's p2p_receive, lazy before the option existed, and
-        # allreduce, inline before the option existed), unless asked
-        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline")
+        # allreduce, inline before the option existed, and run-ahead bound), unless asked
+        params = overridden(params, args, s.get("p2p_receive") or "lazy", s.get("allreduce") or "inline", s)
         own_rate = run_worker_opt_rate(s) if args.optimizer_rate_from_run else None
         if own_rate:
             params = params.with_worker_opt_rate(own_rate, N)

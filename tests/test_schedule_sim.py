@@ -752,6 +752,40 @@ def test_the_host_runs_ahead_of_the_gpu_across_tasks():
     assert host_bound.iter_time_s == pytest.approx(15e-3) and bound == pytest.approx(15e-3)
 
 
+def test_the_host_waits_for_the_copies_of_the_task_run_ahead_plus_one_back():
+    """`harmony run --run-ahead n` (docs/runtime.md; on CUDA the simulator's default, 1): the host issues a
+    task only once the task n + 1 back has run its kernels and the device-to-host copies queued by then, so a
+    forward pass whose stashes leave slower than it computes cannot run ahead of them (docs/performance.md
+    entry 114: VGG416 D = 256 ran 1.15x a model without the bound, 1.01x with it). One GPU, four one-vLayer
+    backward packs, FWD(0,1) and FWD(1,2) stash 10 bytes each at 10/3 B/s (3 s), compute 1 s each after the
+    1 s input load, FWD(2,3) 5 s. No bound: FWD(2,3) starts at 3 and the iteration is 12 s. With 1 it waits
+    for FWD(0,1)'s stash (leaves 2 -> 5): 5 to 10, and every later task 2 s later, 14 s. With 0 each task
+    waits for the previous one's: FWD(1,2) from 5, its stash 6 -> 9, FWD(2,3) 9 to 14, 18 s. From a CUDA
+    calibration the bound is the runtime's default; the CPU's copies complete as issued, so none there."""
+    from harmony.runtime import RUN_AHEAD
+    from harmony.schedule.simulate import task_spans
+    from harmony.schedule.tasks import DEFAULT_RUN_AHEAD
+    prof = make_profile(L=4, w=0, g=0, x=10, fwd_per_sample=1.0, bwd_per_sample=1.0, opt=0.0, us=(1,))
+    prof["vlayers"][2]["fwd_s"] = [5.0]
+    costs = LayerCosts(prof)
+    g = build_task_graph(ScheduleConfig(mode="vPP", gpus=1, minibatch=1, ubatch_fwd=1, ubatch_bwd=1,
+                                        bwd_packs=((0, 1), (1, 2), (2, 3), (3, 4)),
+                                        fwd_packs=((0, 1), (1, 2), (2, 3))), 4)
+    assert [t.stash_out for t in g.tasks[:3]] == [True, True, False]
+    slow_d2h = dataclasses.replace(PARAMS, d2h_Bps=10 / 3)
+    expect = {None: (12.0, (3.0, 8.0)), 1: (14.0, (5.0, 10.0)), 0: (18.0, (9.0, 14.0))}
+    for ahead, (iteration, fwd_2_3) in expect.items():
+        p = dataclasses.replace(slow_d2h, run_ahead=ahead)
+        assert simulate(g, costs, p).iter_time_s == pytest.approx(iteration), ahead
+        assert task_spans(g, costs, p)[2] == pytest.approx(fwd_2_3), ahead
+    cal = {"h2d_pinned_Bps": 1e10, "d2h_pinned_Bps": 1e10}
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}).run_ahead == DEFAULT_RUN_AHEAD == RUN_AHEAD == 1
+    assert SimParams.from_calibration({**cal, "device": "cpu"}).run_ahead is None
+    assert SimParams.from_calibration({**cal, "device": "cuda:0"}, run_ahead=None).run_ahead is None
+    with pytest.raises(ValueError, match="run_ahead must be at least 0"):
+        dataclasses.replace(PARAMS, run_ahead=-1)
+
+
 def _all_packings(lo, hi, cuts_allowed):
     """Every contiguous packing of [lo, hi) whose inner cuts are drawn from cuts_allowed."""
     inner = [c for c in range(lo + 1, hi) if c in cuts_allowed]

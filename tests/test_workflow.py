@@ -1357,6 +1357,18 @@ def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
     assert (p.p2p_receive, p.allreduce) == ("eager", "inline")
     p = mod.overridden(base, argparse.Namespace(**{**asked, "allreduce": "inline"}), "lazy", "overlap")
     assert (p.p2p_receive, p.allreduce) == ("lazy", "inline")
+    # the host's run-ahead bound (entry 114): on a CUDA calibration's parameters, the run's own (none
+    # recorded: no bound, as before entry 39), unless --run-ahead says; the CPU's parameters have none
+    cuda = SimParams.from_calibration({"h2d_pinned_Bps": 1e9, "d2h_pinned_Bps": 1e9, "device": "cuda:0"})
+    as_run = argparse.Namespace(**asked, run_ahead=mod.AS_RUN)
+    assert mod.overridden(cuda, as_run, None, run={"run_ahead": 2}).run_ahead == 2
+    assert mod.overridden(cuda, as_run, None, run={}).run_ahead is None
+    assert mod.overridden(cuda, as_run, None).run_ahead == 1                 # a schedule: the runtime's default
+    assert mod.overridden(base, as_run, None, run={"run_ahead": 1}).run_ahead is None
+    assert mod.overridden(cuda, argparse.Namespace(**asked, run_ahead=None), None, run={"run_ahead": 1}).run_ahead is None
+    assert mod.run_ahead_arg("none") is None and mod.run_ahead_arg("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match="give a number of tasks"):
+        mod.run_ahead_arg("-1")
 
 
 def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):

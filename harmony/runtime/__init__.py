@@ -17,7 +17,8 @@ import torch
 from harmony.runtime.optim import COALESCE_BELOW
 from harmony.runtime.p2p import channels_last_model
 from harmony.runtime.transfer import DEFAULT_WEIGHT_COPIES
-from harmony.schedule.tasks import DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES, ScheduleError, TaskGraph
+from harmony.schedule.tasks import (DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, DEFAULT_RUN_AHEAD, RECEIVE_MODES,
+                                   ScheduleError, TaskGraph)
 from harmony.units import format_bytes
 
 __all__ = ["run_schedule", "train_with_schedule", "validate_against_model", "ScheduleError"]
@@ -79,13 +80,8 @@ def _predictions(record: dict, graph: TaskGraph) -> dict:
 
 
 # How many compute tasks the host may issue past the last whose kernels and device-to-host copies have
-# completed (None: no bound). A block a pending copy reads stays unusable to the caching allocator until the
-# copy runs, so a host far ahead grows the reserve past the plan and the allocator retries at the cap
-# (docs/performance.md entry 39: 1 against no bound, one H100: vgg416 D = 256 -3.7%, 18 -> 3 retries;
-# bert96 D = 256 -1.3%, 5 -> 0; bert96 D = 16 within its run-to-run noise. 0, which leaves the GPU idle at
-# every task, +4-26%. Entry 41, three host-bound short-task plans: 1 and 2 as fast as no bound or faster,
-# 2 no better than 1).
-RUN_AHEAD = 1
+# completed (None: no bound): harmony.schedule.tasks.DEFAULT_RUN_AHEAD, which the simulator models too
+RUN_AHEAD = DEFAULT_RUN_AHEAD
 
 
 class Prepared:

@@ -35,6 +35,11 @@ What overlaps, as the runtime does it:
     top of the peaks of the tasks that run meanwhile (entry 84: swap-pp's loss-pack inputs did, through
     the forward pass, until entry 85 stashed them; its schedule files from before still hold that graph.
     Harmony's consumers are the next task, so nothing of Harmony's waits);
+  - with `run_ahead` n (the runtime's --run-ahead; on CUDA its default, 1), the host issues a rank's task only
+    once the task n + 1 back on that rank in the iteration has finished its kernels and every device-to-host
+    copy queued by then (the worker's wait on `Copier.mark`): a forward pass whose stashes leave slower
+    than it computes runs at the copies' pace, not ahead of them (VGG416 D = 256's 2-layer packs stash
+    3.3 GB each; docs/performance.md entry 114);
   - stash D2H copies overlap the FWD that produces them; dW leaves once after the BWD (after the ring
     all-reduce in vDP; `allreduce` inline: each rank's next compute waits for that all-reduce, as the
     runtime's default does); the UPD runs on the host when the pack's dW is there, concurrently with later BWDs;
@@ -52,8 +57,8 @@ from dataclasses import dataclass, field, replace
 
 from harmony.profile_data import Calibration
 from harmony.schedule.memory import LayerCosts
-from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, RECEIVE_MODES,
-                                   TRANSFER_KINDS, TaskGraph, task_transfers)
+from harmony.schedule.tasks import (ALLREDUCE_MODES, DEFAULT_ALLREDUCE, DEFAULT_RECEIVE_MODE, DEFAULT_RUN_AHEAD,
+                                   RECEIVE_MODES, TRANSFER_KINDS, TaskGraph, task_transfers)
 from harmony.timeline import intersection_length, merge_intervals
 
 DEFAULT_TASK_OVERHEAD_S = 0.0
@@ -132,6 +137,10 @@ class SimParams:
     # runtime's default does; "overlap", the next compute task of a rank runs while it does (what this model
     # assumed until its A/B on 2x H200 measured no gain, docs/performance.md entry 77)
     allreduce: str = DEFAULT_ALLREDUCE
+    # how many compute tasks a rank's host issues past the last one whose kernels and device-to-host copies
+    # have completed (`harmony run --run-ahead`); None: no bound, as on the CPU, where every copy has
+    # completed when it returns; from a CUDA calibration, the runtime's default (DEFAULT_RUN_AHEAD)
+    run_ahead: int | None = None
     mb_pipeline: bool = True
     iterations: int = 3
 
@@ -140,6 +149,8 @@ class SimParams:
             raise ValueError(f"p2p_receive must be 'lazy' or 'eager', got {self.p2p_receive!r}")
         if self.allreduce not in ALLREDUCE_MODES:
             raise ValueError(f"allreduce must be 'inline' or 'overlap', got {self.allreduce!r}")
+        if self.run_ahead is not None and self.run_ahead < 0:
+            raise ValueError(f"run_ahead must be at least 0 tasks (or None: no bound), got {self.run_ahead}")
 
     def nccl_slowdown(self) -> float:
         """The factor for compute beside a resident NCCL kernel under this receive mode."""
@@ -205,6 +216,8 @@ class SimParams:
                                   ("host_bwd_extra_vlayers", CUDA_HOST_BWD_EXTRA_VLAYERS)):
             own = raw.get(key)
             kw.setdefault(key, float(own if own is not None else cuda_default if cuda else 0.0))
+        if cuda:                # the runtime's bound on its host (the CPU's copies complete as issued)
+            kw.setdefault("run_ahead", DEFAULT_RUN_AHEAD)
         return SimParams(h2d_Bps=h2d, d2h_Bps=d2h, p2p_Bps=p2p, p2p_fallback_Bps=min(h2d, d2h) / 2,
                          shared_link=host_link == "shared", duplex_factor=factor,
                          duplex_total_Bps=float(raw.get("duplex_pinned_total_Bps") or 0.0),
@@ -582,6 +595,8 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
     task_held = [0] * len(infos)
     waits: set[int] = set()
     upd_prev = [0.0] * len(cfg.bwd_packs)
+    # per rank, the end of the latest device-to-host copy it has queued (its D2H stream is in order)
+    d2h_last = [0.0] * N
     ends = []
     ev = [] if record else None
     mem = [] if record else None
@@ -603,6 +618,9 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
         upd_cur = [0.0] * len(cfg.bwd_packs)
         it_end = 0.0
         held = [0] * N                          # bytes the rank's previous compute task sent to other GPUs
+        # per rank, when each compute task issued this iteration had run its kernels and the D2H copies queued
+        # up to it (the worker's Copier.mark after the task; its run-ahead window starts afresh each iteration)
+        marks: list[list[float]] = [[] for _ in range(N)]
         # each rank's host starts issuing when the last iteration has ended (the runtime waits for its
         # copies, sends and updates there)
         host_free = [ends[-1] if ends else 0.0] * N
@@ -629,6 +647,7 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                             s1 = s0 + dx.d2h_grads / d2h_bw
                             d2h_free[L] = s1
                             grad_done[d] = s1
+                            d2h_last[dx.rank] = max(d2h_last[dx.rank], s1)
                             if record:
                                 ev.append((dx.rank, "swap-out", f"dW {t.pack}", s0, s1, {"bytes": dx.d2h_grads}))
                         else:
@@ -694,6 +713,8 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                 first_in, last_in = max(first_in, f), max(last_in, l)
             # --- compute
             h0 = host_free[r]                   # the host issues this task after the rank's previous one
+            if params.run_ahead is not None and len(marks[r]) > params.run_ahead:
+                h0 = max(h0, marks[r][-(params.run_ahead + 1)])     # ... and after the run-ahead wait
             host_free[r] = h0 + x.iss
             k = scale[tid] if scale else 1.0
             dev = x.dev * k
@@ -721,6 +742,7 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                 o1 = max(o0 + dur, s1 + dur / x.nmb) if pipe else max(d2h_free[L], s1) + dur
                 d2h_free[L] = o1
                 stash_done[tid] = o1
+                d2h_last[r] = max(d2h_last[r], o1)
                 it_end = max(it_end, o1)
                 if record:
                     ev.append((r, "swap-out", f"X {t.pack}", o0, o1, {"bytes": x.d2h_act}))
@@ -729,10 +751,12 @@ def _run(g: TaskGraph, infos: list[_Info], order: list[int], sizes, params: SimP
                 o1 = o0 + x.d2h_grads / d2h_bw
                 d2h_free[L] = o1
                 grad_done[tid] = o1
+                d2h_last[r] = max(d2h_last[r], o1)
                 if record:
                     ev.append((r, "swap-out", f"dW {t.pack}", o0, o1, {"bytes": x.d2h_grads}))
             elif x.kind == "BWD" and not x.allreduce:
                 grad_done[tid] = s1
+            marks[r].append(max(s1, d2h_last[r]))
         upd_prev = upd_cur
         ends.append(it_end)
 

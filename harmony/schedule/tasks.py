@@ -46,6 +46,15 @@ DEFAULT_RECEIVE_MODE = "eager"
 # kernel slowed by about what the overlap hid (docs/performance.md entry 77)
 ALLREDUCE_MODES = ("inline", "overlap")
 DEFAULT_ALLREDUCE = "inline"
+# How many compute tasks a worker's host may issue past the last whose kernels and device-to-host copies
+# have completed (`harmony run --run-ahead`; None: no bound). A block a pending copy reads stays unusable to
+# the caching allocator until the copy runs, so a host far ahead grows the reserve past the plan and the
+# allocator retries at the cap (docs/performance.md entry 39: 1 against no bound, one H100: vgg416 D = 256
+# -3.7%, 18 -> 3 retries; bert96 D = 256 -1.3%, 5 -> 0; bert96 D = 16 within its run-to-run noise. 0, which
+# leaves the GPU idle at every task, +4-26%. Entry 41, three host-bound short-task plans: 1 and 2 as fast as
+# no bound or faster, 2 no better than 1). The runtime's default, and on CUDA the simulator's
+# (SimParams.run_ahead): a forward pass whose stashes leave slower than it computes waits for them.
+DEFAULT_RUN_AHEAD = 1
 
 Range = tuple[int, int]   # half-open vLayer range [start, end)
 

@@ -37,6 +37,10 @@ line gives, over the runs, how close the current predictions are (median |measur
 10%, the lowest and highest ratio); docs/performance.md entry 46 ruled host work out this way for 2x H200's
 vPP misses.
 
+`--run-ahead N|none|as-run` models the host's run-ahead bound (`harmony run --run-ahead`) as given; the
+default, as-run, takes each run's recorded bound (none recorded: no bound, as before docs/performance.md
+entry 39), which the simulator charges since entry 114.
+
 `--breakdown SCHEDULE` prints where the model says one steady iteration of SCHEDULE goes, per GPU: the
 seconds its GPU computes (the tasks' device times) against the iteration, the span of its compute tasks, and
 how long its swap-in, swap-out and P2P lanes are busy, then the host's CPU updates. It is the simulated

@@ -1274,13 +1274,30 @@ def tiny_results_folder(R: Path) -> tuple[Path, Path, Path]:
     return R, model, prof
 
 
+@pytest.fixture(scope="module")
+def tiny_results_template(tmp_path_factory) -> Path:
+    """tiny_results_folder made once for the module: seven tests start from it, and each made it afresh
+    with two CLI subprocesses (decompose, profile; ~5 s, more on a loaded 2-core box). Tests get a copy
+    (`tiny_results`), so what one writes into its folder no other sees."""
+    R, _, _ = tiny_results_folder(tmp_path_factory.mktemp("tiny") / "res")
+    return R
+
+
+@pytest.fixture
+def tiny_results(tiny_results_template, tmp_path) -> tuple[Path, Path, Path]:
+    """A fresh copy of the module's tiny_results_folder at tmp_path/res: (folder, model.json, profile.json)."""
+    R = tmp_path / "res"
+    shutil.copytree(tiny_results_template, R)
+    return R, R / "models" / "gpt2-tiny.json", R / "profiles" / "gpt2-tiny.json"
+
+
 @pytest.mark.parametrize("system", ["swap-dp", "swap-pp"])
-def test_resimulate_task_spans_rebuild_a_swap_baselines_plan(tmp_path, system):
+def test_resimulate_task_spans_rebuild_a_swap_baselines_plan(tmp_path, tiny_results, system):
     """A swap baseline's run record has no schedule file beside it: `--task-spans` rebuilds its plan with the
     baseline's own packer from the folder's model (swap-pp's stages from the profile, as its run balanced
     them) and lists every compute task of that plan; a record whose packs the packer does not give is
     refused by name (docs/performance.md entry 92)."""
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     run = R / "runs" / system / "gpt2-tiny" / "N2-D8-best.jsonl"
     run.parent.mkdir(parents=True)
     sh(["harmony", "baseline", system, str(model), "--minibatch", "8", "--gpus", "2", "--ubatch", "2",
@@ -1371,14 +1388,14 @@ def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
         mod.run_ahead_arg("-1")
 
 
-def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path):
+def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path, tiny_results):
     """A run records when each compute task ran on its rank (harmony/runtime/task_clock.py): per iteration and
     rank, every compute task of that rank in order, spans that start after the previous one ends; the
     summary keeps the steady iterations' medians. `resimulate_runs.py --task-spans RUN` sets each span
     beside the simulator's for the same schedule, and refuses a record without spans by name."""
     from harmony.figures import read_run
     from harmony.schedule.io import load_schedule
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     sched = R / "schedules" / "gpt2-tiny" / "vPP-N2-D8-auto.json"
     sh(["harmony", "schedule", str(prof), "--model", str(model), "--minibatch", "8", "--gpus", "2",
         "--mode", "vPP", "--gpu-memory", "6MiB", "--calibration", str(R / "calibration.json"), "-o", str(sched)])
@@ -1454,7 +1471,7 @@ def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_pa
     assert res.returncode != 0 and "has no task_spans" in res.stderr, res.stderr
 
 
-def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path):
+def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_plan(tmp_path, tiny_results):
     """experiments/resimulate_runs.py: with the schedule's own profile and calibration, the current model's
     prediction is the one the search recorded (simulated under the cap the search planned with); a run
     record kept elsewhere (--runs) is matched to its schedule by plan, and a gzipped profile folder
@@ -1462,7 +1479,7 @@ def test_resimulate_runs_reproduces_the_recorded_prediction_and_matches_runs_by_
     import gzip
     from harmony.jsonio import write_json
     from harmony.schedule.synthetic import synthetic_calibration
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     runs = {}
     for cap, cfg in (("2MiB", "auto"), ("6MiB", "roomy")):     # two plans of one configuration
         sched = R / "schedules" / "gpt2-tiny" / f"vDP-N1-D16-{cfg}.json"
@@ -1664,11 +1681,11 @@ def test_a_curve_on_more_gpus_than_present_is_unavailable_and_one_that_could_run
     assert "pytorch-hostopt-s1" in detail and "pytorch-hostopt-s2" in detail, detail     # one GPU each: missing
 
 
-def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_path):
+def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_path, tiny_results):
     """experiments/stale_schedules.py reads a failed search's record (no plan: MODE-N-D-auto.json named,
     its cap from the command it ran) and says whether today's search finds a plan there."""
     from harmony.jsonio import write_json
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     scheds = R / "schedules" / "gpt2-tiny"
     scheds.mkdir(parents=True)
 
@@ -1709,12 +1726,12 @@ def test_stale_schedules_searches_again_where_the_record_is_a_failed_search(tmp_
     assert "no plan either" in lines["vDP-N1-D16-auto"]       # nothing to write where none fits
 
 
-def test_stale_schedules_weighs_todays_search_against_the_plan_on_record_under_todays_model(tmp_path):
+def test_stale_schedules_weighs_todays_search_against_the_plan_on_record_under_todays_model(tmp_path, tiny_results):
     """A prediction on record comes from the model of its day. A slower plan whose recorded prediction an
     older model made low is still STALE: it is compared as today's model simulates it ("its plan today"),
     not as recorded (2x H200's vPP plans, recorded before entry 47's charge, hid such changes)."""
     from harmony.jsonio import write_json
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     sched = R / "schedules" / "gpt2-tiny" / "vDP-N1-D8-auto.json"
     sched.parent.mkdir(parents=True)
     sh([sys.executable, "-m", "harmony.cli", "schedule", str(prof), "--model", str(model), "--minibatch", "8",
@@ -1740,12 +1757,12 @@ def test_stale_schedules_weighs_todays_search_against_the_plan_on_record_under_t
     assert json.loads(sched.read_text())["prediction"]["iter_time_s"] == pytest.approx(t_new, abs=1e-3)
 
 
-def test_stale_schedules_rewrites_a_run_schedule_only_when_asked_and_lists_the_run_to_measure_again(tmp_path):
+def test_stale_schedules_rewrites_a_run_schedule_only_when_asked_and_lists_the_run_to_measure_again(tmp_path, tiny_results):
     """--rewrite leaves a schedule its run used; --rewrite-runs REASON rewrites it when today's prediction
     moved by the threshold, keeps the old files under superseded/REASON/ and names the run for
     rerun-stale.py (a prediction counts only if it was made before its run; docs/performance.md entry 79)."""
     from harmony.jsonio import write_json
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     sched = R / "schedules" / "gpt2-tiny" / "vDP-N1-D8-auto.json"
     sched.parent.mkdir(parents=True)
     sh([sys.executable, "-m", "harmony.cli", "schedule", str(prof), "--model", str(model), "--minibatch", "8",
@@ -1780,11 +1797,11 @@ def test_stale_schedules_rewrites_a_run_schedule_only_when_asked_and_lists_the_r
         assert p.returncode == 2 and msg in p.stderr, p.stderr
 
 
-def test_stale_schedules_fixed_remakes_a_fixed_plans_prediction_unless_a_run_or_curve_used_it(tmp_path):
+def test_stale_schedules_fixed_remakes_a_fixed_plans_prediction_unless_a_run_or_curve_used_it(tmp_path, tiny_results):
     """--fixed: a fixed plan (MODE-N-D-u<f>-<b>-p<pack>) is made again with its own u and pack size, so a
     figure's predicted point follows today's model; one that a run or a convergence curve used is left."""
     from harmony.jsonio import write_json
-    R, model, prof = tiny_results_folder(tmp_path / "res")
+    R, model, prof = tiny_results
     scheds = R / "schedules" / "gpt2-tiny"
     scheds.mkdir(parents=True)
     paths = {}

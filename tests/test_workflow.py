@@ -100,31 +100,42 @@ def real_records(tmp_path_factory):
     record) and an infeasible schedule, laid out as the workflow lays them out."""
     base = tmp_path_factory.mktemp("res")
     R = base / "results" / "smoke" / "cpu"
-    runs = {}
-    for name in ("swap-dp", "swap-pp"):
-        out = R / "runs" / name / "gpt2-tiny" / "N1-D16-best.jsonl"
-        out.parent.mkdir(parents=True)
-        sh(["harmony", "baseline", name, "gpt2-tiny", "--minibatch", "16", "--ubatch", "4", "--gpus", "1", "--iters", "3",
-            "--device", "cpu", "-o", str(out)], cwd=base)
-        runs[name] = out
-    # an infeasible schedule (cap far below one layer) -> the guard leaves a stub; the run inherits it
+    runs = {name: R / "runs" / name / "gpt2-tiny" / "N1-D16-best.jsonl" for name in ("swap-dp", "swap-pp")}
     model = R / "models" / "gpt2-tiny.json"
-    sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)], cwd=base)
     prof = R / "profiles" / "gpt2-tiny.json"
-    sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2", "--trials", "1", "--quiet"], cwd=base)
     sched = R / "schedules" / "gpt2-tiny" / "vPP-N1-D16-auto.json"
-    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(sched), "--", "harmony", "schedule",
-        str(prof), "--model", str(model), "--minibatch", "16", "--gpus", "1", "--mode", "vPP",
-        "--gpu-memory", "1KiB", "--calibration", "analytic:paper", "-o", str(sched)], cwd=base)
     run = R / "runs" / "harmony-vPP" / "gpt2-tiny" / "N1-D16-auto.jsonl"
-    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(run), "--schedule", str(sched),
-        "--system", "harmony-vPP", "--model", "gpt2-tiny", "--mode", "vPP", "--gpus", "1", "--minibatch", "16",
-        "--", "harmony", "run", str(sched), "--iters", "2", "-o", str(run)], cwd=base)
-    # a crashing command -> an error record
     bad = R / "runs" / "fsdp-offload" / "gpt2-tiny" / "N1-D16-best.jsonl"
-    sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(bad), "--system", "fsdp-offload",
-        "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "16", "--", sys.executable, "-c",
-        "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"], cwd=base)
+
+    def baselines():
+        for name, out in runs.items():
+            out.parent.mkdir(parents=True)
+            sh(["harmony", "baseline", name, "gpt2-tiny", "--minibatch", "16", "--ubatch", "4", "--gpus", "1",
+                "--iters", "3", "--device", "cpu", "-o", str(out)], cwd=base)
+
+    def guarded():
+        # an infeasible schedule (cap far below one layer) -> the guard leaves a stub; the run inherits it
+        sh(["harmony", "decompose", "gpt2-tiny", "-o", str(model)], cwd=base)
+        sh(["harmony", "profile", str(model), "-o", str(prof), "--ubatch", "1,2", "--trials", "1", "--quiet"],
+           cwd=base)
+        sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(sched), "--", "harmony", "schedule",
+            str(prof), "--model", str(model), "--minibatch", "16", "--gpus", "1", "--mode", "vPP",
+            "--gpu-memory", "1KiB", "--calibration", "analytic:paper", "-o", str(sched)], cwd=base)
+        sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(run), "--schedule", str(sched),
+            "--system", "harmony-vPP", "--model", "gpt2-tiny", "--mode", "vPP", "--gpus", "1", "--minibatch", "16",
+            "--", "harmony", "run", str(sched), "--iters", "2", "-o", str(run)], cwd=base)
+        # a crashing command -> an error record
+        sh([sys.executable, "-m", "harmony.workflow", "guard", "--out", str(bad), "--system", "fsdp-offload",
+            "--model", "gpt2-tiny", "--gpus", "1", "--minibatch", "16", "--", sys.executable, "-c",
+            "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"], cwd=base)
+
+    # The two baseline runs and the guarded chain share no file: run them side by side (each lane a thread
+    # waiting on its subprocesses). One after the other they took ~20 s, mostly single-threaded Python
+    # start-up, on a 2-core box where the suite otherwise keeps about one core busy.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        for lane in [pool.submit(baselines), pool.submit(guarded)]:
+            lane.result()
     return base, R, runs, sched, run, bad
 
 

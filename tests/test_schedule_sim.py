@@ -786,6 +786,29 @@ def test_the_host_waits_for_the_copies_of_the_task_run_ahead_plus_one_back():
         dataclasses.replace(PARAMS, run_ahead=-1)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_tasks_update_gates_are_every_backward_pack_its_loads_overlap(seed):
+    """The simulator finds the backward packs whose previous-iteration update a task's loads wait for by
+    bisection over the ordered partition; it is the brute-force overlap test on random plans."""
+    rng = random.Random(seed)
+    L = rng.randint(3, 12)
+    cuts = sorted(rng.sample(range(1, L), rng.randint(1, L - 2)))
+    bwd = tuple(zip([0, *cuts], [*cuts, L]))
+    fwd_end = bwd[-1][0]
+    fcuts = sorted({c for c in cuts if c < fwd_end} | set(rng.sample(range(1, fwd_end), min(2, fwd_end - 1)))
+                   if fwd_end > 1 else set())
+    fwd = tuple(zip([0, *fcuts], [*fcuts, fwd_end])) if fwd_end else ()
+    for mode, N in (("vPP", 1), ("vPP", 2), ("vDP", 2)):
+        g = build_task_graph(ScheduleConfig(mode=mode, gpus=N, minibatch=4, ubatch_fwd=2, ubatch_bwd=2,
+                                            bwd_packs=bwd, fwd_packs=fwd), L)
+        costs = LayerCosts(make_profile(L=L, us=(1, 2)))
+        for x in _prepare(g, costs, costs.layer_sizes(), PARAMS):
+            if x.kind == "UPD":
+                continue
+            lo, hi = x.t.load_layers
+            assert x.gate_packs == [i for i, (s, e) in enumerate(bwd) if s < hi and lo < e and hi > lo], (bwd, x.t)
+
+
 def _all_packings(lo, hi, cuts_allowed):
     """Every contiguous packing of [lo, hi) whose inner cuts are drawn from cuts_allowed."""
     inner = [c for c in range(lo + 1, hi) if c in cuts_allowed]

@@ -103,16 +103,11 @@ AS_RUN = "as-run"
 
 
 def run_ahead_arg(value: str) -> int | str | None:
-    """--run-ahead: a number of tasks, `none` (no bound) or `as-run`."""
-    if value in (AS_RUN, "none"):
-        return None if value == "none" else value
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{value!r}: give a number of tasks (0 or more), none or {AS_RUN}")
-    return n
+    """--run-ahead: `as-run`, or what `harmony run --run-ahead` takes (a number of tasks, or none)."""
+    if value == AS_RUN:
+        return value
+    from harmony.runtime.cli import run_ahead_arg as runtime_arg
+    return runtime_arg(value)
 
 
 def overridden(params, args, receive: str | None, allreduce: str | None = None, run: dict | None = None):

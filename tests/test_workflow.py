@@ -1395,6 +1395,7 @@ def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
     assert mod.overridden(base, as_run, None, run={"run_ahead": 1}).run_ahead is None
     assert mod.overridden(cuda, argparse.Namespace(**asked, run_ahead=None), None, run={"run_ahead": 1}).run_ahead is None
     assert mod.run_ahead_arg("none") is None and mod.run_ahead_arg("3") == 3
+    assert mod.run_ahead_arg(mod.AS_RUN) == mod.AS_RUN
     with pytest.raises(argparse.ArgumentTypeError, match="give a number of tasks"):
         mod.run_ahead_arg("-1")
 

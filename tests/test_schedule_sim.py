@@ -939,40 +939,37 @@ def test_the_search_cuts_its_fastest_plans_bottom_when_that_gains():
     assert refined > 0
 
 
+def search_committed(tmp_path, hardware: str, model: str, *, minibatch: int, gpus: int, mode: str) -> dict:
+    """`harmony schedule` under the paper's 11 GiB cap with a committed folder's profile, model and
+    calibration (results/paper/HARDWARE); the schedule record. Skips in a slim tree without them."""
+    import json
+    from pathlib import Path
+    from harmony.cli import main as cli
+    root = Path(__file__).resolve().parent.parent / "results" / "paper" / hardware
+    prof, mj, cal = root / "profiles" / f"{model}.json", root / "models" / f"{model}.json", root / "calibration.json"
+    if not (prof.exists() and mj.exists() and cal.exists()):
+        pytest.skip(f"the {hardware} records are not in this checkout (a slim tree)")
+    out = tmp_path / "s.json"
+    assert cli(["schedule", str(prof), "--model", str(mj), "--calibration", str(cal), "--minibatch", str(minibatch),
+                "--gpus", str(gpus), "--mode", mode, "--gpu-memory", "11GiB", "-o", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_the_search_finds_gpt2_xls_cut_bottom_on_2x_h200(tmp_path):
     """Figure 10's GPT2-XL vDP D = 16 at N = 2 on 2x H200 (the folder's profile, model and calibration): the
     packers' plans and their bottom splits reach 0.7467 s, and the time stays flat over a cut before further
     cuts reach 0.73 s. Measured on one host (call cut1), a 17-pack plan of this search ran 0.755 s against
     figure 10's plan's 0.778 (entry 101)."""
-    import json
-    from pathlib import Path
-    from harmony.cli import main as cli
-    root = Path(__file__).resolve().parent.parent / "results" / "paper" / "2xH200"
-    prof, model, cal = root / "profiles" / "gpt2-xl.json", root / "models" / "gpt2-xl.json", root / "calibration.json"
-    if not (prof.exists() and model.exists() and cal.exists()):
-        pytest.skip("the 2x H200 records are not in this checkout (a slim tree)")
-    out = tmp_path / "s.json"
-    assert cli(["schedule", str(prof), "--model", str(model), "--calibration", str(cal), "--minibatch", "16",
-                "--gpus", "2", "--mode", "vDP", "--gpu-memory", "11GiB", "-o", str(out)]) == 0
-    rec = json.loads(out.read_text())
+    rec = search_committed(tmp_path, "2xH200", "gpt2-xl", minibatch=16, gpus=2, mode="vDP")
     assert "+cut-bottom" in rec["search"]["chosen"]["bwd_packer"]
     assert rec["prediction"]["iter_time_s"] < 0.740, rec["prediction"]["iter_time_s"]
+
 
 def test_the_search_splits_a_plan_a_fifth_slower_unsplit_when_its_split_wins(tmp_path):
     """One H200's VGG416 at vPP N = 4 D = 256 (the folder's profile, model and calibration): the fastest plan
     is a bottom split of balanced-time's, which unsplit is 1.215x the fastest (a 46-vLayer bottom pack at the
     input resolution), so a split window of 1.10 missed it: 3.878 s against 3.756 (entry 114)."""
-    import json
-    from pathlib import Path
-    from harmony.cli import main as cli
-    root = Path(__file__).resolve().parent.parent / "results" / "paper" / "1xH200"
-    prof, model, cal = root / "profiles" / "vgg416.json", root / "models" / "vgg416.json", root / "calibration.json"
-    if not (prof.exists() and model.exists() and cal.exists()):
-        pytest.skip("the 1x H200 records are not in this checkout (a slim tree)")
-    out = tmp_path / "s.json"
-    assert cli(["schedule", str(prof), "--model", str(model), "--calibration", str(cal), "--minibatch", "256",
-                "--gpus", "4", "--mode", "vPP", "--gpu-memory", "11GiB", "-o", str(out)]) == 0
-    rec = json.loads(out.read_text())
+    rec = search_committed(tmp_path, "1xH200", "vgg416", minibatch=256, gpus=4, mode="vPP")
     assert rec["search"]["chosen"]["bwd_packer"].startswith("balanced-time+split-bottom"), rec["search"]["chosen"]
     assert rec["prediction"]["iter_time_s"] < 3.80, rec["prediction"]["iter_time_s"]
 

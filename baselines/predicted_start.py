@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from harmony.schedule.host_memory import run_host_need
+
 GIB = 2**30
 SYSTEMS = ("swap-dp", "swap-pp")       # the baselines that run a Harmony task graph, so can be simulated
 
@@ -40,16 +42,8 @@ def sim_params(calibration: dict, model_json: dict, p2p_receive: str | None = No
     return dataclasses.replace(params, allreduce="inline", p2p_receive=p2p_receive or DEFAULT_RECEIVE_MODE)
 
 
-def host_need(graph, model_json: dict, gpus: int) -> int:
-    """Host memory a run of this graph asks for: its arena and the processes' reserve, as the runtime's
-    `check_fits` counts them."""
-    from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
-    arena = arena_bytes(graph, model_json).total
-    return arena + process_reserve_bytes(gpus, arena)
-
-
 def host_need_of(s) -> int | None:
-    """What a run of these Settings (swap-dp or swap-pp) would ask of host memory (`host_need` of the graph it
+    """What a run of these Settings (swap-dp or swap-pp) would ask of host memory (`run_host_need` of the graph it
     trains), worked out on the CPU in seconds, before any set-up; None for another system, or a u that the
     baseline's own check refuses for another reason. The microbatch search asks this of the next smaller u
     when a larger one was infeasible for host memory (baselines/cli.py `no_lower`): whether a smaller u
@@ -69,7 +63,7 @@ def host_need_of(s) -> int | None:
         cfg = system_module(s.system).config_for(s, model_json, profile)
     except Infeasible:
         return None
-    return host_need(build_task_graph(cfg, model_json["num_vlayers"]), model_json, s.gpus)
+    return run_host_need(build_task_graph(cfg, model_json["num_vlayers"]), model_json)
 
 
 def config_builder(system: str):
@@ -101,7 +95,7 @@ def candidates(system: str, model_json: dict, minibatch: int, gpus: int, ubatche
             out.append(Candidate(u, None, None, None, f"infeasible: {e}"))
             continue
         sim = simulate(graph, costs, params)
-        peak, need = max(sim.peak_memory_bytes), host_need(graph, model_json, gpus)
+        peak, need = max(sim.peak_memory_bytes), run_host_need(graph, model_json)
         why = None
         if host_bytes and need > host_bytes:
             why = f"host arena {need / GIB:.2f} GiB over the host's {host_bytes / GIB:.2f}"

@@ -259,12 +259,12 @@ def host_refuses(record: dict, graph: TaskGraph | None) -> bool:
     if graph is None or not isinstance(record.get("model"), dict):
         return False
     from harmony.runtime.host_store import host_available_bytes
-    from harmony.schedule.host_memory import arena_bytes, process_reserve_bytes
+    from harmony.schedule.host_memory import run_host_need
     try:
-        arena = arena_bytes(graph, record["model"]).total
+        need = run_host_need(graph, record["model"])
     except (KeyError, TypeError, ValueError):      # a record without per-vLayer sizes: let the run check
         return False
-    return arena + process_reserve_bytes(graph.config.gpus, arena) > host_available_bytes()
+    return need > host_available_bytes()
 
 
 def defer_past_deadline(record: dict, iters: int, traced: bool, graph: TaskGraph | None = None,

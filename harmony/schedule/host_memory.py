@@ -172,3 +172,10 @@ class HostMemoryModel:
 def arena_bytes(graph, model_json: dict, state_per_param: int | None = None) -> HostBytes:
     """The host arena `harmony run` allocates for this graph (see the module docstring for the precision)."""
     return HostMemoryModel(model_json, state_per_param).need(graph)
+
+
+def run_host_need(graph, model_json: dict) -> int:
+    """Host memory a run of this graph asks for: its arena and its processes' reserve, as the runtime's
+    `check_fits` counts them (below it by the arena's alignment padding only)."""
+    arena = arena_bytes(graph, model_json).total
+    return arena + process_reserve_bytes(graph.config.gpus, arena)

@@ -217,11 +217,18 @@ def amend_last_line(path: str, summary: dict) -> None:
         p.write_text("\n".join(lines) + "\n")
 
 
+def requested_packing(s: Settings) -> str:
+    """The packing these Settings ask for ("layer" unless extra["packing"] says "fit"). Its own key: the run
+    writes the pack count it trained to extra["packs"] for the record, and the search asks a finished
+    candidate's settings again (an earlier shared key read the count back: `packing 417`, h200n1-8)."""
+    return s.extra.get("packing", "layer")
+
+
 def config_for(s: Settings, mj: dict, profile: dict | None) -> ScheduleConfig:
     """The ScheduleConfig a run of these settings trains (raises Infeasible): `run`'s, and the microbatch
     search's host-memory forecast (baselines.predicted_start.host_need_of)."""
     return swap_dp_config(mj, s.minibatch, s.gpus, s.ubatch_or_default(), cap=s.gpu_memory_cap, profile=profile,
-                          packing=s.extra.get("packs", "layer"))
+                          packing=requested_packing(s))
 
 
 def run(s: Settings) -> dict:
@@ -231,7 +238,7 @@ def run(s: Settings) -> dict:
         cfg = config_for(s, mj, profile)
     except Infeasible as e:
         return status_only(s, spec.name, "infeasible", str(e), mode="vDP")
-    return _finish(s, spec.name, mj, cfg, profile, calibration, s.extra.get("packs", "layer"))
+    return _finish(s, spec.name, mj, cfg, profile, calibration, requested_packing(s))
 
 
 def _finish(s: Settings, name: str, mj: dict, cfg: ScheduleConfig, profile, calibration, packing: str) -> dict:

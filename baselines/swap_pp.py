@@ -25,7 +25,7 @@ of memory under 11 GiB; docs/performance.md entry 85). From another GPU it arriv
 from __future__ import annotations
 
 from baselines.common import Infeasible, Settings, load_model, status_only
-from baselines.swap_dp import TaskMemory, _finish, _load_aux, fit_packs, single_layer_packs
+from baselines.swap_dp import TaskMemory, _finish, _load_aux, fit_packs, requested_packing, single_layer_packs
 from harmony.schedule.tasks import Range, ScheduleConfig
 
 
@@ -97,13 +97,13 @@ def config_for(s: Settings, mj: dict, profile: dict | None) -> ScheduleConfig:
     """The ScheduleConfig a run of these settings trains (raises Infeasible): `run`'s, and the microbatch
     search's host-memory forecast (baselines.predicted_start.host_need_of)."""
     return swap_pp_config(mj, s.minibatch, s.gpus, s.ubatch_or_default(), cap=s.gpu_memory_cap, profile=profile,
-                          stage_packing=s.extra.get("packs", "layer"))
+                          stage_packing=requested_packing(s))
 
 
 def run(s: Settings) -> dict:
     spec, mj = load_model(s.model, s.overrides)
     profile, calibration = _load_aux(s)
-    packing = s.extra.get("packs", "layer")
+    packing = requested_packing(s)
     try:
         cfg = config_for(s, mj, profile)
     except Infeasible as e:

@@ -860,6 +860,25 @@ def test_swap_pp_needs_less_host_memory_at_a_smaller_u_when_its_stages_fit():
     assert host_need_of(Settings(system="resident", model="mlp-tiny", minibatch=16)) is None
 
 
+@pytest.mark.parametrize("system", ["swap-dp", "swap-pp"])
+def test_a_finished_candidates_settings_still_forecast_its_host_need(tmp_path, system):
+    """A run records its pack count in its Settings' extra; the packing it was asked for must survive that,
+    since the search asks a finished candidate's host need afterwards (no_lower below a host-infeasible u).
+    The count once overwrote the request, and swap-dp VGG416 D = 256's search on one H200 ended in
+    `packing 417: use one of ('layer', 'fit')` after its candidates had run (h200n1-8)."""
+    from baselines.cli import run_one
+    from baselines.predicted_start import host_need_of
+
+    def settings():
+        return Settings(system=system, model="mlp-tiny", minibatch=8, ubatch=2, iters=1, warmup=0,
+                        output=str(tmp_path / f"{system}.jsonl"))
+    before = host_need_of(settings())
+    s = settings()
+    assert run_one(s)["status"] == "ok"
+    assert isinstance(s.extra["packs"], int)          # the count the record reports ...
+    assert host_need_of(s) == before                  # ... leaves the packing request as it was
+
+
 def test_climb_stops_at_an_over_time_candidate_and_the_point_is_over_time(tmp_path, monkeypatch):
     """An over-time candidate (it had a whole call and timed no iteration) ends the climb down, since a
     smaller u moves the weights more often and runs slower still (zero-offload resnet1026 D=1024 u=16,

@@ -869,9 +869,9 @@ def test_a_finished_candidates_settings_still_forecast_its_host_need(tmp_path, s
     from baselines.cli import run_one
     from baselines.predicted_start import host_need_of
 
-    def settings():
+    def settings():       # a cap under which one pack per vLayer ("layer") and "fit" packs differ
         return Settings(system=system, model="mlp-tiny", minibatch=8, ubatch=2, iters=1, warmup=0,
-                        output=str(tmp_path / f"{system}.jsonl"))
+                        gpu_memory_cap=128 * 1024, output=str(tmp_path / f"{system}.jsonl"))
     before = host_need_of(settings())
     s = settings()
     assert run_one(s)["status"] == "ok"

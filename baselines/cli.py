@@ -71,6 +71,10 @@ def add_arguments(p) -> None:
                    help="override a config field of a zoo model (repeatable)")
     p.add_argument("--profile", default=None, help="profile.json: memory estimates for swap-dp/swap-pp packing")
     p.add_argument("--calibration", default=None, help="calibration.json: bandwidths for the roofline")
+    p.add_argument("--packs", default="layer", choices=["layer", "fit"],
+                   help="swap-dp/swap-pp packing where a stage does not fit the cap whole: one vLayer a pack "
+                        "(layer, the vDNN/LMS granularity; default) or the longest packs that fit it (fit, needs "
+                        "--profile)")
     p.add_argument("--schedule-out", default=None, help="swap-dp/swap-pp: also write the schedule.json here")
     p.add_argument("--no-memcpy-trace", action="store_true",
                    help="skip the torch.profiler memcpy trace of one steady-state iteration (CUDA)")
@@ -98,7 +102,20 @@ def settings_from_args(args, ubatch: int | None) -> Settings:
                     seed=args.seed, output=args.output, memcpy_trace=not args.no_memcpy_trace,
                     max_iter_s=args.max_iter_s,
                     calibration=args.calibration, profile=args.profile, overrides=parse_overrides(args.set),
-                    extra={"schedule_out": args.schedule_out} if args.schedule_out else {})
+                    extra=baseline_extra(args))
+
+
+def baseline_extra(args) -> dict:
+    """The system-specific settings of `extra`: the packing a swap baseline is asked for (only when not the
+    default, so other systems' records stay as they were) and where to write its schedule."""
+    extra = {}
+    if getattr(args, "packs", "layer") != "layer":
+        if args.name not in ("swap-dp", "swap-pp"):
+            raise ValueError(f"--packs {args.packs} is for swap-dp and swap-pp; {args.name} has no packs")
+        extra["packing"] = args.packs
+    if args.schedule_out:
+        extra["schedule_out"] = args.schedule_out
+    return extra
 
 
 def parse_ubatch(text: str | None) -> list[int | None]:

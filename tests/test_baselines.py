@@ -879,6 +879,25 @@ def test_a_finished_candidates_settings_still_forecast_its_host_need(tmp_path, s
     assert host_need_of(s) == before                  # ... leaves the packing request as it was
 
 
+def test_packs_option_picks_the_swap_baselines_packing_and_names_its_misuse(tmp_path, capsys):
+    """`--packs fit` packs a stage that does not fit the cap whole into the longest packs that do, where the
+    default gives one vLayer a pack; the record says which. swap-dp's fit needs --profile, and a system
+    without packs refuses the option, each with a message that names the fix."""
+    def run(system, packs, *more):
+        out = tmp_path / f"{system}-{packs}.jsonl"
+        rc = harmony_main(["baseline", system, "mlp-tiny", "--minibatch", "8", "--ubatch", "2", "--iters", "1",
+                           "--warmup", "0", "--gpu-memory", "128KiB", "--packs", packs, *more, "-o", str(out)])
+        return rc, (read_jsonl(out)[-1] if out.exists() else None)
+    rc, layer = run("swap-pp", "layer")
+    assert rc == 0 and layer["settings"]["packing"] == "layer" and layer["settings"]["packs"] == 9
+    rc, fit = run("swap-pp", "fit")
+    assert rc == 0 and fit["settings"]["packing"] == "fit" and fit["settings"]["packs"] == 2
+    capsys.readouterr()
+    for system, message in (("swap-dp", "--packs fit needs --profile"), ("resident", "for swap-dp and swap-pp")):
+        rc, rec = run(system, "fit")
+        assert rc != 0 and message in capsys.readouterr().err, system
+
+
 def test_climb_stops_at_an_over_time_candidate_and_the_point_is_over_time(tmp_path, monkeypatch):
     """An over-time candidate (it had a whole call and timed no iteration) ends the climb down, since a
     smaller u moves the weights more often and runs slower still (zero-offload resnet1026 D=1024 u=16,

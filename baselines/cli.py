@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, had_whole_call, over_max_iter, record_call_end
+from baselines.predicted_start import SYSTEMS as GRAPH_SYSTEMS
+from baselines.swap_dp import PACKINGS
 from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, candidate_path, partial_path,
                             read_jsonl, seconds_left, undo_interrupted)
 from harmony.units import format_bytes, parse_bytes
@@ -71,7 +73,7 @@ def add_arguments(p) -> None:
                    help="override a config field of a zoo model (repeatable)")
     p.add_argument("--profile", default=None, help="profile.json: memory estimates for swap-dp/swap-pp packing")
     p.add_argument("--calibration", default=None, help="calibration.json: bandwidths for the roofline")
-    p.add_argument("--packs", default="layer", choices=["layer", "fit"],
+    p.add_argument("--packs", default="layer", choices=PACKINGS,
                    help="swap-dp/swap-pp packing where a stage does not fit the cap whole: one vLayer a pack "
                         "(layer, the vDNN/LMS granularity; default) or the longest packs that fit it (fit, needs "
                         "--profile)")
@@ -109,9 +111,9 @@ def baseline_extra(args) -> dict:
     """The system-specific settings of `extra`: the packing a swap baseline is asked for (only when not the
     default, so other systems' records stay as they were) and where to write its schedule."""
     extra = {}
-    if getattr(args, "packs", "layer") != "layer":
-        if args.name not in ("swap-dp", "swap-pp"):
-            raise ValueError(f"--packs {args.packs} is for swap-dp and swap-pp; {args.name} has no packs")
+    if args.packs != "layer":
+        if args.name not in GRAPH_SYSTEMS:       # the baselines whose task graph has packs
+            raise ValueError(f"--packs {args.packs} is for {' and '.join(GRAPH_SYSTEMS)}; {args.name} has no packs")
         extra["packing"] = args.packs
     if args.schedule_out:
         extra["schedule_out"] = args.schedule_out

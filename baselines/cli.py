@@ -33,7 +33,7 @@ from pathlib import Path
 
 from baselines.common import PRECISIONS, SYSTEMS, Settings, had_whole_call, over_max_iter, record_call_end
 from baselines.predicted_start import SYSTEMS as GRAPH_SYSTEMS
-from baselines.swap_dp import PACKINGS
+from baselines.swap_dp import DEFAULT_PACKING, PACKINGS
 from harmony.jsonio import (DEFERRED_EXIT, FRESH_CALL_SLACK_S, Deferred, call_window_s, candidate_path, partial_path,
                             read_jsonl, seconds_left, undo_interrupted)
 from harmony.units import format_bytes, parse_bytes
@@ -73,7 +73,7 @@ def add_arguments(p) -> None:
                    help="override a config field of a zoo model (repeatable)")
     p.add_argument("--profile", default=None, help="profile.json: memory estimates for swap-dp/swap-pp packing")
     p.add_argument("--calibration", default=None, help="calibration.json: bandwidths for the roofline")
-    p.add_argument("--packs", default="layer", choices=PACKINGS,
+    p.add_argument("--packs", default=DEFAULT_PACKING, choices=PACKINGS,
                    help="swap-dp/swap-pp packing where a stage does not fit the cap whole: one vLayer a pack "
                         "(layer, the vDNN/LMS granularity; default) or the longest packs that fit it (fit, needs "
                         "--profile)")
@@ -111,7 +111,7 @@ def baseline_extra(args) -> dict:
     """The system-specific settings of `extra`: the packing a swap baseline is asked for (only when not the
     default, so other systems' records stay as they were) and where to write its schedule."""
     extra = {}
-    if args.packs != "layer":
+    if args.packs != DEFAULT_PACKING:
         if args.name not in GRAPH_SYSTEMS:       # the baselines whose task graph has packs
             raise ValueError(f"--packs {args.packs} is for {' and '.join(GRAPH_SYSTEMS)}; {args.name} has no packs")
         extra["packing"] = args.packs

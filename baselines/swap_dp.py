@@ -22,7 +22,8 @@ from baselines.common import Infeasible, Settings, load_model, status_only
 from harmony.schedule.io import make_schedule_record, save_schedule
 from harmony.schedule.tasks import _spec_bytes, Range, ScheduleConfig, ScheduleError, build_task_graph, layer_sizes_from_model
 
-PACKINGS = ("layer", "fit")
+DEFAULT_PACKING = "layer"               # one vLayer a pack: the vDNN/LMS granularity
+PACKINGS = (DEFAULT_PACKING, "fit")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ def fit_packs(mem: TaskMemory, lo: int, hi: int, u: int, cap: int | None) -> lis
 # The schedule
 # ------------------------------------------------------------------------------------------------
 def swap_dp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, cap: int | None = None,
-                   profile: dict | None = None, packing: str = "layer") -> ScheduleConfig:
+                   profile: dict | None = None, packing: str = DEFAULT_PACKING) -> ScheduleConfig:
     """The swap-dp ScheduleConfig. Raises Infeasible when a task cannot fit the cap."""
     if packing not in PACKINGS:
         raise ValueError(f"packing {packing!r}: use one of {PACKINGS}")
@@ -128,7 +129,7 @@ def swap_dp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
     if minibatch % gpus:
         raise ValueError(f"minibatch {minibatch} is not a multiple of gpus {gpus}")
     mem = TaskMemory(model_json, profile)
-    packs = single_layer_packs(0, L, model_json) if packing == "layer" else fit_packs(mem, 0, L, ubatch, cap)
+    packs = single_layer_packs(0, L, model_json) if packing == DEFAULT_PACKING else fit_packs(mem, 0, L, ubatch, cap)
     mem.check_packs(packs, ubatch, cap, "swap-dp")
     bwd = tuple(packs)
     fwd = tuple(p for p in packs[:-1])
@@ -221,7 +222,7 @@ def requested_packing(s: Settings) -> str:
     """The packing these Settings ask for ("layer" unless extra["packing"] says "fit"). Its own key: the run
     writes the pack count it trained to extra["packs"] for the record, and the search asks a finished
     candidate's settings again (an earlier shared key read the count back: `packing 417`, h200n1-8)."""
-    return s.extra.get("packing", "layer")
+    return s.extra.get("packing", DEFAULT_PACKING)
 
 
 def config_for(s: Settings, mj: dict, profile: dict | None) -> ScheduleConfig:

@@ -25,7 +25,8 @@ of memory under 11 GiB; docs/performance.md entry 85). From another GPU it arriv
 from __future__ import annotations
 
 from baselines.common import Infeasible, Settings, load_model, status_only
-from baselines.swap_dp import TaskMemory, _finish, _load_aux, fit_packs, requested_packing, single_layer_packs
+from baselines.swap_dp import (DEFAULT_PACKING, TaskMemory, _finish, _load_aux, fit_packs, requested_packing,
+                              single_layer_packs)
 from harmony.schedule.tasks import Range, ScheduleConfig
 
 
@@ -74,7 +75,7 @@ def balanced_stages(weights: list[float], n: int) -> list[Range]:
 
 
 def swap_pp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, cap: int | None = None,
-                   profile: dict | None = None, stage_packing: str = "layer") -> ScheduleConfig:
+                   profile: dict | None = None, stage_packing: str = DEFAULT_PACKING) -> ScheduleConfig:
     L = model_json["num_vlayers"]
     mem = TaskMemory(model_json, profile)
     stages = balanced_stages(layer_weights(model_json, profile, ubatch), gpus)
@@ -84,7 +85,7 @@ def swap_pp_config(model_json: dict, minibatch: int, gpus: int, ubatch: int, *, 
         if mem.pack_fits(s, e, ubatch, cap, fwd=e < L):
             packs.append((s, e))
             continue
-        stage_packs = (single_layer_packs(s, e, model_json) if stage_packing == "layer"
+        stage_packs = (single_layer_packs(s, e, model_json) if stage_packing == DEFAULT_PACKING
                        else fit_packs(mem, s, e, ubatch, cap))
         mem.check_packs(stage_packs, ubatch, cap, f"swap-pp stage {r} [{s},{e})")
         packs.extend(stage_packs)

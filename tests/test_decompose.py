@@ -94,6 +94,7 @@ def test_models_table(capsys):
     assert row[1].strip() == "gpt2-xl" and row[3].strip() == "52" and "1,638,022,400" in row[5]
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_gpt2_40b_decomposes_in_budget(tmp_path):
     # Acceptance: < 30 s and < 2 GiB of RAM (2-core machine). A fresh process, as a user would run it.
     out = tmp_path / "m.json"

@@ -181,6 +181,7 @@ def test_pack_memory_rule_matches_a_measured_pack(tmp_path):
     assert meas["bwd_peak_bytes"] > max(p.bwd_peak(i, 4) for i in range(1, 5))
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_gpt2_and_vgg_tiny_profile_in_seconds(tmp_path):
     for name in ("gpt2-tiny", "vgg-tiny"):
         mj = _model_json(tmp_path, name)
@@ -343,6 +344,7 @@ def test_retention_is_recorded_per_vlayer(gpt2_tiny):
     assert all(len(v["fwd_grad_peak_bytes"]) == 2 for v in prof["vlayers"])
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_a_vlayer_that_chains_onto_itself_has_its_backward_issue_timed_in_a_pack(gpt2_tiny):
     """docs/performance.md entry 96: a block (output shaped as its input) is timed chained ISSUE_CHAIN_K times
     beside alone at the sweep's smallest u, and identical blocks share the record, as does the final
@@ -521,6 +523,7 @@ def test_an_output_its_producer_keeps_is_not_left_out():
     p.layers[0]["freeable_output_bytes_per_sample"] = p.output_bytes(0)      # the whole output
     assert pack_bwd_memory(p, 0, 2, u) < measured - 0.9 * 2048 * 4 * u
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_pack_check_times_the_pack_against_the_summed_vlayer_times(tmp_path):
     """The time half of the pack check: the pack run as one forward / backward, against the simulator's
     sum of per-vLayer times at the same u. On the CPU both are host time, so they agree loosely."""

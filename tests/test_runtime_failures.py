@@ -153,6 +153,7 @@ def test_worker_crash_ends_every_process_and_keeps_the_partial_record(tmp_path):
     assert _no_children_left()
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_a_stalled_run_ends_with_every_worker_threads_stack_in_its_log(tmp_path, capfd, monkeypatch):
     # every rank hangs in the same task, so no collective times out first: only the launcher's progress
     # watchdog (timeout_s + SETUP_MARGIN_S, here 1 + 4 s instead of 1 + 30) ends the run, and before it
@@ -177,6 +178,7 @@ def test_the_stall_window_after_set_up_follows_the_predicted_iteration():
     assert iteration_stall_s({"timeout_s": 100, "predicted_iter_s": 20.0}) == 130   # never longer than it
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_a_run_that_stalls_after_set_up_ends_after_its_predicted_window(tmp_path, monkeypatch):
     """Once every rank is ready, a hang ends after STALL_ITERATIONS predicted iterations (here a floor of
     2 s), not after timeout_s + 30 s (here 90 s): entry 111's deadlock at the GPU memory cap cost 330 s."""
@@ -433,6 +435,7 @@ def test_a_grid_job_the_calls_end_stops_leaves_the_workers_stacks_in_its_log(tmp
 
 
 @pytest.mark.parametrize("disarm", [False, True], ids=["stuck", "ended-in-time"])
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_interrupt_watchdog_bounds_a_stuck_shutdown(disarm):
     """Once armed by Ctrl-C/SIGTERM, the watchdog kills what the launcher started and exits 130 if the
     launcher has not ended its workers in time; disarmed (the workers ended), the process lives on."""

@@ -162,6 +162,7 @@ def test_guard_keeps_the_iteration_lines_of_a_run_that_died(tmp_path):
     assert not partial_path(out).exists()
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_figure_from_real_records(real_records):
     base, R, runs, sched, run, bad = real_records
     out = R / "figure10.csv"
@@ -186,6 +187,7 @@ def test_figure_from_real_records(real_records):
     assert env["run_environments"] and env["run_environments"][0]["torch"]
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_figures_from_results_redraws_everything_fast(real_records):
     base, R, *_ = real_records
     t0 = time.time()
@@ -1400,6 +1402,7 @@ def test_resimulate_runs_models_each_run_with_the_modes_it_ran_unless_asked():
         mod.run_ahead_arg("-1")
 
 
+@pytest.mark.serial  # timing-sensitive: run alone, not beside another worker
 def test_runs_record_task_spans_and_resimulate_sets_them_beside_the_model(tmp_path, tiny_results):
     """A run records when each compute task ran on its rank (harmony/runtime/task_clock.py): per iteration and
     rank, every compute task of that rank in order, spans that start after the previous one ends; the

@@ -2683,6 +2683,22 @@ def test_grid_gpu_refuses_a_tag_an_earlier_call_used(tmp_path):
     assert (results / "calls" / "x2-old.console.log").read_text() == "[x2-old] the earlier call\n"
 
 
+def test_grid_gpu_refuses_a_numbered_call_whose_predecessor_is_not_unpacked(tmp_path):
+    """experiments/device/grid_gpu.sh: call h200n1-14 ran on a copy of a tree that lacked h200n1-13's records
+    (its tarball not yet unpacked) and ran h200n1-13's jobs again. A numbered tag whose series has earlier
+    calls here but not the one just before is refused before any job runs; ALLOW_GAP=1 lets it through."""
+    results = tmp_path / "results"
+    (results / "calls").mkdir(parents=True)
+    (results / "calls" / "h1-12.console.log").write_text("[h1-12]\n")
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"touch {tmp_path}/ran\n")
+    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "h1-14"],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert p.returncode == 2 and "not h1-13's" in p.stderr and "unpack_call.sh" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "ran").exists()
+    assert sorted(f.name for f in (results / "calls").iterdir()) == ["h1-12.console.log"]
+
+
 def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():
     """experiments/predict_swap_search.py: a point written otherwise than MODEL:D (the sixty-second session
     typed gpt2-xl/D16, the job lists' spelling) is named with the form it needs, instead of a traceback."""

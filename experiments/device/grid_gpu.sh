@@ -42,6 +42,17 @@ print(hardware_tag(json.load(open(sys.argv[1]))))' "$env_json" 2>/dev/null) \
     || { echo "[$TAG] RESULTS auto: no environment record to name the hardware by" >&2; exit 2; }
 fi
 export RESULTS_DIR=$RESULTS
+# A numbered call (h200n1-14) runs on a copy of the tree here: without its predecessor's records (its
+# tarball not yet unpacked, unpack_call.sh) it would run the predecessor's jobs again. h200n1-14, started in
+# the 30 s warm window, spent 524 s doing so (eighty-fourth session). ALLOW_GAP=1 for a series that skips a number.
+if [[ $TAG =~ ^(.+)-([0-9]+)$ ]] && [ "${ALLOW_GAP:-0}" != 1 ]; then
+  prev="${BASH_REMATCH[1]}-$(( 10#${BASH_REMATCH[2]} - 1 ))"
+  if [ ! -e "$RESULTS/calls/$prev.console.log" ] && compgen -G "$RESULTS/calls/${BASH_REMATCH[1]}-[0-9]*.console.log" >/dev/null; then
+    echo "[$TAG] refused, no job ran: $RESULTS/calls/ has earlier calls of this series but not $prev's;" \
+         "unpack its tarball here first (experiments/device/unpack_call.sh), or ALLOW_GAP=1" >&2
+    exit 2
+  fi
+fi
 mkdir -p "$RESULTS/calls"
 mv "$env_json" "$RESULTS/calls/$TAG.env.json"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv > "$RESULTS/calls/$TAG.gpus.txt" 2>&1

@@ -2697,6 +2697,11 @@ def test_grid_gpu_refuses_a_numbered_call_whose_predecessor_is_not_unpacked(tmp_
     assert p.returncode == 2 and "not h1-13's" in p.stderr and "unpack_call.sh" in p.stderr, (p.returncode, p.stderr)
     assert not (tmp_path / "ran").exists()
     assert sorted(f.name for f in (results / "calls").iterdir()) == ["h1-12.console.log"]
+    (results / "calls" / "x2-grid13.console.log").write_text("[x2-grid13]\n")   # a number with no dash before it
+    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "x2-grid15"],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    assert p.returncode == 2 and "not x2-grid14's" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "ran").exists()
 
 
 def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():

@@ -45,9 +45,10 @@ export RESULTS_DIR=$RESULTS
 # A numbered call (h200n1-14) runs on a copy of the tree here: without its predecessor's records (its
 # tarball not yet unpacked, unpack_call.sh) it would run the predecessor's jobs again. h200n1-14, started in
 # the 30 s warm window, spent 524 s doing so (eighty-fourth session). ALLOW_GAP=1 for a series that skips a number.
-if [[ $TAG =~ ^(.+)-([0-9]+)$ ]] && [ "${ALLOW_GAP:-0}" != 1 ]; then
-  prev="${BASH_REMATCH[1]}-$(( 10#${BASH_REMATCH[2]} - 1 ))"
-  if [ ! -e "$RESULTS/calls/$prev.console.log" ] && compgen -G "$RESULTS/calls/${BASH_REMATCH[1]}-[0-9]*.console.log" >/dev/null; then
+# (h200n1-14, x2-grid15 and i51 are numbered; i51b and x2-seed0a are not.)
+if [[ $TAG =~ ^(.*[^0-9])([0-9]+)$ ]] && [ "${ALLOW_GAP:-0}" != 1 ]; then
+  prev="${BASH_REMATCH[1]}$(( 10#${BASH_REMATCH[2]} - 1 ))"
+  if [ ! -e "$RESULTS/calls/$prev.console.log" ] && compgen -G "$RESULTS/calls/${BASH_REMATCH[1]}[0-9]*.console.log" >/dev/null; then
     echo "[$TAG] refused, no job ran: $RESULTS/calls/ has earlier calls of this series but not $prev's;" \
          "unpack its tarball here first (experiments/device/unpack_call.sh), or ALLOW_GAP=1" >&2
     exit 2

@@ -2742,7 +2742,7 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     stub = tmp_path / "experiments/device/runtime-gap-ab-1gpu.sh"
     stub.parent.mkdir(parents=True)
     stub.write_text('echo "$1|$MODEL|$D|$U|$ITERS|$WARMUP|$BASE_ARMS|$HARMONY_ARMS|$RUN_ARGS|${BASE_ARGS-}|$DEADLINE_S|'
-                    f'$SCHEDULES" >> {tmp_path}/passes.txt\n')
+                    f'$SCHEDULES|$IN" >> {tmp_path}/passes.txt\n')
     script = (fns[0].group(0) + "\n" + fns[1].group(0) + '\npack_ab() { echo "packed $1"; }\n'
               f'MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab {tag} --memcpy-trace\n')
     try:
@@ -2760,6 +2760,16 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     assert passes[0][9] == f"--schedule-out /tmp/{tag}/swapdp-schedule.json"
     assert all(p[11] == f"plan=/tmp/{tag}/swapdp-schedule.json" for p in passes)   # the schedule it wrote
     assert all(0 < int(p[10]) <= 545 for p in passes)
+    assert all(p[12] == "results/paper/2xH200" for p in passes)   # runargs_ab's default folder
+    script = (fns[1].group(0) + '\npack_ab() { :; }\n'
+              f'IN=results/paper/1xH200 MODEL=gpt2-xl D=16 U=16 ITERS=6 WARMUP=2 DEADLINE=540 runargs_ab {tag} S "cp|--x"\n')
+    try:
+        subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    finally:
+        shutil.rmtree(f"/tmp/{tag}", ignore_errors=True)
+        Path(f"/tmp/{tag}.console").unlink(missing_ok=True)
+    last = (tmp_path / "passes.txt").read_text().splitlines()[-1].split("|")
+    assert last[0] == f"/tmp/{tag}/cp" and last[8] == "--x" and last[12] == "results/paper/1xH200"   # the caller's IN
 
 
 def test_swap_schedule_writes_the_plan_the_baseline_ran_without_running_it(tmp_path):

@@ -79,13 +79,13 @@ threads_ab() {   # TAG RUN_EXTRA (items 58, 59; MODEL D U ITERS WARMUP RUN_LIMIT
   runargs_ab "$T" "$S" "w16-1|--worker-threads 16 $X" "w4-1|--worker-threads 4 $X" "w4-2|--worker-threads 4 $X" \
     "w16-2|--worker-threads 16 $X"
 }
-runargs_ab() {   # TAG SCHEDULE 'SUB|RUN_ARGS' ... (MODEL D U ITERS WARMUP RUN_LIMIT_S DEADLINE from the caller): SCHEDULE
-  # with `harmony run` and 2x H200's profile under each RUN_ARGS in turn, each pass into /tmp/TAG/SUB, the
-  # console and the passes into TAG.tgz
+runargs_ab() {   # TAG SCHEDULE 'SUB|RUN_ARGS' ... (MODEL D U ITERS WARMUP RUN_LIMIT_S DEADLINE from the caller; IN
+  # too, else 2x H200's folder): SCHEDULE with `harmony run` and IN's model under each RUN_ARGS in turn, each
+  # pass into /tmp/TAG/SUB, the console and the passes into TAG.tgz
   local T=$1 S=$2 p; shift 2
   mkdir -p "/tmp/$T"
   for p in "$@"; do
-    ARMS='new=.' BASE_ARMS='' HARMONY_ARMS=new RUN_ARGS="${p#*|}" IN=results/paper/2xH200 ROUNDS=1 \
+    ARMS='new=.' BASE_ARMS='' HARMONY_ARMS=new RUN_ARGS="${p#*|}" IN=${IN:-results/paper/2xH200} ROUNDS=1 \
       DEADLINE_S=$((DEADLINE - SECONDS)) SCHEDULES="plan=$S" \
       bash experiments/device/runtime-gap-ab-1gpu.sh "/tmp/$T/${p%%|*}" >> "/tmp/$T.console" 2>&1
   done
@@ -181,6 +181,15 @@ case "$HW" in
     # ITEM=51: D = 64 and D = 256, swap-pp at a larger u once, then its best against Harmony's plans (about
     # 7 and 8 minutes); ITEM=42 measures the per-task host charge again
     if [ "${ITEM:-49}" = 42 ]; then host_task "${1:-ht1}"; exit 0; fi
+    if [ "${ITEM:-49}" = 77 ]; then   # item 77 (docs/performance.md entry 115): figure 10's committed GPT2-XL D = 16
+      # vDP plan, whose joined last pack [49, 52] ran 1.31x its simulated time here (swap-dp's [50, 52] 1.02x),
+      # under the compute stream's pool (its default, `auto`) and the copy stream's, A B B A, then one traced
+      # iteration under each (about 5 minutes)
+      IN=results/paper/1xH200 MODEL=gpt2-xl D=16 U=16 ITERS=6 WARMUP=2 RUN_LIMIT_S=100 DEADLINE=540 runargs_ab \
+        "${1:-i77}" results/paper/1xH200/schedules/gpt2-xl/vDP-N1-D16-auto.json "cs-1|" "cp-1|--load-buffers copy-stream" \
+        "cp-2|--load-buffers copy-stream" "cs-2|" "cs-tr|--memcpy-trace" "cp-tr|--load-buffers copy-stream --memcpy-trace"
+      exit 0
+    fi
     if [ "${ITEM:-49}" = 67 ]; then   # item 67: ResNet1026 D = 1024 at N = 1, Harmony and swap-dp, NCHW and channels-last
       T=${1:-n1cl1}; P=results/probes/channels-last/1xH200/$T
       DEADLINE_S=$((560 - SECONDS)) bash experiments/device/n1-variant-probe-1gpu.sh "$P" 2>&1 | tee "/tmp/$T.console"

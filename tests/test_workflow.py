@@ -2667,6 +2667,14 @@ def test_runtime_rerun_list_takes_only_the_points_named(tmp_path):
     assert "would move results/paper/HW/runs/harmony-vPP/vgg416/N1-D16-auto.jsonl" in more, more
 
 
+def _grid_gpu(tmp_path, results, tag: str) -> subprocess.CompletedProcess:
+    """experiments/device/grid_gpu.sh on a job list that only touches tmp_path/ran, into `results` as `tag`."""
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"touch {tmp_path}/ran\n")
+    return subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), tag],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+
+
 def test_grid_gpu_refuses_a_tag_an_earlier_call_used(tmp_path):
     """experiments/device/grid_gpu.sh: a call's tag names its calls/TAG.* for good, so a tag already there is
     refused before anything runs (the sixty-second session's item 47 calls took a default tag an earlier call
@@ -2674,10 +2682,7 @@ def test_grid_gpu_refuses_a_tag_an_earlier_call_used(tmp_path):
     results = tmp_path / "results"
     (results / "calls").mkdir(parents=True)
     (results / "calls" / "x2-old.console.log").write_text("[x2-old] the earlier call\n")
-    joblist = tmp_path / "jobs.sh"
-    joblist.write_text(f"touch {tmp_path}/ran\n")
-    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "x2-old"],
-                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    p = _grid_gpu(tmp_path, results, "x2-old")
     assert p.returncode == 2 and "earlier call" in p.stderr and "new TAG" in p.stderr, (p.returncode, p.stderr)
     assert not (tmp_path / "ran").exists()
     assert (results / "calls" / "x2-old.console.log").read_text() == "[x2-old] the earlier call\n"
@@ -2690,16 +2695,12 @@ def test_grid_gpu_refuses_a_numbered_call_whose_predecessor_is_not_unpacked(tmp_
     results = tmp_path / "results"
     (results / "calls").mkdir(parents=True)
     (results / "calls" / "h1-12.console.log").write_text("[h1-12]\n")
-    joblist = tmp_path / "jobs.sh"
-    joblist.write_text(f"touch {tmp_path}/ran\n")
-    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "h1-14"],
-                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    p = _grid_gpu(tmp_path, results, "h1-14")
     assert p.returncode == 2 and "not h1-13's" in p.stderr and "unpack_call.sh" in p.stderr, (p.returncode, p.stderr)
     assert not (tmp_path / "ran").exists()
     assert sorted(f.name for f in (results / "calls").iterdir()) == ["h1-12.console.log"]
     (results / "calls" / "x2-grid13.console.log").write_text("[x2-grid13]\n")   # a number with no dash before it
-    p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "x2-grid15"],
-                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+    p = _grid_gpu(tmp_path, results, "x2-grid15")
     assert p.returncode == 2 and "not x2-grid14's" in p.stderr, (p.returncode, p.stderr)
     assert not (tmp_path / "ran").exists()
 
@@ -2743,13 +2744,15 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     stub.parent.mkdir(parents=True)
     stub.write_text('echo "$1|$MODEL|$D|$U|$ITERS|$WARMUP|$BASE_ARMS|$HARMONY_ARMS|$RUN_ARGS|${BASE_ARGS-}|$DEADLINE_S|'
                     f'$SCHEDULES|$IN" >> {tmp_path}/passes.txt\n')
-    script = (fns[0].group(0) + "\n" + fns[1].group(0) + '\npack_ab() { echo "packed $1"; }\n'
+    def run(script: str) -> str:
+        try:
+            return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                                  check=True).stdout
+        finally:
+            shutil.rmtree(f"/tmp/{tag}", ignore_errors=True)      # the function's own folder and console, as on
+            Path(f"/tmp/{tag}.console").unlink(missing_ok=True)   # the device
+    out = run(fns[0].group(0) + "\n" + fns[1].group(0) + '\npack_ab() { echo "packed $1"; }\n'
               f'MODEL=gpt2-xl D=32 U=4 ITERS=5 WARMUP=1 RUN_LIMIT_S=100 DEADLINE=545 threads_ab {tag} --memcpy-trace\n')
-    try:
-        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    finally:
-        shutil.rmtree(f"/tmp/{tag}", ignore_errors=True)      # the function's own folder and console, as on
-        Path(f"/tmp/{tag}.console").unlink(missing_ok=True)   # the device
     assert out.strip() == f"packed {tag}"
     passes = [line.split("|") for line in (tmp_path / "passes.txt").read_text().splitlines()]
     assert [p[0] for p in passes] == [f"/tmp/{tag}/{s}" for s in ("base", "w16-1", "w4-1", "w4-2", "w16-2")]
@@ -2761,13 +2764,8 @@ def test_next_call_threads_ab_runs_the_baseline_once_then_its_schedule_at_16_and
     assert all(p[11] == f"plan=/tmp/{tag}/swapdp-schedule.json" for p in passes)   # the schedule it wrote
     assert all(0 < int(p[10]) <= 545 for p in passes)
     assert all(p[12] == "results/paper/2xH200" for p in passes)   # runargs_ab's default folder
-    script = (fns[1].group(0) + '\npack_ab() { :; }\n'
-              f'IN=results/paper/1xH200 MODEL=gpt2-xl D=16 U=16 ITERS=6 WARMUP=2 DEADLINE=540 runargs_ab {tag} S "cp|--x"\n')
-    try:
-        subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
-    finally:
-        shutil.rmtree(f"/tmp/{tag}", ignore_errors=True)
-        Path(f"/tmp/{tag}.console").unlink(missing_ok=True)
+    run(fns[1].group(0) + '\npack_ab() { :; }\n'
+        f'IN=results/paper/1xH200 MODEL=gpt2-xl D=16 U=16 ITERS=6 WARMUP=2 DEADLINE=540 runargs_ab {tag} S "cp|--x"\n')
     last = (tmp_path / "passes.txt").read_text().splitlines()[-1].split("|")
     assert last[0] == f"/tmp/{tag}/cp" and last[8] == "--x" and last[12] == "results/paper/1xH200"   # the caller's IN
 

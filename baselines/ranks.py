@@ -24,14 +24,15 @@ RANK_FAILED_EXIT = 76      # a rank failed: its status and message are in the sp
 
 
 def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
-    """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload and zero-offload at
-    N >= 2. Their ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
+    """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload at N >= 2 and zero-offload
+    at every N. At N >= 2 the ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
     workers do (docs/performance.md entry 19); each rank calls `use_rank_share_of_cores` first."""
     import tempfile
 
     import torch.multiprocessing as mp
     from harmony.runtime.launch import worker_omp_wait_policy
-    os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
+    if gpus > 1:    # one rank (zero-offload at N = 1) shares the cores with no one: OpenMP's default stands
+        os.environ["OMP_WAIT_POLICY"] = worker_omp_wait_policy()
     with tempfile.TemporaryDirectory(prefix="harmony-ranks-") as failures:
         try:
             mp.spawn(_rank_main, args=(entry, args, failures), nprocs=gpus, join=True)

@@ -24,13 +24,11 @@ Bytes per iteration come from the torch.profiler memcpy trace (harmony.memcpy_tr
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 
 import torch
 
 from baselines.common import (MicrobatchClock, RunWriter, Settings, apply_cap, apply_precision, autocast,
-                              is_oom, load_model, log_phase, microbatch_ranges, pin_batches, resolve_device,
+                              load_model, log_phase, microbatch_ranges, pin_batches, resolve_device,
                               status_only, train_loop)
 from baselines.ranks import failed_ranks_record, rank_gather, spawn_ranks, use_rank_share_of_cores
 from baselines.fsdp_offload import Chain, Checkpointed
@@ -170,16 +168,11 @@ def run(s: Settings) -> dict:
     if not ok:
         spec, _ = load_model(s.model, s.overrides)
         return status_only(s, spec.name, "unavailable", why, install=INSTALL)
+    # Every run is its own process, at N = 1 too. Run in the search's process, a candidate that went out
+    # of memory left GPU memory DeepSpeed still held, and every smaller u after it went out of memory in
+    # deepspeed.initialize's model.to(device) with 10.9 of the 11 GiB cap allocated: gpt2-xl D=256 u=4, 2
+    # and 1 on one H200 (h200n1-15), though u=4 runs at D = 64 (docs/performance.md entry 116).
     port = free_port()
-    if s.gpus == 1:
-        try:
-            return _train(0, s, port)
-        except Deferred:
-            raise           # baselines/cli.py leaves it for the next call
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc(file=sys.stderr)
-            spec, _ = load_model(s.model, s.overrides)
-            return status_only(s, spec.name, "oom" if is_oom(e) else "error", f"{type(e).__name__}: {e}")
     from harmony.jsonio import read_jsonl
     try:
         spawn_ranks(_spawn_entry, (s, port), s.gpus)

@@ -106,3 +106,24 @@ def test_one_ranks_oom_ends_a_two_gpu_run_as_oom(system, tmp_path):
     assert summary["status"] == "oom", (summary.get("message"), p.stderr[-3000:])
     assert summary["message"].startswith("rank 1, iteration 1: CUDA out of memory"), summary["message"]
     print(f"{system}: oom recorded {time.monotonic() - t0:.1f} s after the start (set-up included)")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_zero_offload_runs_a_smaller_u_after_a_candidate_went_out_of_memory(tmp_path):
+    """A microbatch search that starts where zero-offload goes out of memory must still run the smaller u
+    that fits. Run in the search's process, the OOM left DeepSpeed's GPU memory held and every smaller u
+    went out of memory at deepspeed.initialize (gpt2-xl D=256 u=4, 2 and 1 on one H200, h200n1-15;
+    docs/performance.md entry 116). gpt2-medium's weights (1.6 GB) fit a 3 GiB cap at u = 1; u = 16's
+    activations and recomputed attention do not."""
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not importable here (experiments/device/fetch_wheels.sh, carried as .whl)")
+    out = tmp_path / "search.jsonl"
+    p = subprocess.run([sys.executable, "-m", "harmony.cli", "baseline", "zero-offload", "gpt2-medium",
+                        "--minibatch", "16", "--ubatch", "1,16", "--ubatch-start", "16", "--gpu-memory", "3GiB",
+                        "--iters", "2", "--device", "cuda", "--no-memcpy-trace", "-o", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    search = {c["ubatch"]: c for c in read_jsonl(out)[-1]["ubatch_search"]}
+    assert search[16]["status"] == "oom", search[16]        # the case: the first candidate goes out of memory
+    assert search[1]["status"] == "ok", (search[1]["message"], p.stderr[-3000:])

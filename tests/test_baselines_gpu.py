@@ -120,7 +120,7 @@ def test_zero_offload_runs_a_smaller_u_after_a_candidate_went_out_of_memory(tmp_
         pytest.skip("DeepSpeed is not importable here (experiments/device/fetch_wheels.sh, carried as .whl)")
     out = tmp_path / "search.jsonl"
     p = subprocess.run([sys.executable, "-m", "harmony.cli", "baseline", "zero-offload", "gpt2-medium",
-                        "--minibatch", "16", "--ubatch", "1,16", "--ubatch-start", "16", "--gpu-memory", "3GiB",
+                        "--minibatch", "16", "--ubatch", "1,16", "--ubatch-start", "16", "--gpu-memory", "6GiB",
                         "--iters", "2", "--device", "cuda", "--no-memcpy-trace", "-o", str(out)],
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

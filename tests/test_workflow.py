@@ -2705,6 +2705,22 @@ def test_grid_gpu_refuses_a_numbered_call_whose_predecessor_is_not_unpacked(tmp_
     assert not (tmp_path / "ran").exists()
 
 
+def test_grid_gpu_takes_a_moved_calls_marker_as_the_call_it_stands_for(tmp_path):
+    """experiments/device/grid_gpu.sh: h200n1-14's records were moved under results/probes/reproduce/ (a
+    repeat, not figure data), and h200n1-15 was refused as if h200n1-14 had never been unpacked. A
+    calls/TAG.moved marker stands in for the moved call: its successor runs, and its own tag stays taken."""
+    results = tmp_path / "results"
+    (results / "calls").mkdir(parents=True)
+    (results / "calls" / "h1-13.console.log").write_text("[h1-13]\n")
+    (results / "calls" / "h1-14.moved").write_text("results/probes/reproduce/h1-14\n")
+    p = _grid_gpu(tmp_path, results, "h1-14")
+    assert p.returncode == 2 and "h1-14.moved exists" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "ran").exists()
+    p = _grid_gpu(tmp_path, results, "h1-15")
+    assert "refused" not in p.stderr, p.stderr
+    assert (tmp_path / "ran").exists(), (p.returncode, p.stderr[-2000:])
+
+
 def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():
     """experiments/predict_swap_search.py: a point written otherwise than MODEL:D (the sixty-second session
     typed gpt2-xl/D16, the job lists' spelling) is named with the form it needs, instead of a traceback."""

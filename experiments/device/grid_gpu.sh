@@ -19,9 +19,13 @@ JOBS=${1:?usage: $0 JOBLIST RESULTS TAG}; RESULTS=${2:?}; TAG=${3:?}
 BUDGET_S=${BUDGET_S:-540}; TAIL_S=${TAIL_S:-60}
 # A tag names a call's records for good: reusing one would overwrite an earlier call's calls/TAG.* (the
 # sixty-second session's item 47 calls took next_call.sh's default x2-rerun1, a tag of the twenty-first's)
-if [ -e "$RESULTS/calls/$TAG.console.log" ]; then
-  echo "[$TAG] $RESULTS/calls/$TAG.console.log exists: that tag is an earlier call's; give this call a new TAG" >&2; exit 2
-fi
+# A call whose records were moved elsewhere (a repeat kept under results/probes/) leaves calls/TAG.moved,
+# naming where: it holds the tag as the console log does, and stands in for it as a predecessor below.
+for held in "$RESULTS/calls/$TAG.console.log" "$RESULTS/calls/$TAG.moved"; do
+  if [ -e "$held" ]; then
+    echo "[$TAG] $held exists: that tag is an earlier call's; give this call a new TAG" >&2; exit 2
+  fi
+done
 # PYTHONPATH, NCCL settings, the `harmony` wrapper and the carried wheels (sets `wheels`)
 source "$(dirname "$0")/device_env.sh"
 # Without the wheels (the call did not carry `.whl`) a zero-offload job would record itself `unavailable`, a
@@ -45,10 +49,11 @@ export RESULTS_DIR=$RESULTS
 # A numbered call (h200n1-14) runs on a copy of the tree here: without its predecessor's records (its
 # tarball not yet unpacked, unpack_call.sh) it would run the predecessor's jobs again. h200n1-14, started in
 # the 30 s warm window, spent 524 s doing so (eighty-fourth session). ALLOW_GAP=1 for a series that skips a number.
+# (h200n1-15 was refused while h200n1-14's records sat under results/probes/reproduce/ with no calls/h200n1-14.moved.)
 # (h200n1-14, x2-grid15 and i51 are numbered; i51b and x2-seed0a are not.)
 if [[ $TAG =~ ^(.*[^0-9])([0-9]+)$ ]] && [ "${ALLOW_GAP:-0}" != 1 ]; then
   prev="${BASH_REMATCH[1]}$(( 10#${BASH_REMATCH[2]} - 1 ))"
-  if [ ! -e "$RESULTS/calls/$prev.console.log" ] && compgen -G "$RESULTS/calls/${BASH_REMATCH[1]}[0-9]*.console.log" >/dev/null; then
+  if [ ! -e "$RESULTS/calls/$prev.console.log" ] && [ ! -e "$RESULTS/calls/$prev.moved" ] && compgen -G "$RESULTS/calls/${BASH_REMATCH[1]}[0-9]*.console.log" >/dev/null; then
     echo "[$TAG] refused, no job ran: $RESULTS/calls/ has earlier calls of this series but not $prev's;" \
          "unpack its tarball here first (experiments/device/unpack_call.sh), or ALLOW_GAP=1" >&2
     exit 2

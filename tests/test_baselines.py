@@ -185,6 +185,28 @@ def test_zero_offload_without_deepspeed_is_unavailable(tmp_path, monkeypatch):
     assert "pip install -e .[deepspeed]" in summary["message"] and summary["install"]
 
 
+def test_zero_offload_runs_in_a_process_of_its_own_at_one_gpu(tmp_path, monkeypatch):
+    """At N = 1 zero-offload ran in the search's process, and after a candidate's OOM DeepSpeed's GPU memory
+    stayed held, so every smaller u went out of memory too (docs/performance.md entry 116; the GPU test is
+    tests/test_baselines_gpu.py). Here, on the CPU: a one-GPU run is handed to spawn_ranks with one rank,
+    and its record is what that rank wrote."""
+    import baselines.zero_offload as zo
+    spawned = []
+
+    def fake_spawn(entry, args, gpus):
+        spawned.append((entry, gpus))
+        s = args[0]
+        with open(s.output, "w") as f:
+            f.write(json.dumps({"record": "summary", "status": "ok", "from": "the rank"}) + "\n")
+
+    monkeypatch.setattr(zo, "deepspeed_status", lambda: (True, "deepspeed (stand-in)"))
+    monkeypatch.setattr(zo, "spawn_ranks", fake_spawn)
+    out = tmp_path / "z.jsonl"
+    rec = zo.run(Settings(system="zero-offload", model="mlp-tiny", minibatch=8, ubatch=4, gpus=1, output=str(out)))
+    assert spawned == [(zo._spawn_entry, 1)]
+    assert rec.get("from") == "the rank", rec
+
+
 @pytest.mark.parametrize("name, client", [("vgg-tiny", True), ("resnet-tiny", True), ("gpt2-tiny", False)])
 def test_zero_offload_config_takes_the_models_optimizer(name, client):
     """AdamW/Adam models get DeepSpeed's CPU Adam; SGD models keep our torch optimizer, which DeepSpeed

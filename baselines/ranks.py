@@ -1,5 +1,5 @@
-"""A baseline as one process per GPU (fsdp-offload and zero-offload at N >= 2): spawning the ranks, what
-they share (the gather of per-rank values, the host's cores), and how one rank's failure ends them all.
+"""A baseline as one process per GPU (fsdp-offload at N >= 2, zero-offload at every N): spawning the ranks,
+what they share (the gather of per-rank values, the host's cores), and how one rank's failure ends them all.
 
 A rank that fails must not wait for its peers, nor they for it: a peer may sit in a collective the failed
 rank never joins, and on NCCL both would wait for ever (docs/performance.md entry 64). So a failed rank
@@ -25,8 +25,9 @@ RANK_FAILED_EXIT = 76      # a rank failed: its status and message are in the sp
 
 def spawn_ranks(entry: Callable, args: tuple, gpus: int) -> None:
     """One process per GPU (torch.multiprocessing.spawn, joined) for fsdp-offload at N >= 2 and zero-offload
-    at every N. At N >= 2 the ranks step their CPU optimizers at the same time, so they wait passively as Harmony's
-    workers do (docs/performance.md entry 19); each rank calls `use_rank_share_of_cores` first."""
+    at every N (entry 116). At N >= 2 the ranks step their CPU optimizers at the same time, so they wait
+    passively as Harmony's workers do (docs/performance.md entry 19); each rank calls
+    `use_rank_share_of_cores` first."""
     import tempfile
 
     import torch.multiprocessing as mp

@@ -560,7 +560,9 @@ def test_run_schedule_fills_the_weights_while_the_workers_start(monkeypatch):
     real = Prepared.fill_weights
 
     def slow_fill(self):
-        time.sleep(5.0)
+        # longer than a worker takes to start and set up on a loaded CI machine: at 5 s a fresh-clone CI
+        # run (two test workers, 21 minutes in all) had the workers reach their wait after the fill ended
+        time.sleep(12.0)
         real(self)
     monkeypatch.setattr(Prepared, "fill_weights", slow_fill)
     spec, rec, g = schedule("gpt2-tiny", "vPP", 2, 3, 3, "P1")

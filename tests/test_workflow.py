@@ -2721,6 +2721,48 @@ def test_grid_gpu_takes_a_moved_calls_marker_as_the_call_it_stands_for(tmp_path)
     assert (tmp_path / "ran").exists(), (p.returncode, p.stderr[-2000:])
 
 
+
+def test_grid_gpu_ends_its_own_leftover_cli_processes_only(tmp_path):
+    """experiments/device/grid_gpu.sh ends the `python3 -m harmony.cli` processes a killed job left behind.
+    It did so machine-wide, and a grid_gpu.sh test under pytest-xdist ended another test's baseline run
+    (eighty-fifth session's CI). Now it ends only those started by its own job list (GRID_CALL_ID)."""
+    import signal
+    import time
+    fake = tmp_path / "fake" / "harmony"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "cli.py").write_text("import time\ntime.sleep(120)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
+    # argv[0] `python3`, as the device's `harmony` wrapper runs it: the clean-up matches '^python3? -m harmony.cli'
+    # (from tmp_path: `-m` puts the working directory first on sys.path, and the repository's is the real one)
+    foreign = subprocess.Popen(["python3", "-m", "harmony.cli"], env=env, cwd=tmp_path)
+    mine_pid = tmp_path / "mine.pid"
+    joblist = tmp_path / "jobs.sh"
+    joblist.write_text(f"cd {tmp_path}\nPYTHONPATH={tmp_path / 'fake'} python3 -m harmony.cli >/dev/null 2>&1 & echo $! > {mine_pid}\n")   # not on the list's pipe
+    results = tmp_path / "results"
+    try:
+        p = subprocess.run(["bash", str(ROOT / "experiments/device/grid_gpu.sh"), str(joblist), str(results), "t1"],
+                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path / "out")})
+        mine = int(mine_pid.read_text())
+        for _ in range(50):          # its job's process: ended (a zombie of no one's, or gone)
+            try:
+                state = Path(f"/proc/{mine}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the list's own leftover CLI process {mine} still runs: {p.stderr[-2000:]}")
+        assert foreign.poll() is None, f"grid_gpu.sh ended a CLI process it did not start: {p.stderr[-2000:]}"
+    finally:
+        foreign.send_signal(signal.SIGKILL)
+        foreign.wait()
+        try:
+            os.kill(int(mine_pid.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
 def test_predict_swap_search_names_a_point_not_given_as_model_colon_d():
     """experiments/predict_swap_search.py: a point written otherwise than MODEL:D (the sixty-second session
     typed gpt2-xl/D16, the job lists' spelling) is named with the form it needs, instead of a traceback."""

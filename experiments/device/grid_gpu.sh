@@ -87,6 +87,9 @@ slots=${GPU_SLOTS:-1}
 # stopped BUDGET_S - 20 s after its own start with a DeepSpeed run in flight ran the call past the device
 # tool's 600 s, which then returned no tarball at all (h100-grid40).
 left=$(( BUDGET_S - SECONDS ))
+# Every process the list starts inherits GRID_CALL_ID, orphans of a killed job too, so the clean-up below
+# ends this call's processes only, not another grid's or a test's beside it.
+export GRID_CALL_ID="$TAG.$$.$(date +%s%N)"
 export HARMONY_DEADLINE=$(( $(date +%s) + left - 30 )) HARMONY_CALL_S=$(( left - 30 ))
 echo "[$TAG] $JOBS, $slots job(s) side by side, $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') GPUs, budget ${BUDGET_S}s, ${SECONDS}s of it on set-up (the list: no new job after $((left - TAIL_S))s, stopped at $((left - 20))s)" | tee "$RESULTS/calls/$TAG.console.log"
 GPU_SLOTS=$slots JOB_BUDGET_S=$((left - TAIL_S)) timeout -k 10 $((left - 20)) bash "$JOBS" 2>&1 \
@@ -102,5 +105,10 @@ echo "[$TAG] job list rc=$rc ($why)" | tee -a "$RESULTS/calls/$TAG.console.log"
 # Only processes that ARE the CLI (their command line starts with it): a bare "harmony.cli" pattern also
 # matched the device call's own shell when its command line named harmony.cli, and killed the call before
 # this tarball was written (h100-retain1, 2026-11-24: 6 minutes of runs lost).
-pkill -f '^python3? -m harmony\.cli' 2>/dev/null; sleep 2
+# And only this call's (GRID_CALL_ID in its environment): the machine-wide pkill ended a CPU test's baseline
+# run when a grid_gpu.sh test ran beside it under pytest-xdist (eighty-fifth session).
+for pid in $(pgrep -f '^python3? -m harmony\.cli' 2>/dev/null); do
+  tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "GRID_CALL_ID=$GRID_CALL_ID" && kill "$pid" 2>/dev/null
+done
+sleep 2
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/$TAG.tgz" "$RESULTS" && ls -la "$OUT"; fi
